@@ -1,0 +1,37 @@
+# `make demo` and `make test` bootstrap .venv/ themselves: one command for each job.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+# The newest Python >= 3.12 on this machine (ansible-core 2.20+ needs it on the controller).
+PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyenv/versions/3.1[2-9]*/bin/python3 $$HOME/.pyenv/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do \
+	  $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: venv demo test lint unit clean lab-up lab-down
+
+venv: $(VENV)/.stamp
+
+$(VENV)/.stamp: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "gpulab needs Python >= 3.12 (none found: install python3.12 or newer)"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@
+
+demo: venv
+	$(BIN)/ansible-playbook site.yml -i inventory/demo
+
+test: venv lint unit
+
+lint: venv
+	$(BIN)/ruff check library plugins tests
+	$(BIN)/ruff format --check library plugins tests
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint
+
+unit: venv
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,184 @@
+"""The one interface every router backend implements, and the run that drives it.
+
+A run is: list leases and reservations, stage wishes with `ensure`/`remove`, then `apply` once:
+plan (all refusals happen here, before any write), write the whole batch, apply it on the router
+once (SIGHUP, config-set + config-write, reconfigure, commit + reload), and verify by re-reading
+the router's table. In check mode `apply` stops after planning (plus a backend's own dry run where
+it has one, e.g. Kea's config-test).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import ipaddress
+import time
+
+from .model import (
+    Change,
+    Desired,
+    Lease,
+    Plan,
+    Reservation,
+    VerifyError,
+    make_plan,
+    norm_mac,
+)
+
+
+@dataclasses.dataclass
+class Result:
+    changed: bool
+    changes: list[Change]
+    before: list[Reservation]
+    after: list[Reservation]
+    reservations: dict[str, Reservation]  # mac -> reservation the lab holds after the run
+
+    def as_dict(self) -> dict:
+        return {
+            "changed": self.changed,
+            "changes": [
+                {
+                    "action": c.action,
+                    "mac": (c.after or c.before).mac,
+                    "before": c.before.as_dict() if c.before else None,
+                    "after": c.after.as_dict() if c.after else None,
+                    "summary": c.describe(),
+                }
+                for c in self.changes
+            ],
+            "reservations": {mac: r.as_dict() for mac, r in sorted(self.reservations.items())},
+        }
+
+    def diff(self) -> dict:
+        def text(rs):
+            return "".join(r.line() + "\n" for r in sorted(rs, key=lambda r: (r.mac, int(r.ip))))
+
+        return {"before": text(self.before), "after": text(self.after)}
+
+
+class Backend(abc.ABC):
+    """Base class of router backends.
+
+    Subclasses implement `list_leases`, `list_reservations` and either `write` (batch routers:
+    edit a whole document, apply it once) or `_create`/`_update`/`_delete` plus `_apply`
+    (routers with one call per entry). Refusals shared by all routers live in `make_plan`;
+    router-specific limits are the class attributes below.
+    """
+
+    kind = "abstract"
+    in_pool_allowed = True
+    supports_hostname = True
+    max_reservations: int | None = None
+
+    def __init__(self, *, subnet=None, pool=None, name: str | None = None):
+        self.subnet = ipaddress.IPv4Network(subnet, strict=False) if subnet else None
+        self.pool = None
+        if pool:
+            start, end = (ipaddress.IPv4Address(str(pool[k])) for k in ("start", "end"))
+            self.pool = (start, end)
+        self.name = name or self.kind
+        self._present: list[Desired] = []
+        self._absent: list[str] = []
+
+    # --- what the router holds ---------------------------------------------------------------
+    @abc.abstractmethod
+    def list_leases(self) -> list[Lease]: ...
+
+    @abc.abstractmethod
+    def list_reservations(self) -> list[Reservation]: ...
+
+    # --- staging --------------------------------------------------------------------------------
+    def ensure(self, mac: str, ip=None, hostname: str | None = None, *, hint=None, name=None) -> None:
+        """Stage a reservation for `mac`: `ip` None keeps the address it holds (see Desired)."""
+        self._present.append(Desired.make(mac, ip, hostname, hint, name))
+
+    def remove(self, mac: str) -> None:
+        """Stage the removal of every reservation of `mac`."""
+        self._absent.append(norm_mac(mac))
+
+    # --- one batch per run --------------------------------------------------------------------
+    def plan(self) -> Plan:
+        return make_plan(
+            self._present,
+            self.list_reservations(),
+            self.list_leases(),
+            absent=self._absent,
+            subnet=self.subnet,
+            pool=self.pool,
+            in_pool_allowed=self.in_pool_allowed,
+            max_reservations=self.max_reservations,
+            supports_hostname=self.supports_hostname,
+            router=self.name,
+            now=time.time(),
+        )
+
+    def apply(self, check_mode: bool = False) -> Result:
+        """Plan, refuse or write the whole batch once, verify by re-reading. Returns the Result."""
+        plan = self.plan()
+        if plan.changes and check_mode:
+            self.dry_run(plan)
+        elif plan.changes:
+            self.write(plan)
+            self.verify(plan)
+        self._present, self._absent = [], []
+        return Result(bool(plan.changes), plan.changes, plan.before, plan.after, plan.resolved)
+
+    def dry_run(self, plan: Plan) -> None:
+        """Check mode: validate the plan on the router without changing it, where possible."""
+        return None
+
+    def write(self, plan: Plan) -> None:
+        """Write all changes, then apply them on the router once."""
+        for change in plan.changes:
+            if change.action == "create":
+                self._create(change.after)
+            elif change.action == "update":
+                self._update(change.before, change.after)
+            else:
+                self._delete(change.before)
+        self._apply()
+
+    def _create(self, r: Reservation) -> None:
+        raise NotImplementedError
+
+    def _update(self, old: Reservation, new: Reservation) -> None:
+        raise NotImplementedError
+
+    def _delete(self, old: Reservation) -> None:
+        raise NotImplementedError
+
+    def _apply(self) -> None:
+        """Make written changes take effect (no-op on routers that apply each call at once)."""
+        return None
+
+    def verify(self, plan: Plan) -> None:
+        """Re-read the router's table and check every planned change is there."""
+        now = self.list_reservations()
+        problems = []
+        gone = {c.before.mac for c in plan.changes if c.action == "delete"}
+        for mac in gone:
+            left = [r for r in now if r.mac == mac]
+            if left:
+                problems.append(f"{mac} is still reserved ({left[0].ip})")
+        for mac, want in plan.resolved.items():
+            mine = [r for r in now if r.mac == mac]
+            if len(mine) != 1 or mine[0].ip != want.ip:
+                held = ", ".join(str(r.ip) for r in mine) or "nothing"
+                problems.append(f"{mac} should be reserved at {want.ip} but the router shows {held}")
+        if problems:
+            raise VerifyError(
+                f"{self.name} accepted the changes but re-reading its reservations shows: "
+                + "; ".join(problems)
+                + ". The router may have refused them silently; check it by hand and run again"
+            )
+
+    def close(self) -> None:
+        """Release connections (SSH, HTTP sessions, router logins)."""
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,304 @@
+"""Data model shared by every router backend: MACs, leases, reservations, errors and the plan.
+
+Everything here is pure: no I/O. A backend lists what the router holds; `make_plan` compares it
+with what the lab wants and either returns the changes or refuses with a `RouterError` before a
+single write is made, so a refusal never leaves a half-applied router behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+from collections.abc import Iterable, Sequence
+
+_HEX = re.compile(r"[0-9a-f]")
+
+
+def norm_mac(mac: str) -> str:
+    """Return `mac` as lower-case colon-separated hex ("BC-24-11-AA-BB-01" -> "bc:24:11:aa:bb:01").
+
+    Accepts colons, dashes, dots (Cisco style) or no separator. Raises ValueError otherwise.
+    """
+    if not isinstance(mac, str):
+        raise ValueError(f"MAC address must be a string, got {type(mac).__name__}")
+    text = mac.strip().lower()
+    if not re.fullmatch(r"[0-9a-f:\-. ]+", text):
+        raise ValueError(f"bad MAC address {mac!r}: only hex digits and : - . separators are allowed")
+    digits = "".join(_HEX.findall(text))
+    if len(digits) != 12:
+        raise ValueError(f"bad MAC address {mac!r}: expected 12 hex digits, found {len(digits)}")
+    groups = re.split(r"[:\-. ]", text)
+    if len(groups) > 1 and {len(g) for g in groups} not in ({2}, {4}, {1, 2}):
+        raise ValueError(f"bad MAC address {mac!r}: unusual grouping of hex digits")
+    return ":".join(digits[i : i + 2] for i in range(0, 12, 2))
+
+
+def ip4(value: str | ipaddress.IPv4Address) -> ipaddress.IPv4Address:
+    """Parse an IPv4 address, with a message that names the value."""
+    try:
+        return ipaddress.IPv4Address(str(value).strip())
+    except ValueError:
+        raise ValueError(f"bad IPv4 address {value!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    """A dynamic lease the router currently holds."""
+
+    mac: str
+    ip: ipaddress.IPv4Address
+    hostname: str | None = None
+    expires: int | None = None  # epoch seconds; None: infinite or unknown
+
+
+@dataclasses.dataclass(frozen=True)
+class Reservation:
+    """A static MAC -> address reservation on the router.
+
+    `ref` is the backend's handle (uci section, RouterOS .id, OPNsense uuid, pfSense id, TR-098
+    path); it is only valid until the next write, so backends re-list before using it.
+    """
+
+    mac: str
+    ip: ipaddress.IPv4Address
+    hostname: str | None = None
+    ref: str | None = None
+
+    def line(self) -> str:
+        return f"{self.mac} {self.ip}" + (f" {self.hostname}" if self.hostname else "")
+
+    def as_dict(self) -> dict:
+        return {"mac": self.mac, "address": str(self.ip), "hostname": self.hostname}
+
+
+@dataclasses.dataclass(frozen=True)
+class Desired:
+    """What the lab wants for one MAC.
+
+    `ip` None means "keep": an existing reservation stays as it is, otherwise the address the MAC
+    holds now (the router's lease, else `hint`, the address the VM reports) is reserved.
+    """
+
+    mac: str
+    ip: ipaddress.IPv4Address | None = None
+    hostname: str | None = None
+    hint: ipaddress.IPv4Address | None = None
+    name: str | None = None  # inventory name, for messages only
+
+    @classmethod
+    def make(cls, mac, ip=None, hostname=None, hint=None, name=None) -> Desired:
+        return cls(
+            mac=norm_mac(mac),
+            ip=ip4(ip) if ip not in (None, "", "keep") else None,
+            hostname=hostname or None,
+            hint=ip4(hint) if hint not in (None, "") else None,
+            name=name,
+        )
+
+    def label(self) -> str:
+        return f"{self.name} ({self.mac})" if self.name else self.mac
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    action: str  # "create" | "update" | "delete"
+    before: Reservation | None
+    after: Reservation | None
+
+    def describe(self) -> str:
+        if self.action == "create":
+            return f"add {self.after.line()}"
+        if self.action == "delete":
+            return f"remove {self.before.line()}"
+        return f"change {self.before.line()} -> {self.after.line()}"
+
+
+@dataclasses.dataclass
+class Plan:
+    changes: list[Change]
+    before: list[Reservation]
+    after: list[Reservation]
+    resolved: dict[str, Reservation]  # mac -> the reservation the lab ends up with (present only)
+
+
+class RouterError(Exception):
+    """A refusal or failure, with what was being done, to what, why, and how to fix it."""
+
+    code = "router_error"
+
+
+class AuthError(RouterError):
+    code = "auth_failed"
+
+
+class ConflictError(RouterError):
+    code = "conflict"
+
+
+class PolicyError(RouterError):
+    code = "policy"
+
+
+class LimitError(RouterError):
+    code = "limit"
+
+
+class ApplyError(RouterError):
+    code = "apply_failed"
+
+
+class VerifyError(RouterError):
+    code = "verify_failed"
+
+
+class ConnectError(RouterError):
+    code = "unreachable"
+
+
+def _in_pool(ip, pool) -> bool:
+    return pool is not None and pool[0] <= ip <= pool[1]
+
+
+def make_plan(
+    present: Sequence[Desired],
+    reservations: Iterable[Reservation],
+    leases: Iterable[Lease],
+    *,
+    absent: Sequence[str] = (),
+    subnet: ipaddress.IPv4Network | None = None,
+    pool: tuple[ipaddress.IPv4Address, ipaddress.IPv4Address] | None = None,
+    in_pool_allowed: bool = True,
+    max_reservations: int | None = None,
+    supports_hostname: bool = True,
+    router: str = "router",
+    now: float | None = None,
+) -> Plan:
+    """Compare the lab's wishes with the router's tables; return the changes or raise a RouterError.
+
+    `present` are the reservations to ensure, `absent` the MACs whose reservations go. All refusals
+    happen here, before any write: address outside the subnet, address reserved for or leased to
+    another MAC, duplicate MAC (in the request or on the router), in-pool address on a router that
+    refuses it, reservation limit.
+    """
+    current = list(reservations)
+    leases = list(leases)
+    desired = list(present)
+    seen: dict[str, Desired] = {}
+    for d in desired:
+        if d.mac in seen:
+            raise ConflictError(
+                f"duplicate MAC {d.mac} in the request ({seen[d.mac].label()} and {d.label()}); "
+                "every VM needs its own MAC: fix vm_mac in the inventory"
+            )
+        seen[d.mac] = d
+    gone_macs = {norm_mac(m) for m in absent}
+    both = gone_macs & set(seen)
+    if both:
+        raise ConflictError(f"MAC {sorted(both)[0]} is asked to be both present and absent")
+    by_mac: dict[str, list[Reservation]] = {}
+    for r in current:
+        by_mac.setdefault(r.mac, []).append(r)
+    for d in desired:
+        mine = by_mac.get(d.mac, [])
+        if len(mine) > 1:
+            refs = ", ".join(r.line() for r in mine)
+            raise ConflictError(
+                f"{router} holds {len(mine)} reservations for {d.label()} ({refs}); which one applies is "
+                "undefined: delete all but one on the router, then run again"
+            )
+
+    changes: list[Change] = []
+    resolved: dict[str, Reservation] = {}
+    for mac in sorted(gone_macs):
+        changes.extend(Change("delete", r, None) for r in by_mac.get(mac, []))
+    current_kept = [r for r in current if r.mac not in gone_macs]
+
+    lease_by_mac: dict[str, Lease] = {}
+    for lease in leases:
+        if now is None or lease.expires in (None, 0) or lease.expires > now:
+            lease_by_mac.setdefault(lease.mac, lease)
+
+    targets: dict[str, ipaddress.IPv4Address] = {}
+    for d in desired:
+        mine = by_mac.get(d.mac, [])
+        if d.ip is not None:
+            targets[d.mac] = d.ip
+        elif mine:
+            targets[d.mac] = mine[0].ip
+        elif d.mac in lease_by_mac:
+            targets[d.mac] = lease_by_mac[d.mac].ip
+        elif d.hint is not None:
+            targets[d.mac] = d.hint
+        else:
+            raise RouterError(
+                f"cannot keep the address of {d.label()}: {router} has no lease for it and the VM reported "
+                "no address; start the VM and let it get a DHCP lease (stage vms), or plan an address "
+                "with vm_address and router_reservation_mode: planned"
+            )
+
+    for d in desired:
+        ip = targets[d.mac]
+        if subnet is not None and ip not in subnet:
+            raise PolicyError(
+                f"cannot reserve {ip} for {d.label()}: it is outside the router's subnet {subnet}; "
+                f"choose an address inside {subnet}"
+            )
+        if subnet is not None and ip in (subnet.network_address, subnet.broadcast_address):
+            raise PolicyError(
+                f"cannot reserve {ip} for {d.label()}: it is the network or broadcast address of {subnet}"
+            )
+        if not in_pool_allowed and _in_pool(ip, pool):
+            raise PolicyError(
+                f"cannot reserve {ip} for {d.label()}: {router} refuses static mappings inside its DHCP "
+                f"pool {pool[0]}-{pool[1]}; plan an address outside the pool (vm_address with "
+                "router_reservation_mode: planned) or shrink the pool on the router"
+            )
+    # Address clashes with other MACs: reservations not being changed by this run, other targets,
+    # and live leases of MACs this run does not move.
+    final_owner: dict[ipaddress.IPv4Address, str] = {}
+    for r in current_kept:
+        if r.mac not in seen:
+            final_owner.setdefault(r.ip, r.mac)
+    for d in desired:
+        ip = targets[d.mac]
+        owner = final_owner.get(ip)
+        if owner is not None and owner != d.mac:
+            raise ConflictError(
+                f"cannot reserve {ip} for {d.label()}: {router} already reserves it for {owner}; "
+                "remove that reservation or choose another address"
+            )
+        final_owner[ip] = d.mac
+    for lease in lease_by_mac.values():
+        owner = final_owner.get(lease.ip)
+        if owner is not None and owner != lease.mac and lease.mac not in seen:
+            raise ConflictError(
+                f"cannot reserve {lease.ip} for {owner}: it is leased to {lease.mac} right now, so "
+                f"{router} would not hand it out; release that lease (or wait until it expires) or "
+                "choose another address"
+            )
+
+    after = list(current_kept)
+    for d in desired:
+        ip = targets[d.mac]
+        mine = by_mac.get(d.mac, [])
+        hostname = d.hostname if supports_hostname else None
+        if mine:
+            cur = mine[0]
+            want_host = hostname if hostname is not None else cur.hostname
+            want = Reservation(d.mac, ip, want_host, cur.ref)
+            if cur.ip != ip or (hostname is not None and cur.hostname != hostname):
+                changes.append(Change("update", cur, want))
+                after[after.index(cur)] = want
+            resolved[d.mac] = want
+        else:
+            want = Reservation(d.mac, ip, hostname)
+            changes.append(Change("create", None, want))
+            after.append(want)
+            resolved[d.mac] = want
+    if max_reservations is not None and len(after) > max_reservations and len(after) > len(current):
+        raise LimitError(
+            f"{router} holds at most {max_reservations} reservations; it has {len(current)} and this run "
+            f"would add {len(after) - len(current)}: delete unused reservations on the router first"
+        )
+    return Plan(changes, current, after, resolved)

@@ -1,0 +1,163 @@
+"""Running commands on a router host: over SSH (paramiko) or locally (tests, a router on the controller).
+
+Why the controller drives SSH routers itself instead of running a module on the router: OpenWrt has
+no Python, a Pi or Debian router may have none either, and one engine with one set of refusals then
+covers every kind of router. The router host only needs a POSIX shell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import shlex
+import subprocess
+
+from .model import AuthError, ConnectError, RouterError
+
+
+@dataclasses.dataclass
+class CmdResult:
+    rc: int
+    out: str
+    err: str
+
+
+class Shell:
+    """Run shell command lines on the router host."""
+
+    where = "router host"
+
+    def run(self, cmd: str, *, stdin: str | None = None) -> CmdResult:
+        raise NotImplementedError
+
+    def check(self, cmd: str, *, stdin: str | None = None, doing: str = "") -> str:
+        res = self.run(cmd, stdin=stdin)
+        if res.rc != 0:
+            detail = (res.err or res.out).strip().splitlines()
+            raise RouterError(
+                f"{doing or 'running a command'} on {self.where} failed (exit {res.rc}): "
+                + (detail[-1] if detail else "no output")
+            )
+        return res.out
+
+    def read(self, path: str) -> str | None:
+        """The file's text, or None when it does not exist."""
+        q = shlex.quote(path)
+        res = self.run(f"if [ -e {q} ]; then cat -- {q}; else exit 3; fi")
+        if res.rc == 3:
+            return None
+        if res.rc != 0:
+            raise RouterError(f"reading {path} on {self.where} failed: {res.err.strip() or res.rc}")
+        return res.out
+
+    def write_atomic(self, path: str, text: str) -> None:
+        """Replace `path` with `text` in one rename, so readers never see half a file."""
+        q = shlex.quote(path)
+        tmp = shlex.quote(path + ".gpulab-tmp")
+        d = shlex.quote(posixpath.dirname(path) or ".")
+        self.check(
+            f"mkdir -p {d} && cat > {tmp} && chmod 0644 {tmp} && mv -f {tmp} {q}",
+            stdin=text,
+            doing=f"writing {path}",
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class LocalShell(Shell):
+    """Commands on this machine, optionally behind a prefix such as `ip netns exec NAME`."""
+
+    def __init__(self, prefix: list[str] | None = None, env: dict | None = None):
+        self.prefix = list(prefix or [])
+        self.env = env
+        self.where = "the local router host"
+
+    def run(self, cmd: str, *, stdin: str | None = None) -> CmdResult:
+        proc = subprocess.run(
+            [*self.prefix, "sh", "-c", cmd],
+            input=stdin if stdin is not None else "",
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=60,
+            check=False,
+        )
+        return CmdResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+class SSHShell(Shell):
+    """Commands over SSH with paramiko, as the inventory host of group `router`.
+
+    `host_key_checking` False accepts unknown host keys (the demo lab's throw-away hosts); True
+    (the default) accepts only keys in the known_hosts files. `become` runs commands through
+    `sudo -n` for a non-root user.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        port: int = 22,
+        user: str = "root",
+        password: str | None = None,
+        key_filename: str | None = None,
+        host_key_checking: bool = True,
+        known_hosts: str | None = None,
+        become: bool = False,
+        timeout: float = 15.0,
+    ):
+        import paramiko  # controller-side only
+
+        self.where = f"{user}@{host}:{port}"
+        self.become = become
+        self.client = paramiko.SSHClient()
+        try:
+            self.client.load_system_host_keys()
+            if known_hosts:
+                self.client.load_host_keys(known_hosts)
+        except OSError:
+            pass
+        self.client.set_missing_host_key_policy(
+            paramiko.RejectPolicy() if host_key_checking else paramiko.AutoAddPolicy()
+        )
+        try:
+            self.client.connect(
+                host,
+                port=port,
+                username=user,
+                password=password,
+                key_filename=key_filename,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                allow_agent=password is None and key_filename is None,
+                look_for_keys=password is None and key_filename is None,
+            )
+        except paramiko.AuthenticationException:
+            raise AuthError(
+                f"SSH login to {self.where} was refused: check router_user and the SSH key or password "
+                "of the router host in the inventory"
+            ) from None
+        except paramiko.SSHException as e:
+            raise ConnectError(
+                f"SSH to {self.where} failed: {e}; if the host key is unknown, add it to known_hosts "
+                "(ssh-keyscan) or set router_ssh_host_key_checking: false for a throw-away lab"
+            ) from None
+        except OSError as e:
+            raise ConnectError(f"cannot reach {self.where} over SSH: {e.strerror or e}") from None
+
+    def run(self, cmd: str, *, stdin: str | None = None) -> CmdResult:
+        if self.become:
+            cmd = "sudo -n sh -c " + shlex.quote(cmd)
+        chan_in, chan_out, chan_err = self.client.exec_command(cmd, timeout=60)
+        if stdin:
+            chan_in.write(stdin)
+        chan_in.channel.shutdown_write()
+        out = chan_out.read().decode("utf-8", "replace")
+        err = chan_err.read().decode("utf-8", "replace")
+        rc = chan_out.channel.recv_exit_status()
+        return CmdResult(rc, out, err)
+
+    def close(self) -> None:
+        self.client.close()

@@ -8,7 +8,7 @@ PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyen
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv demo test lint unit clean lab-up lab-down
+.PHONY: venv demo test lint unit clean docs
 
 venv: $(VENV)/.stamp
 
@@ -35,3 +35,6 @@ unit: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+docs: venv
+	$(BIN)/python -m gpulab.docs .

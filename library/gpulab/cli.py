@@ -1,12 +1,46 @@
-"""The `gpulab` command line."""
+"""The `gpulab` command line: `gpulab plan INVENTORY` and `gpulab lab up|down|status`."""
 
+from __future__ import annotations
+
+import argparse
 import sys
 
 
-def main(argv=None):
+def _plan(args: argparse.Namespace) -> int:
+    from gpulab import inventory, labdef
+
+    try:
+        groups, hostvar = inventory.load(args.inventory, args.vault_password_file)
+    except Exception as exc:  # the inventory itself does not parse
+        print(f"gpulab plan: cannot read inventory {args.inventory}: {exc}", file=sys.stderr)
+        return 1
+    lab, problems = labdef.check(groups, hostvar)
+    print(f"Plan for {args.inventory}\n")
+    print(labdef.plan_text(lab))
+    if problems:
+        print(f"\nThe lab definition has {len(problems)} problem(s); nothing would be changed:")
+        for p in problems:
+            print(f"  - {p}")
+        return 1
+    print("\nThe lab definition is valid.")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    print("usage: gpulab {plan,lab} ...", file=sys.stderr)
-    return 2
+    if argv[:1] == ["lab"]:
+        from gpulab.labsim import cli as labcli
+
+        return labcli.main(argv[1:])
+    parser = argparse.ArgumentParser(prog="gpulab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    plan = sub.add_parser("plan", help="validate a lab definition and print what site.yml would build")
+    plan.add_argument("inventory", help="inventory folder, e.g. inventory/homelab")
+    plan.add_argument("--vault-password-file", help="to read an encrypted vault.yml")
+    plan.set_defaults(func=_plan)
+    sub.add_parser("lab", help="the simulated lab: gpulab lab up|down|status [--state DIR] [--fixture FILE]")
+    args = parser.parse_args(argv)
+    return args.func(args)
 
 
 if __name__ == "__main__":

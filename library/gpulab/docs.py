@@ -1,0 +1,79 @@
+"""The README's variable tables, generated from the lab-definition catalogue and every role's
+meta/argument_specs.yml. `make docs` rewrites them; a test fails when README is out of date."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+from gpulab.labdef import CATALOGUE
+
+START, END = "<!-- variables:start -->", "<!-- variables:end -->"
+SCOPES = {
+    "all": "group_vars/all",
+    "proxmox": "host_vars of each Proxmox node",
+    "vms": "host_vars of each VM",
+    "router": "host_vars of the router",
+}
+
+
+def _cell(value) -> str:
+    if value is None or value == "":
+        return ""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+    text = text.removesuffix("\n...").removesuffix("...").strip()
+    return f"`{text}`".replace("|", "\\|")
+
+
+def render(root: Path) -> str:
+    out = [
+        "### Lab definition (inventory)",
+        "",
+        "| variable | where | type | default | required | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in CATALOGUE:
+        req = "yes" if v.required else ("secret" if v.secret else "")
+        out.append(
+            f"| `{v.name}` | {SCOPES[v.scope]} | {v.type} | {_cell(v.default)} | {req} | "
+            f"{v.doc.replace('|', chr(92) + '|')} |"
+        )
+    for spec in sorted(root.glob("roles/*/meta/argument_specs.yml")):
+        role = spec.parent.parent.name
+        data = yaml.safe_load(spec.read_text()) or {}
+        options = (data.get("argument_specs") or {}).get("main", {}).get("options") or {}
+        if not options:
+            continue
+        out += ["", f"### Role `{role}`", "", "| variable | type | default | meaning |", "|---|---|---|---|"]
+        for name, opt in sorted(options.items()):
+            desc = opt.get("description", "")
+            if isinstance(desc, list):
+                desc = " ".join(desc)
+            out.append(
+                f"| `{name}` | {opt.get('type', 'str')} | {_cell(opt.get('default'))} | "
+                f"{' '.join(str(desc).split()).replace('|', chr(92) + '|')} |"
+            )
+    return "\n".join(out)
+
+
+def update_readme(root: Path) -> bool:
+    """Rewrite README's variable section; True when it changed."""
+    readme = root / "README.md"
+    text = readme.read_text()
+    new = re.sub(
+        re.escape(START) + ".*?" + re.escape(END),
+        lambda _: f"{START}\n{render(root)}\n{END}",
+        text,
+        flags=re.S,
+    )
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    changed = update_readme(Path(sys.argv[1] if len(sys.argv) > 1 else "."))
+    print("README.md variables updated" if changed else "README.md variables up to date")

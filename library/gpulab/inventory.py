@@ -1,0 +1,53 @@
+"""Read an Ansible inventory folder the way ansible-playbook does, for `gpulab plan`.
+
+Only the variables of the lab definition are templated, one at a time, so a secret that is
+never asked for is never rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpulab.labdef import GROUPS
+
+
+def load(
+    inventory: str | Path, vault_password_file: str | None = None
+) -> tuple[dict, Callable[[str, str], Any]]:
+    from ansible import constants as C
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.parsing.vault import get_file_vault_secret
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+
+    init_plugin_loader()  # lookups such as env in the inventory need the plugins
+    loader = DataLoader()
+    pwfile = vault_password_file or C.DEFAULT_VAULT_PASSWORD_FILE
+    if pwfile:
+        secret = get_file_vault_secret(filename=str(pwfile), loader=loader)
+        secret.load()
+        loader.set_vault_secrets([("default", secret)])
+    inv = InventoryManager(loader=loader, sources=[str(inventory)])
+    vm = VariableManager(loader=loader, inventory=inv)
+    groups = {g: [h.name for h in inv.groups[g].get_hosts()] if g in inv.groups else [] for g in GROUPS}
+    cache: dict[str, dict] = {}
+
+    def hostvar(host: str, name: str) -> Any:
+        if host not in cache:
+            h = inv.get_host(host)
+            cache[host] = vm.get_vars(host=h, include_hostvars=False) if h else {}
+        variables = cache[host]
+        if name not in variables:
+            return None
+        templar = Templar(loader=loader, variables=variables)
+        try:
+            return templar.template(variables[name])
+        except AnsibleError:
+            return None  # undefined (e.g. a vault variable not given): reported as not set
+
+    return groups, hostvar

@@ -1,0 +1,35 @@
+#!/usr/bin/python
+"""Documentation of the gpulab_preflight action (the work is done in plugins/action)."""
+
+DOCUMENTATION = r"""
+---
+module: gpulab_preflight
+short_description: Validate the whole gpulab lab definition before any change
+description:
+  - Reads the lab definition from the inventory (groups C(proxmox), C(router), C(vms), C(k3s_server),
+    C(k3s_agent) and their variables) and checks it with the same validation as C(gpulab plan).
+  - Fails with one line per problem, each naming the host, the field, the value, why it is wrong and how
+    to fix it. Writes nothing anywhere.
+  - Runs on the controller; takes no options.
+options: {}
+author: gpulab
+"""
+
+EXAMPLES = r"""
+- name: Validate the lab definition
+  gpulab_preflight:
+  register: gpulab_preflight_result
+"""
+
+RETURN = r"""
+plan:
+  description: The plan, one line per item (VMs per node, pinned memory, GPUs, addresses, k3s).
+  returned: when the lab definition is valid
+  type: list
+  elements: str
+problems:
+  description: Every problem found, as the message shown to the user.
+  returned: always
+  type: list
+  elements: str
+"""

@@ -1,0 +1,375 @@
+"""The lab definition's validation: the reference lab passes, and each mistake gets its message."""
+
+import pytest
+from gpulab import labdef
+
+
+def test_reference_lab_is_valid(inv):
+    lab, problems = inv.check()
+    assert problems == []
+    assert set(lab.vms) == {"vm-1", "vm-2", "vm-gpu"}
+    assert labdef.pinned_mib(lab.vms["vm-gpu"]) == 16384
+
+
+def test_message_names_host_field_value_why_and_fix(inv):
+    inv.hosts["vm-2"]["vm_id"] = 100
+    [msg] = inv.messages()
+    assert msg == ("vm-2: vm_id=100: already used by vm-1. Fix: give every VM its own vm_id.")
+
+
+def _set(inv, host, **values):
+    target = inv.globals if host == "all" else inv.hosts[host]
+    for key, value in values.items():
+        if value is KeyError:
+            target.pop(key, None)
+        else:
+            target[key] = value
+
+
+# (id, host, changes, expected fragment of the one message). Each is a distinct mistake a user can make.
+BAD = [
+    ("dup-vmid", "vm-2", {"vm_id": 100}, "vm-2: vm_id=100: already used by vm-1"),
+    ("vmid-low", "vm-1", {"vm_id": 99}, "vm-1: vm_id=99: PVE VMIDs are 100-999999999"),
+    ("vmid-high", "vm-1", {"vm_id": 1_000_000_000}, "vm-1: vm_id=1000000000: PVE VMIDs are 100-999999999"),
+    ("dup-name", "vm-2", {"vm_name": "VM-1"}, "vm-2: vm_name='VM-1': the same name as vm-1"),
+    ("bad-name", "vm-1", {"vm_name": "vm_1"}, "vm-1: vm_name='vm_1': PVE VM names are DNS labels"),
+    (
+        "bad-mac",
+        "vm-1",
+        {"vm_mac": "bc:24:11:zz:00:01"},
+        "vm-1: vm_mac='bc:24:11:zz:00:01': not a MAC address",
+    ),
+    ("multicast-mac", "vm-1", {"vm_mac": "01:24:11:00:00:01"}, "a multicast MAC cannot be a NIC's address"),
+    (
+        "bad-pci",
+        "pve",
+        {"pve_gpus": [{"id": "rtx3090", "pci": "02:00.0"}]},
+        "pve: pve_gpus[0].pci='02:00.0': not a PCI slot",
+    ),
+    (
+        "bad-function",
+        "pve",
+        {"pve_gpus": [{"id": "rtx3090", "pci": "0000:02:00", "functions": ["0000:03:00.0"]}]},
+        "pve: pve_gpus[0].functions='0000:03:00.0': not a function DDDD:BB:SS.F of slot 0000:02:00",
+    ),
+    (
+        "bad-vendor-device",
+        "pve",
+        {"pve_gpus": [{"id": "rtx3090", "pci": "0000:02:00", "vendor_device": "10DE-2204"}]},
+        "pve_gpus[0].vendor_device='10DE-2204': not VVVV:DDDD",
+    ),
+    (
+        "address-outside",
+        "vm-1",
+        {"vm_address": "192.168.1.53"},
+        "vm-1: vm_address='192.168.1.53': outside the router's subnet 192.168.100.0/24",
+    ),
+    (
+        "address-router",
+        "vm-1",
+        {"vm_address": "192.168.100.1"},
+        "vm-1: vm_address='192.168.100.1': that is the router's own address",
+    ),
+    (
+        "address-twice",
+        "vm-2",
+        {"vm_address": "192.168.100.53"},
+        "vm-2: vm_address='192.168.100.53': already given to vm-1",
+    ),
+    (
+        "address-broadcast",
+        "vm-1",
+        {"vm_address": "192.168.100.255"},
+        "the network or broadcast address of 192.168.100.0/24",
+    ),
+    (
+        "address-node",
+        "vm-1",
+        {"vm_address": "192.168.100.5"},
+        "vm-1: vm_address='192.168.100.5': that is the address of Proxmox node pve",
+    ),
+    (
+        "address-malformed",
+        "vm-1",
+        {"vm_address": "192.168.100"},
+        "vm-1: vm_address='192.168.100': not an IPv4 address",
+    ),
+    (
+        "gpu-twice",
+        "vm-2",
+        {
+            "vm_gpu": "rtx3090",
+            "vm_machine": "q35",
+            "vm_firmware": "ovmf",
+            "vm_balloon": False,
+            "vm_onboot": False,
+        },
+        "vm-gpu: vm_gpu='rtx3090': already given to vm-2",
+    ),
+    (
+        "gpu-unknown",
+        "vm-gpu",
+        {"vm_gpu": "rtx4090"},
+        "vm-gpu: vm_gpu='rtx4090': node pve has no GPU with that id",
+    ),
+    (
+        "gpu-not-q35",
+        "vm-gpu",
+        {"vm_machine": "i440fx"},
+        "vm-gpu: vm_machine='i440fx': a GPU VM needs PCI Express",
+    ),
+    (
+        "gpu-not-ovmf",
+        "vm-gpu",
+        {"vm_firmware": "seabios"},
+        "vm-gpu: vm_firmware='seabios': a GPU VM needs UEFI",
+    ),
+    (
+        "gpu-balloon",
+        "vm-gpu",
+        {"vm_balloon": True},
+        "vm-gpu: vm_balloon=True: ballooning cannot work with a passed-through device",
+    ),
+    ("gpu-secure-boot", "vm-gpu", {"vm_efi_pre_enrolled_keys": True}, "refuses the unsigned NVIDIA module"),
+    (
+        "gpu-onboot-display",
+        "vm-gpu",
+        {"vm_onboot": True},
+        "vm-gpu: vm_onboot=True: GPU rtx3090 is the host's boot display",
+    ),
+    (
+        "pinned-memory",
+        "vm-1",
+        {"vm_memory_mib": 12288},
+        "pve: pve_memory_mib=31744: pinned memory 36864 MiB (vm-1 12288, vm-2 4096, vm-gpu 16384, host reserve 4096) exceeds it",
+    ),
+    (
+        "disk-too-big",
+        "vm-gpu",
+        {"vm_disk_gb": 2000},
+        "vm-gpu: vm_disk_gb=2000: larger than storage local-zfs (1700 GB)",
+    ),
+    (
+        "router-kind",
+        "isp-router",
+        {"router_kind": "fritzbox"},
+        "isp-router: router_kind='fritzbox': unknown router kind",
+    ),
+    (
+        "router-password",
+        "isp-router",
+        {"router_password": KeyError},
+        "isp-router: router_password=(not set): missing secret",
+    ),
+    (
+        "token-secret",
+        "all",
+        {"pve_api_token_secret": ""},
+        "all: pve_api_token_secret=(not set): missing secret for the API token",
+    ),
+    (
+        "placeholder-secret",
+        "all",
+        {"pve_api_token_secret": "CHANGE-ME-token-uuid"},
+        "the example placeholder was never replaced",
+    ),
+    (
+        "no-login",
+        "all",
+        {"pve_api_token_id": KeyError, "pve_api_token_secret": KeyError},
+        "no way to log in to the Proxmox API",
+    ),
+    (
+        "password-missing",
+        "all",
+        {"pve_api_token_id": KeyError, "pve_api_user": "root@pam"},
+        "all: pve_api_password=(not set): missing secret: password of root@pam",
+    ),
+    ("token-id-format", "all", {"pve_api_token_id": "gpulab-token"}, "a token id is USER@REALM!TOKENNAME"),
+    (
+        "url",
+        "all",
+        {"pve_api_url": "192.168.100.5:8006"},
+        "all: pve_api_url='192.168.100.5:8006': not an https:// URL",
+    ),
+    ("fingerprint", "all", {"pve_api_fingerprint": "AB:CD"}, "not a SHA-256 fingerprint"),
+    (
+        "checksum",
+        "all",
+        {
+            "gpulab_os_image": {
+                "url": "https://x/y.img",
+                "filename": "y.qcow2",
+                "checksum": "abc",
+                "storage": "local",
+            }
+        },
+        "all: gpulab_os_image.checksum='abc': a sha256 checksum is 64 hex digits",
+    ),
+    (
+        "checksum-algo",
+        "all",
+        {
+            "gpulab_os_image": {
+                "url": "https://x/y.img",
+                "filename": "y",
+                "checksum": "ab",
+                "checksum_algorithm": "md5",
+                "storage": "local",
+            }
+        },
+        "PVE checks sha256 or sha512 here",
+    ),
+    ("unknown-node", "vm-1", {"vm_node": "pve2"}, "vm-1: vm_node='pve2': no Proxmox node of that name"),
+    (
+        "unknown-storage",
+        "vm-1",
+        {"vm_storage": "tank"},
+        "vm-1: vm_storage='tank': node pve has no such storage",
+    ),
+    (
+        "storage-no-images",
+        "vm-1",
+        {"vm_storage": "local"},
+        "vm-1: vm_storage='local': this storage does not hold VM disks",
+    ),
+    (
+        "machine",
+        "vm-1",
+        {"vm_machine": "pc"},
+        "vm-1: vm_machine='pc': unknown value. Fix: use one of i440fx, q35",
+    ),
+    ("cores-over-threads", "vm-1", {"vm_cores": 32}, "vm-1: vm_cores=32: node pve has 20 threads"),
+    ("memory-too-small", "vm-1", {"vm_memory_mib": 256}, "vm-1: vm_memory_mib=256: must be at least 512"),
+    ("wrong-type", "vm-1", {"vm_cores": "four"}, "vm-1: vm_cores='four': expected a int, got str"),
+    ("required-missing", "vm-1", {"vm_id": KeyError}, "vm-1: vm_id=(not set): required and not set"),
+    (
+        "balloon-floor",
+        "vm-1",
+        {"vm_balloon_min_mib": 8192},
+        "vm-1: vm_balloon_min_mib=8192: above the VM's memory",
+    ),
+    (
+        "no-ssh-key",
+        "vm-1",
+        {"vm_ssh_public_key": KeyError},
+        "vm-1: vm_ssh_public_key=(not set): cloud-init needs a public key",
+    ),
+    (
+        "subnet",
+        "isp-router",
+        {"router_subnet": "192.168.100.1/24"},
+        "isp-router: router_subnet='192.168.100.1/24': not an IPv4 network",
+    ),
+    (
+        "pool-reversed",
+        "isp-router",
+        {"router_dhcp_pool": {"start": "192.168.100.254", "end": "192.168.100.2"}},
+        "start is after end",
+    ),
+    (
+        "split-count",
+        "all",
+        {"hami_device_split_count": 0},
+        "all: hami_device_split_count=0: must be at least 1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("host", "changes", "expected"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_each_mistake_has_its_message(inv, host, changes, expected):
+    _set(inv, host, **changes)
+    msgs = inv.messages()
+    assert len(msgs) == 1, msgs
+    assert expected in msgs[0]
+    assert ". Fix: " in msgs[0]
+
+
+def test_there_are_at_least_25_distinct_mistakes():
+    assert len({b[3] for b in BAD}) >= 25
+
+
+def test_k3s_without_server(inv):
+    inv.groups["k3s_server"] = []
+    assert inv.messages() == [
+        "inventory: group k3s_server=(not set): k3s has no server. Fix: put one VM (e.g. vm-1) in group k3s_server."
+    ]
+
+
+def test_k3s_even_servers(inv):
+    inv.groups["k3s_server"] = ["vm-1", "vm-2"]
+    inv.groups["k3s_agent"] = ["vm-gpu"]
+    [msg] = inv.messages()
+    assert "2 servers: embedded etcd needs an odd number" in msg
+
+
+def test_k3s_node_not_a_vm(inv):
+    inv.groups["k3s_agent"].append("laptop")
+    [msg] = inv.messages()
+    assert msg.startswith("laptop: group vms='laptop': a k3s node that is not a lab VM")
+
+
+def test_host_in_server_and_agent(inv):
+    inv.groups["k3s_agent"].append("vm-1")
+    [msg] = inv.messages()
+    assert "the host is both k3s server and agent" in msg
+
+
+def test_no_router(inv):
+    inv.groups["router"] = []
+    [msg] = inv.messages()
+    assert "no router in the inventory" in msg
+
+
+def test_onboot_override_allows_boot_display(inv):
+    inv.hosts["vm-gpu"].update(vm_onboot=True, vm_onboot_override_boot_display=True)
+    assert inv.messages() == []
+
+
+def test_ballooning_floor_lowers_pinned_memory(inv):
+    # 12 GiB vm-1 is too much pinned; with a 2 GiB balloon floor it fits.
+    inv.hosts["vm-1"].update(vm_memory_mib=12288)
+    assert inv.messages()
+    inv.hosts["vm-1"].update(vm_balloon_min_mib=2048)
+    assert inv.messages() == []
+
+
+def test_fourth_vm_does_not_fit_31_gib(inv):
+    inv.groups["vms"].append("vm-3")
+    inv.hosts["vm-3"] = {
+        **inv.hosts["vm-1"],
+        "vm_id": 103,
+        "vm_address": "192.168.100.56",
+    }
+    [msg] = inv.messages()
+    assert "pinned memory 32768 MiB" in msg
+
+
+def test_several_problems_are_all_reported(inv):
+    inv.hosts["vm-1"]["vm_id"] = 5
+    inv.hosts["vm-2"]["vm_address"] = "10.0.0.1"
+    inv.hosts["isp-router"]["router_kind"] = "nope"
+    hosts = [m.split(":")[0] for m in inv.messages()]
+    assert hosts == ["vm-1", "isp-router", "vm-2"]
+
+
+def test_secret_values_never_appear_in_messages(inv):
+    inv.globals["pve_api_token_secret"] = "CHANGE-ME-0123456789"
+    msgs = inv.messages()
+    assert msgs and all("0123456789" not in m for m in msgs)
+
+
+def test_templated_numbers_and_bools_are_accepted(inv):
+    inv.hosts["vm-1"].update(vm_cores="4", vm_onboot="true")
+    assert inv.messages() == []
+
+
+def test_plan_text_lists_vms_budget_gpu_and_addresses(inv):
+    lab, _ = inv.check()
+    text = labdef.plan_text(lab)
+    assert "102   vm-gpu  8     16384 MiB fixed  200 GB local-zfs  q35/ovmf" in text
+    assert (
+        "pinned memory: 24576 MiB of VMs + 4096 MiB host reserve = 28672 of 31744 MiB (3072 MiB left)" in text
+    )
+    assert "GPU rtx3090 0000:02:00 (10de:2204, IOMMU group 13, boot display) -> vm-gpu" in text
+    assert "reserve (MAC from PVE) -> 192.168.100.55 (vm-gpu)" in text

@@ -26,7 +26,7 @@ class ActionModule(ActionBase):
         def hostvar(host, name):
             try:
                 hv = hostvars[host]
-                return hv[name] if name in hv else None
+                return hv.get(name)
             except AnsibleError:
                 return None  # undefined, e.g. a vault variable nobody provided: "not set"
 

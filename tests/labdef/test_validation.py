@@ -1,6 +1,7 @@
 """The lab definition's validation: the reference lab passes, and each mistake gets its message."""
 
 import pytest
+
 from gpulab import labdef
 
 

@@ -1,0 +1,307 @@
+"""HAMi chart values: the facts of one chart version, key validation, and the k3s HelmChart that installs it.
+
+Helm silently ignores a values key the chart does not use (HAMi ships no values schema), so a stale key such as
+`scheduler.kubeScheduler.imageTag` (renamed `scheduler.kubeScheduler.image.tag` in 2.7) would install a chart
+that quietly does something else. Every key is therefore checked against the key facts of the pinned chart
+version, kept in `gpulab/data/hami-<version>-keys.json` and generated from that version's values.yaml by
+`keys_from_values` (see `python -m gpulab.hami --help`).
+
+A key facts file maps each dotted key path of the chart's values to its kind (`map`, `list`, `str`, `int`,
+`float`, `bool`, `any` for a null default) and says which maps are open (free-form: node selectors, labels,
+annotations, resources, security contexts, empty maps), under which any key is accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import pathlib
+import sys
+from importlib import resources
+
+import yaml
+
+CHART_NAME = "hami"
+CHART_REPO = "https://project-hami.github.io/HAMi/"
+DEFAULT_RUNTIME_CLASS = "nvidia"
+DEFAULT_NODE_SELECTOR = {"gpu": "on"}
+
+# Maps whose keys are the user's own (Kubernetes label/annotation/selector/resource maps) even when the chart
+# fills in an example; everything beneath them is accepted.
+OPEN_MAP_NAMES = frozenset(
+    {
+        "annotations",
+        "capabilities",
+        "extraEnvs",
+        "labels",
+        "managedNodeSelector",
+        "matchLabels",
+        "nodeSelector",
+        "nvidiaNodeSelector",
+        "podAnnotations",
+        "resources",
+        "securityContext",
+    }
+)
+
+# Keys the chart's templates read although values.yaml does not list them (anchors.md, HAMi 2.10.0 section D).
+TEMPLATE_ONLY_KEYS = {
+    "2.10.0": {"scheduler.nodeSelector": "map", "scheduler.nodeLabelSelector": "map"},
+}
+
+# Keys that existed in older chart versions, with their replacement, for a precise refusal message.
+RENAMED_KEYS = {"scheduler.kubeScheduler.imageTag": "scheduler.kubeScheduler.image.tag"}
+
+
+class ValuesError(ValueError):
+    """The requested values do not fit the pinned chart version."""
+
+
+def _kind(value):
+    if isinstance(value, dict):
+        return "map"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    return "any"
+
+
+def keys_from_values(values, chart_version, source=""):
+    """Key facts of a chart from its parsed values.yaml (see the module docstring)."""
+    keys = {}
+
+    def walk(node, prefix):
+        for name, value in node.items():
+            path = f"{prefix}{name}"
+            kind = _kind(value)
+            entry = {"kind": kind}
+            if kind == "map":
+                entry["open"] = name in OPEN_MAP_NAMES or not value
+            keys[path] = entry
+            if kind == "map":
+                walk(value, path + ".")
+
+    walk(values, "")
+    for path, kind in TEMPLATE_ONLY_KEYS.get(chart_version, {}).items():
+        keys.setdefault(path, {"kind": kind, "open": True, "template_only": True})
+    return {
+        "chart": CHART_NAME,
+        "version": chart_version,
+        "source": source,
+        "keys": dict(sorted(keys.items())),
+    }
+
+
+def facts_path(chart_version):
+    return resources.files("gpulab").joinpath("data", f"hami-{chart_version}-keys.json")
+
+
+def load_keys(chart_version):
+    """The key facts of a chart version kept in the package; ValuesError when there are none."""
+    path = facts_path(chart_version)
+    if not path.is_file():
+        known = sorted(
+            p.name[len("hami-") : -len("-keys.json")]
+            for p in resources.files("gpulab").joinpath("data").iterdir()
+            if p.name.startswith("hami-") and p.name.endswith("-keys.json")
+        )
+        raise ValuesError(
+            f"No key facts for HAMi chart {chart_version} (known: {', '.join(known) or 'none'}): "
+            f"generate them with `python -m gpulab.hami <values.yaml of chart {chart_version}> "
+            f"{chart_version}` and add the file to library/gpulab/data/."
+        )
+    return json.loads(path.read_text())
+
+
+def check_values(values, facts):
+    """Every problem with `values` for the chart described by `facts`, as readable lines (empty: all good)."""
+    keys = facts["keys"]
+    problems = []
+
+    def suggest(path):
+        if path in RENAMED_KEYS:
+            return f"; it was renamed {RENAMED_KEYS[path]}"
+        close = difflib.get_close_matches(path, keys, n=1, cutoff=0.75)
+        return f"; did you mean {close[0]}?" if close else ""
+
+    def walk(node, prefix):
+        for name, value in node.items():
+            if not isinstance(name, str):
+                problems.append(f"{prefix}{name!r}: keys must be strings (quote it in YAML)")
+                continue
+            path = f"{prefix}{name}"
+            entry = keys.get(path)
+            if entry is None:
+                problems.append(
+                    f"{path}: not a value of HAMi chart {facts['version']} (Helm would ignore it){suggest(path)}"
+                )
+                continue
+            kind = entry["kind"]
+            if kind == "map":
+                if value is None:
+                    continue
+                if not isinstance(value, dict):
+                    problems.append(f"{path}: the chart expects a map here, not {_kind(value)}")
+                elif not entry.get("open"):
+                    walk(value, path + ".")
+            elif isinstance(value, dict) and kind != "any":
+                problems.append(f"{path}: the chart expects {kind} here, not a map")
+
+    if not isinstance(values, dict):
+        return ["values must be a map"]
+    walk(values, "")
+    return problems
+
+
+def deep_merge(base, extra):
+    """`extra` merged into a copy of `base`: maps merge key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def build_values(
+    *,
+    device_split_count=10,
+    device_memory_scaling=1,
+    runtime_class_name=DEFAULT_RUNTIME_CLASS,
+    node_selector=None,
+    kube_scheduler_image=None,
+    extra_values=None,
+):
+    """The chart values gpulab sets, from the role's variables; `extra_values` is merged last.
+
+    The kube-scheduler image tag is left to the chart (which derives it from the cluster's version, with
+    `+k3s1` stripped) unless `kube_scheduler_image` sets `tag`.
+    """
+    if (
+        isinstance(device_split_count, bool)
+        or not isinstance(device_split_count, int)
+        or device_split_count < 1
+    ):
+        raise ValuesError(f"deviceSplitCount must be a whole number of 1 or more, not {device_split_count!r}")
+    if isinstance(device_memory_scaling, bool) or not isinstance(device_memory_scaling, int | float):
+        raise ValuesError(f"deviceMemoryScaling must be a number, not {device_memory_scaling!r}")
+    if device_memory_scaling <= 0:
+        raise ValuesError(f"deviceMemoryScaling must be above 0, not {device_memory_scaling!r}")
+    selector = DEFAULT_NODE_SELECTOR if node_selector is None else node_selector
+    for key, value in selector.items():
+        if not isinstance(value, str):
+            raise ValuesError(
+                f"node selector {key}: {value!r} is not a string; Kubernetes labels are strings and YAML 1.1 "
+                f'reads a bare on/off/yes/no as a boolean: quote it ({key}: "on")'
+            )
+    plugin = {
+        "deviceSplitCount": device_split_count,
+        "deviceMemoryScaling": device_memory_scaling,
+        "runtimeClassName": runtime_class_name,
+        "nvidiaNodeSelector": dict(selector),
+    }
+    values = {"devicePlugin": plugin}
+    image = {k: v for k, v in (kube_scheduler_image or {}).items() if v not in (None, "")}
+    if image:
+        values["scheduler"] = {"kubeScheduler": {"image": image}}
+    return deep_merge(values, extra_values or {})
+
+
+def values_content(values):
+    """Values as the YAML text of `valuesContent`; strings that YAML 1.1 would read otherwise are quoted."""
+    return yaml.safe_dump(values, default_flow_style=False, sort_keys=False)
+
+
+def helmchart(
+    values,
+    *,
+    chart_version,
+    name=CHART_NAME,
+    namespace="kube-system",
+    target_namespace=None,
+    repo=CHART_REPO,
+    timeout="10m0s",
+):
+    """The helm.cattle.io/v1 HelmChart that k3s's helm-controller installs from the manifests directory."""
+    return {
+        "apiVersion": "helm.cattle.io/v1",
+        "kind": "HelmChart",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpulab"},
+        },
+        "spec": {
+            "repo": repo,
+            "chart": CHART_NAME,
+            "version": chart_version,
+            "targetNamespace": target_namespace or namespace,
+            "timeout": timeout,
+            "valuesContent": values_content(values),
+        },
+    }
+
+
+class _LiteralDumper(yaml.SafeDumper):
+    """Writes multi-line strings as literal blocks, so valuesContent stays readable in the file."""
+
+
+def _str_representer(dumper, data):
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_LiteralDumper.add_representer(str, _str_representer)
+
+
+def dump_manifest(doc, header="Managed by gpulab (role hami): changes here are overwritten."):
+    """One manifest as YAML text with a header comment, stable from run to run."""
+    body = yaml.dump(doc, Dumper=_LiteralDumper, default_flow_style=False, sort_keys=False)
+    return f"# {header}\n---\n{body}"
+
+
+def render(chart_version, **kwargs):
+    """Check and render in one go: (values, HelmChart manifest text). Raises ValuesError listing every problem."""
+    chart_args = {
+        k: kwargs.pop(k) for k in ("name", "namespace", "target_namespace", "repo", "timeout") if k in kwargs
+    }
+    facts = load_keys(chart_version)
+    values = build_values(**kwargs)
+    problems = check_values(values, facts)
+    if problems:
+        raise ValuesError(
+            f"HAMi chart {chart_version} values refused ({len(problems)} problem(s)): " + "; ".join(problems)
+        )
+    return values, dump_manifest(helmchart(values, chart_version=chart_version, **chart_args))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m gpulab.hami",
+        description="Generate the key facts file of a HAMi chart version from its values.yaml.",
+    )
+    parser.add_argument("values_yaml", type=pathlib.Path)
+    parser.add_argument("chart_version")
+    parser.add_argument("-o", "--output", type=pathlib.Path, help="default: stdout")
+    args = parser.parse_args(argv)
+    values = yaml.safe_load(args.values_yaml.read_text())
+    source = f"charts/hami/values.yaml of Project-HAMi/HAMi chart {args.chart_version} (Apache-2.0); key names only"
+    text = json.dumps(keys_from_values(values, args.chart_version, source), indent=1) + "\n"
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

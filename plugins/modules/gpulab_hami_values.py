@@ -1,0 +1,197 @@
+#!/usr/bin/python
+# Copyright: gpulab contributors
+# MIT License (see pyproject.toml)
+"""Check HAMi chart values against the pinned chart version and render the k3s HelmChart manifest."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpulab_hami_values
+short_description: Check HAMi chart values and render the k3s HelmChart that installs HAMi
+description:
+  - Builds the values of the HAMi chart from the options, checks every key against the key facts of the
+    pinned chart version (kept in the gpulab package, generated from that version's C(values.yaml)), and
+    returns the C(helm.cattle.io/v1) C(HelmChart) manifest for k3s's auto-deploy manifests directory.
+  - Refuses a key the chart version does not have, because Helm silently ignores it.
+  - Refuses a node selector value that is not a string (YAML 1.1 reads a bare C(on) as V(true)).
+  - Runs on the controller (C(delegate_to: localhost)) and imports the gpulab package; it writes nothing.
+version_added: "0.1.0"
+author: gpulab contributors
+requirements:
+  - the gpulab Python package (installed in the project's virtualenv)
+options:
+  chart_version:
+    description: HAMi chart version; key facts must exist for it in the gpulab package.
+    type: str
+    required: true
+  device_split_count:
+    description: C(devicePlugin.deviceSplitCount), the tasks that may share one card.
+    type: int
+    default: 10
+  device_memory_scaling:
+    description: C(devicePlugin.deviceMemoryScaling); above 1 oversubscribes card memory.
+    type: float
+    default: 1
+  runtime_class_name:
+    description: C(devicePlugin.runtimeClassName), the RuntimeClass of the device plugin and of GPU pods.
+    type: str
+    default: nvidia
+  node_selector:
+    description: C(devicePlugin.nvidiaNodeSelector), the labels of the GPU nodes.
+    type: dict
+    default: {gpu: "on"}
+  kube_scheduler_image:
+    description:
+      - C(scheduler.kubeScheduler.image); empty or missing keys are left to the chart.
+      - Leave O(kube_scheduler_image.tag) empty to let the chart derive it from the cluster's version.
+    type: dict
+    default: {}
+    suboptions:
+      registry:
+        description: Image registry.
+        type: str
+      repository:
+        description: Image repository.
+        type: str
+      tag:
+        description: Image tag.
+        type: str
+  extra_values:
+    description: More chart values, merged last; each key is checked like the others.
+    type: dict
+    default: {}
+  name:
+    description: HelmChart name, which is also the Helm release name.
+    type: str
+    default: hami
+  namespace:
+    description: Namespace of the HelmChart and of the chart's objects.
+    type: str
+    default: kube-system
+  repo:
+    description: Chart repository URL.
+    type: str
+    default: https://project-hami.github.io/HAMi/
+  timeout:
+    description: Helm timeout of the install job (Go duration).
+    type: str
+    default: 10m0s
+attributes:
+  check_mode:
+    support: full
+    description: The module only computes; it runs the same in check mode.
+  diff_mode:
+    support: none
+notes:
+  - Always returns C(changed=false); write RV(manifest) with M(ansible.builtin.copy) to install it.
+"""
+
+EXAMPLES = r"""
+- name: Render the HAMi HelmChart
+  gpulab_hami_values:
+    chart_version: 2.10.0
+    device_split_count: 10
+    node_selector:
+      gpu: "on"
+  delegate_to: localhost
+  register: hami_chart
+
+- name: Install it through k3s's manifests directory
+  ansible.builtin.copy:
+    content: "{{ hami_chart.manifest }}"
+    dest: /var/lib/rancher/k3s/server/manifests/hami.yaml
+    mode: "0600"
+"""
+
+RETURN = r"""
+values:
+  description: The chart values, as checked.
+  returned: success
+  type: dict
+values_content:
+  description: The values as YAML text (the HelmChart's C(valuesContent)).
+  returned: success
+  type: str
+manifest:
+  description: The HelmChart manifest as YAML text, with a header comment.
+  returned: success
+  type: str
+keys_known:
+  description: How many value keys the chart version's facts list.
+  returned: success
+  type: int
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+try:
+    from gpulab import hami
+except ImportError:
+    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_ERR = True, None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "chart_version": {"type": "str", "required": True},
+            "device_split_count": {"type": "int", "default": 10},
+            "device_memory_scaling": {"type": "float", "default": 1},
+            "runtime_class_name": {"type": "str", "default": "nvidia"},
+            "node_selector": {"type": "dict", "default": {"gpu": "on"}},
+            "kube_scheduler_image": {
+                "type": "dict",
+                "default": {},
+                "options": {
+                    "registry": {"type": "str"},
+                    "repository": {"type": "str"},
+                    "tag": {"type": "str"},
+                },
+            },
+            "extra_values": {"type": "dict", "default": {}},
+            "name": {"type": "str", "default": "hami"},
+            "namespace": {"type": "str", "default": "kube-system"},
+            "repo": {"type": "str", "default": "https://project-hami.github.io/HAMi/"},
+            "timeout": {"type": "str", "default": "10m0s"},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_GPULAB:
+        module.fail_json(
+            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
+        )
+    p = module.params
+    scaling = p["device_memory_scaling"]
+    if scaling == int(scaling):
+        scaling = int(scaling)  # 1, not 1.0, in the chart values
+    try:
+        values, manifest = hami.render(
+            p["chart_version"],
+            device_split_count=p["device_split_count"],
+            device_memory_scaling=scaling,
+            runtime_class_name=p["runtime_class_name"],
+            node_selector=p["node_selector"],
+            kube_scheduler_image=p["kube_scheduler_image"],
+            extra_values=p["extra_values"],
+            name=p["name"],
+            namespace=p["namespace"],
+            repo=p["repo"],
+            timeout=p["timeout"],
+        )
+    except hami.ValuesError as exc:
+        module.fail_json(msg=f"Rendering the HAMi HelmChart {p['name']}: {exc}")
+    module.exit_json(
+        changed=False,
+        values=values,
+        values_content=hami.values_content(values),
+        manifest=manifest,
+        keys_known=len(hami.load_keys(p["chart_version"])["keys"]),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+#!/usr/bin/python
+# Copyright: gpulab contributors
+# MIT License (see pyproject.toml)
+"""Plan the GPU engines of the inventory as HAMi workloads: manifests, card shares and start order."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpulab_hami_workloads
+short_description: Plan GPU engines as HAMi workloads pinned to cards by UUID
+description:
+  - Turns the inventory's engines into a Deployment (and a Service when a port is served) each. Cards are
+    pinned by UUID (C(nvidia.com/use-gpuuuid)) from the GPU facts of the guests stage, with a number of cards
+    (C(nvidia.com/gpu)) and a share of each (C(nvidia.com/gpumem-percentage)), C(runtimeClassName: nvidia),
+    and C(CUDA_DISABLE_CONTROL=true) for engines that size their own memory (vLLM).
+  - Refuses a plan that puts a card above 100 % before anything is applied.
+  - Returns the engines in start order; an engine that shares a card with a later one is marked
+    RV(engines[].wait_ready) so that the next one starts only once it is Ready.
+  - Runs on the controller (C(delegate_to: localhost)) and imports the gpulab package; it writes nothing.
+version_added: "0.1.0"
+author: gpulab contributors
+requirements:
+  - the gpulab Python package (installed in the project's virtualenv)
+options:
+  engines:
+    description:
+      - The engines, in start order. Keys are C(name), C(image), C(node) (required), C(gpus) (card indexes
+        into the node's GPU facts or GPU UUIDs, default C([0])), C(gpu_memory_percent) (1-100, default 100),
+        C(gpu_cores), C(cuda_disable_control), C(namespace), C(replicas), C(command), C(args), C(env),
+        C(port), C(readiness_path), C(resources).
+    type: list
+    elements: dict
+    required: true
+  gpus_by_node:
+    description: Each GPU node's GPU facts (the C(gpus) list returned by gpulab_gpu_facts), by inventory host.
+    type: dict
+    required: true
+  k3s_version:
+    description:
+      - When set, every object is validated against that Kubernetes release's OpenAPI schema (needs the
+        kubernetes-validate Python package on the controller).
+    type: str
+attributes:
+  check_mode:
+    support: full
+    description: The module only computes; it runs the same in check mode.
+  diff_mode:
+    support: none
+notes:
+  - Always returns C(changed=false).
+"""
+
+EXAMPLES = r"""
+- name: Plan the engines
+  gpulab_hami_workloads:
+    engines:
+      - name: vllm
+        image: vllm/vllm-openai:v0.11.0
+        node: vm-gpu
+        gpus: [0]
+        gpu_memory_percent: 45
+        cuda_disable_control: true
+        port: 8000
+        readiness_path: /health
+    gpus_by_node:
+      vm-gpu: "{{ hostvars['vm-gpu'].gpulab_gpus }}"
+  delegate_to: localhost
+  register: plan
+"""
+
+RETURN = r"""
+engines:
+  description: The engines in start order.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Engine (Deployment) name.
+      type: str
+    namespace:
+      description: Namespace.
+      type: str
+    node:
+      description: Inventory host of its cards.
+      type: str
+    cards:
+      description: The pinned card UUIDs.
+      type: list
+      elements: str
+    manifest:
+      description: The objects as YAML text.
+      type: str
+    after:
+      description: Earlier engines sharing a card with this one.
+      type: list
+      elements: str
+    wait_ready:
+      description: Whether a later engine shares a card, so this one must be Ready before it starts.
+      type: bool
+cards:
+  description: Each card's total memory share in percent.
+  returned: success
+  type: dict
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+try:
+    from gpulab.k8s import workloads
+    from gpulab.k8s.validate import ManifestError
+except ImportError:
+    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_ERR = True, None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "engines": {"type": "list", "elements": "dict", "required": True},
+            "gpus_by_node": {"type": "dict", "required": True},
+            "k3s_version": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_GPULAB:
+        module.fail_json(
+            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
+        )
+    p = module.params
+    try:
+        result = workloads.plan(p["engines"], p["gpus_by_node"], k3s_version=p["k3s_version"])
+    except (workloads.PlanError, ManifestError) as exc:
+        module.fail_json(msg=f"Planning the GPU engines: {exc}")
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,441 @@
+"""Stand-in `/sys`, `/proc` and `/lib/modules` trees of the reference Proxmox node, and its boot outcome.
+
+The fixture data in `data/pve-sysfs/` describe the reference PC (RTX 3090 at 0000:02:00.0 and its HDMI
+audio at 0000:02:00.1, IOMMU group 13 of 16) in three states:
+
+- ``stock``: a fresh install, nouveau bound to 02:00.0 and snd_hda_intel to 02:00.1;
+- ``blacklisted``: the GPU's host drivers kept off, 02:00.0 bound to no driver, the audio still on
+  snd_hda_intel;
+- ``vfio``: both functions bound to vfio-pci.
+
+`materialise(root, state)` writes a real directory tree (files, symlinks, directories) under `root` that
+reads like the node's own: `root/sys/bus/pci/devices/...`, `root/sys/kernel/iommu_groups/...`,
+`root/proc/cmdline`, `root/proc/modules`, `root/sys/module/...`,
+`root/lib/modules/<release>/modules.alias` and `root/proc/sys/kernel/osrelease`. Variants for tests:
+IOMMU off (no groups, no `iommu_group` links), the GPU sharing its IOMMU group with another device, and
+another `/proc/cmdline`.
+
+`boot_state(cmdline, modprobe_d)` is the pure decision the lab's node host makes at each simulated boot:
+which of the three states the node reaches with that kernel command line and those `/etc/modprobe.d`
+files (kmod and kernel rules: see its docstring).
+
+The fixture text format (header of `pve-fixture-vfio.txt`): one entry per line, sorted by path::
+
+    <path> = "<content>"     regular file, content in Python string escapes
+    <path> = hex:<bytes>     binary file (PCI config space; trailing zero bytes elided, padded to 256)
+    <path> -> <target>       symlink (relative target as readlink prints it)
+    <path>/                  directory
+
+Delta files prefix entries with ``+ `` (added or changed) or name removed paths with ``- ``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import posixpath
+import re
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path, PurePosixPath
+
+STATES = ("stock", "blacklisted", "vfio")
+
+#: Kernel release of the reference node (the initrd path in the fixtures' /proc/cmdline).
+KERNEL_RELEASE = "6.17.2-1-pve"
+
+#: The reference GPU's functions, their vendor:device ids and IOMMU group.
+GPU_FUNCTIONS = {"0000:02:00.0": "10de:2204", "0000:02:00.1": "10de:1aef"}
+GPU_IOMMU_GROUP = 13
+
+#: Write-only sysfs attributes (mode 0200 on a real host).
+_WRITE_ONLY = {"bind", "unbind", "new_id", "remove_id"}
+
+_DATA = "pve-sysfs"
+_ENTRY_FILE = re.compile(r'^(?P<path>/\S*) = (?P<value>".*"|hex:[0-9a-fA-F]*)$')
+_ENTRY_LINK = re.compile(r"^(?P<path>/\S*) -> (?P<target>\S+)$")
+_ENTRY_DIR = re.compile(r"^(?P<path>/\S*)/$")
+_SECTION = re.compile(r"^=====\s*state=(?P<state>\w+):\s*(?P<what>.*?)\s*=====$")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One node of a fixture tree: ``kind`` is "file" (bytes), "symlink" (target str) or "dir" (None)."""
+
+    kind: str
+    data: bytes | str | None = None
+
+
+Tree = dict[str, Entry]
+
+
+class FixtureError(ValueError):
+    """A fixture line that does not follow the format."""
+
+
+def parse_entry(line: str) -> tuple[str, Entry]:
+    """Parse one fixture line (without a delta prefix) into its path and entry."""
+    m = _ENTRY_FILE.match(line)
+    if m:
+        value = m.group("value")
+        if value.startswith("hex:"):
+            raw = bytes.fromhex(value[4:])
+            data = raw + b"\0" * max(0, 256 - len(raw))
+        else:
+            text = ast.literal_eval(value)
+            if not isinstance(text, str):
+                raise FixtureError(f"not a string value: {line!r}")
+            data = text.encode()
+        return m.group("path"), Entry("file", data)
+    m = _ENTRY_LINK.match(line)
+    if m:
+        return m.group("path"), Entry("symlink", m.group("target"))
+    m = _ENTRY_DIR.match(line)
+    if m:
+        return m.group("path"), Entry("dir")
+    raise FixtureError(f"unrecognised fixture line: {line!r}")
+
+
+def _content_lines(text: str):
+    for raw in text.splitlines():
+        line = raw.rstrip("\n")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        yield line
+
+
+def parse_tree(text: str) -> Tree:
+    """Parse a full fixture tree (the `pve-fixture-vfio.txt` format) into {path: Entry}."""
+    tree: Tree = {}
+    for line in _content_lines(text):
+        path, entry = parse_entry(line)
+        tree[path] = entry
+    return tree
+
+
+def parse_delta(text: str) -> tuple[Tree, list[str]]:
+    """Parse a delta file: returns (entries added or changed, paths removed)."""
+    added: Tree = {}
+    removed: list[str] = []
+    for line in _content_lines(text):
+        if line.startswith("+ "):
+            path, entry = parse_entry(line[2:])
+            added[path] = entry
+        elif line.startswith("- "):
+            removed.append(line[2:].strip())
+        else:
+            raise FixtureError(f"delta line without '+ ' or '- ': {line!r}")
+    return added, removed
+
+
+def apply_delta(tree: Tree, added: Tree, removed: list[str]) -> Tree:
+    """Return a copy of `tree` with a delta applied (a removed directory takes its children with it)."""
+    out = dict(tree)
+    for path in removed:
+        prefix = path.rstrip("/") + "/"
+        for key in [k for k in out if k == path or k.startswith(prefix)]:
+            del out[key]
+    out.update(added)
+    return out
+
+
+def parse_modules_state(text: str) -> tuple[str, Tree]:
+    """Parse a `pve-modules-state-*.txt` file: returns (/proc/modules text, /sys/module entries)."""
+    proc_lines: list[str] = []
+    tree: Tree = {}
+    section = ""
+    for raw in text.splitlines():
+        m = _SECTION.match(raw.strip())
+        if m:
+            section = m.group("what")
+            continue
+        if not raw.strip() or raw.startswith("#"):
+            continue
+        if section.startswith("/proc/modules"):
+            proc_lines.append(raw.strip())
+        elif section.startswith("/sys/module"):
+            path, entry = parse_entry(raw.strip())
+            tree[path] = entry
+    return "".join(line + "\n" for line in proc_lines), tree
+
+
+def parse_modules_alias(text: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """Parse `pve-modules-alias.txt`: returns ([(pattern, module)], [modules.order lines])."""
+    aliases: list[tuple[str, str]] = []
+    order: list[str] = []
+    for line in _content_lines(text):
+        words = line.split()
+        if words[0] == "alias" and len(words) == 3:
+            aliases.append((words[1], words[2]))
+        elif line.startswith("kernel/") and line.endswith(".ko"):
+            order.append(line.strip())
+    return aliases, order
+
+
+def _data(name: str) -> str:
+    return resources.files("gpulab.labsim").joinpath("data", _DATA, name).read_text(encoding="utf-8")
+
+
+def _base_tree(state: str) -> Tree:
+    if state not in STATES:
+        raise ValueError(f"unknown state {state!r}: expected one of {', '.join(STATES)}")
+    tree = parse_tree(_data("pve-fixture-vfio.txt"))
+    if state != "vfio":
+        tree = apply_delta(tree, *parse_delta(_data(f"pve-fixture-{state}.delta.txt")))
+    proc_modules, sys_module = parse_modules_state(_data(f"pve-modules-state-{state}.txt"))
+    tree["/proc/modules"] = Entry("file", proc_modules.encode())
+    tree.update(sys_module)
+    # Drivers' `module` links point into /sys/module, which has a directory for every module a driver
+    # comes from (built-in ones included) even where the state files list no attributes for it.
+    for path, entry in list(tree.items()):
+        if path.startswith("/sys/bus/pci/drivers/") and path.endswith("/module") and entry.kind == "symlink":
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(path), str(entry.data)))
+            if not any(k == target or k.startswith(target + "/") for k in tree):
+                tree[target] = Entry("dir")
+    aliases, order = parse_modules_alias(_data("pve-modules-alias.txt"))
+    moddir = f"/lib/modules/{KERNEL_RELEASE}"
+    alias_text = "# Aliases extracted from modules themselves.\n" + "".join(
+        f"alias {pattern} {module}\n" for pattern, module in aliases
+    )
+    tree[f"{moddir}/modules.alias"] = Entry("file", alias_text.encode())
+    tree[f"{moddir}/modules.order"] = Entry("file", "".join(f"{o}\n" for o in order).encode())
+    tree["/proc/sys/kernel/osrelease"] = Entry("file", f"{KERNEL_RELEASE}\n".encode())
+    return tree
+
+
+def _device_dir(tree: Tree, address: str) -> str:
+    link = tree.get(f"/sys/bus/pci/devices/{address}")
+    if link is None or link.kind != "symlink":
+        raise ValueError(f"no PCI device {address} in the fixture")
+    return posixpath.normpath(f"/sys/bus/pci/devices/{link.data}")
+
+
+def _iommu_off(tree: Tree) -> Tree:
+    out = {k: v for k, v in tree.items() if not k.startswith("/sys/kernel/iommu_groups/")}
+    out = {k: v for k, v in out.items() if not k.endswith("/iommu_group")}
+    out["/sys/kernel/iommu_groups/"] = Entry("dir")
+    return out
+
+
+def _share_group(tree: Tree, address: str) -> Tree:
+    if address in GPU_FUNCTIONS:
+        raise ValueError(f"{address} is one of the GPU's own functions")
+    devdir = _device_dir(tree, address)
+    link = tree.get(f"{devdir}/iommu_group")
+    if link is None:
+        raise ValueError(f"{address} has no IOMMU group in this tree (IOMMU off?)")
+    old_group = PurePosixPath(str(link.data)).name
+    depth = devdir.count("/") - 1  # from the device dir up to /sys
+    out = dict(tree)
+    out[f"{devdir}/iommu_group"] = Entry("symlink", "../" * depth + f"kernel/iommu_groups/{GPU_IOMMU_GROUP}")
+    member = f"/sys/kernel/iommu_groups/{old_group}/devices/{address}"
+    target = out.pop(member)
+    out[f"/sys/kernel/iommu_groups/{GPU_IOMMU_GROUP}/devices/{address}"] = target
+    prefix = f"/sys/kernel/iommu_groups/{old_group}/devices/"
+    if not any(k.startswith(prefix) for k in out):
+        for key in [k for k in out if k.startswith(f"/sys/kernel/iommu_groups/{old_group}/")]:
+            del out[key]
+    return out
+
+
+def build_tree(
+    state: str,
+    *,
+    iommu: bool = True,
+    share_group_with: str | None = None,
+    cmdline: str | None = None,
+) -> Tree:
+    """The tree for `state`, with the test variants applied.
+
+    `iommu=False`: no IOMMU groups and no `iommu_group` links (firmware VT-d/AMD-Vi off).
+    `share_group_with`: a PCI address moved into the GPU's IOMMU group (e.g. "0000:03:00.0").
+    `cmdline`: the running kernel command line for /proc/cmdline (a newline is added when missing).
+    """
+    tree = _base_tree(state)
+    if share_group_with:
+        tree = _share_group(tree, share_group_with)
+    if not iommu:
+        tree = _iommu_off(tree)
+    if cmdline is not None:
+        tree["/proc/cmdline"] = Entry("file", (cmdline.rstrip("\n") + "\n").encode())
+    return tree
+
+
+def materialise(
+    root: Path,
+    state: str,
+    *,
+    iommu: bool = True,
+    share_group_with: str | None = None,
+    cmdline: str | None = None,
+) -> Path:
+    """Write the tree for `state` under `root` (replacing an earlier one there) and return `root`.
+
+    `root/sys`, `root/proc` and `root/lib/modules` are removed first, so calling it again at each
+    simulated boot leaves exactly the new state. `root` must not be the machine's own root.
+    """
+    root = Path(root)
+    if root.resolve() == Path("/"):
+        raise ValueError("materialise() refuses to write into / (give a separate directory)")
+    tree = build_tree(state, iommu=iommu, share_group_with=share_group_with, cmdline=cmdline)
+    for top in ("sys", "proc", "lib/modules"):
+        target = root / top
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.exists():
+            shutil.rmtree(target)
+    root.mkdir(parents=True, exist_ok=True)
+    for path in sorted(tree):
+        entry = tree[path]
+        dest = root / path.strip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if entry.kind == "dir":
+            dest.mkdir(parents=True, exist_ok=True)
+        elif entry.kind == "symlink":
+            os.symlink(str(entry.data), dest)
+        else:
+            assert isinstance(entry.data, bytes)
+            dest.write_bytes(entry.data)
+            if dest.name in _WRITE_ONLY:
+                dest.chmod(0o200)
+    return root
+
+
+# --- boot outcome -------------------------------------------------------------------------------------
+
+
+def _norm(module: str) -> str:
+    """kmod treats '-' and '_' in module names as the same character."""
+    return module.strip().replace("-", "_")
+
+
+def split_cmdline(cmdline: str) -> list[str]:
+    """Split a kernel command line into words; double quotes protect spaces (kernel `next_arg` rules)."""
+    words: list[str] = []
+    current: list[str] = []
+    quoted = False
+    for ch in cmdline.strip():
+        if ch == '"':
+            quoted = not quoted
+            current.append(ch)
+        elif ch.isspace() and not quoted:
+            if current:
+                words.append("".join(current))
+                current = []
+        else:
+            current.append(ch)
+    if current:
+        words.append("".join(current))
+    return words
+
+
+@dataclass
+class _ModprobeConfig:
+    blacklist: set[str]
+    blocked: set[str]  # install <mod> /bin/false|true
+    options: dict[str, list[str]]
+    softdep_pre: dict[str, list[str]]
+
+
+def _parse_modprobe_d(files: dict[str, str]) -> _ModprobeConfig:
+    cfg = _ModprobeConfig(set(), set(), {}, {})
+    # kmod reads *.conf files in name order; a later file of the same name elsewhere would shadow, n/a here.
+    for name in sorted(files):
+        if not name.endswith(".conf"):
+            continue
+        text = files[name].replace("\\\n", " ")
+        for raw in text.splitlines():
+            words = raw.split("#", 1)[0].split()
+            if len(words) < 2:
+                continue
+            cmd, module = words[0], _norm(words[1])
+            if cmd == "blacklist":
+                cfg.blacklist.add(module)
+            elif cmd == "install" and len(words) >= 3 and words[2] in ("/bin/false", "/bin/true"):
+                cfg.blocked.add(module)
+            elif cmd == "options":
+                cfg.options.setdefault(module, []).extend(words[2:])
+            elif cmd == "softdep":
+                mode = ""
+                for word in words[2:]:
+                    if word in ("pre:", "post:"):
+                        mode = word
+                    elif mode == "pre:":
+                        cfg.softdep_pre.setdefault(module, []).append(_norm(word))
+    return cfg
+
+
+def _vfio_ids(options: list[str]) -> set[str]:
+    ids: set[str] = set()
+    for opt in options:
+        if opt.startswith("ids="):
+            for item in opt[4:].strip('"').split(","):
+                parts = item.strip().lower().split(":")
+                if len(parts) >= 2:
+                    ids.add(f"{parts[0]}:{parts[1]}")
+    return ids
+
+
+def boot_state(cmdline: str, modprobe_d: dict[str, str], modules_load: str = "") -> str:
+    """Which state ("stock", "blacklisted" or "vfio") the reference node reaches when it boots.
+
+    `cmdline`: the kernel command line the boot loader passes (the first line of /etc/kernel/cmdline, or
+    what GRUB builds); `modprobe_d`: {file name: content} of /etc/modprobe.d; `modules_load`: the text of
+    /etc/modules (and /etc/modules-load.d files) naming modules loaded at boot.
+
+    Rules (kmod and kernel behaviour, see shared/reference/pve-host.md sections 2 and 4):
+    - a host driver is kept off a device by `blacklist <mod>` in modprobe.d, `modprobe.blacklist=` or
+      `module_blacklist=` on the command line, or `install <mod> /bin/false`; `nomodeset` also keeps the
+      DRM/fbdev drivers nouveau and nvidiafb off (nova_core is neither);
+    - 02:00.0 may bind nvidiafb, nouveau, nova_core (modules.order), 02:00.1 snd_hda_intel;
+    - vfio-pci claims a function when vfio_pci loads at boot (listed in /etc/modules, or a `softdep
+      <mod> pre: vfio-pci` of a module that does load) and its `ids=` (modprobe.d `options vfio-pci` or
+      `vfio-pci.ids=` on the command line) name the function's vendor:device; it wins over a host driver
+      that is not kept off only through that driver's own softdep (otherwise the host driver, loaded
+      from the initramfs, binds first).
+    The result is "vfio" when vfio-pci holds both functions; "stock" when a host driver holds 02:00.0;
+    otherwise "blacklisted" (02:00.0 on no driver).
+    """
+    cfg = _parse_modprobe_d(modprobe_d)
+    words = split_cmdline(cmdline)
+    kernel_blacklist: set[str] = set()
+    nomodeset = False
+    for word in words:
+        name, sep, value = word.partition("=")
+        value = value.strip('"')
+        if name in ("modprobe.blacklist", "module_blacklist"):
+            kernel_blacklist.update(_norm(m) for m in value.split(",") if m.strip())
+        elif name == "nomodeset" and not sep:
+            nomodeset = True
+        elif name in ("vfio-pci.ids", "vfio_pci.ids"):
+            cfg.options.setdefault("vfio_pci", []).append(f"ids={value}")
+
+    def kept_off(module: str) -> bool:
+        module = _norm(module)
+        if module in cfg.blacklist or module in kernel_blacklist or module in cfg.blocked:
+            return True
+        return nomodeset and module in ("nouveau", "nvidiafb")
+
+    candidates = {"0000:02:00.0": ["nvidiafb", "nouveau", "nova_core"], "0000:02:00.1": ["snd_hda_intel"]}
+    # Modules that load at boot through some device's alias (snd_hda_intel also drives the board audio).
+    loading = {m for mods in candidates.values() for m in mods if not kept_off(m)}
+    listed = {_norm(line.split()[0]) for line in modules_load.splitlines() if line.split() and line[0] != "#"}
+    vfio_loads = not kept_off("vfio_pci") and (
+        "vfio_pci" in listed or any("vfio_pci" in cfg.softdep_pre.get(m, []) for m in loading)
+    )
+    ids = _vfio_ids(cfg.options.get("vfio_pci", []))
+
+    def driver_of(address: str) -> str | None:
+        native = [m for m in candidates[address] if not kept_off(m)]
+        wins = not native or any("vfio_pci" in cfg.softdep_pre.get(m, []) for m in native)
+        if vfio_loads and GPU_FUNCTIONS[address] in ids and wins:
+            return "vfio-pci"
+        return native[0] if native else None
+
+    gpu, audio = driver_of("0000:02:00.0"), driver_of("0000:02:00.1")
+    if gpu == "vfio-pci" and audio == "vfio-pci":
+        return "vfio"
+    if gpu is not None and gpu != "vfio-pci":
+        return "stock"
+    return "blacklisted"

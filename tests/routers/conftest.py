@@ -23,6 +23,7 @@ import pytest
 LAN = "192.168.100.0/24"
 ROUTER_IP = "192.168.100.1"
 POOL = ("192.168.100.100", "192.168.100.200")
+KEA_PW = "kea-S3cret-pw"
 CLIENT_SCRIPT = Path(__file__).with_name("dhcp_client_hook.sh")
 
 
@@ -213,6 +214,11 @@ def kea_router(lan):
             "http-host": "127.0.0.1",
             "http-port": port,
             "control-sockets": {"dhcp4": {"socket-type": "unix", "socket-name": sock}},
+            "authentication": {
+                "type": "basic",
+                "realm": "kea",
+                "clients": [{"user": "gpulab", "password": KEA_PW}],
+            },
             "loggers": [
                 {
                     "name": "kea-ctrl-agent",
@@ -236,10 +242,18 @@ def kea_router(lan):
     url = f"http://127.0.0.1:{port}/"
     for _ in range(100):
         with contextlib.suppress(requests.RequestException):
-            r = requests.post(url, json={"command": "version-get", "service": ["dhcp4"]}, timeout=2)
+            r = requests.post(
+                url, json={"command": "version-get", "service": ["dhcp4"]}, auth=("gpulab", KEA_PW), timeout=2
+            )
             if r.ok and r.json()[0]["result"] == 0:
                 break
         time.sleep(0.1)
     else:
         pytest.fail("Kea did not come up: " + (d / "kea4.out").read_text() + (d / "ca.out").read_text())
-    return {"url": url, "config": str(d / "kea4.json"), "log": str(d / "kea4.log")}
+    return {
+        "url": url,
+        "user": "gpulab",
+        "password": KEA_PW,
+        "config": str(d / "kea4.json"),
+        "log": str(d / "kea4.log"),
+    }

@@ -4,6 +4,7 @@ import ipaddress
 from pathlib import Path
 
 import pytest
+
 from gpulab.routers.dnsmasq import DnsmasqBackend
 from gpulab.routers.model import ConflictError
 from gpulab.routers.shell import LocalShell

@@ -3,6 +3,9 @@
 import ipaddress
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpulab.routers.model import (
     ConflictError,
     Desired,
@@ -14,8 +17,6 @@ from gpulab.routers.model import (
     make_plan,
     norm_mac,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 IP = ipaddress.IPv4Address
 NET = ipaddress.IPv4Network("192.168.100.0/24")

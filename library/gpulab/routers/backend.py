@@ -115,13 +115,15 @@ class Backend(abc.ABC):
 
     def apply(self, check_mode: bool = False) -> Result:
         """Plan, refuse or write the whole batch once, verify by re-reading. Returns the Result."""
-        plan = self.plan()
-        if plan.changes and check_mode:
-            self.dry_run(plan)
-        elif plan.changes:
-            self.write(plan)
-            self.verify(plan)
-        self._present, self._absent = [], []
+        try:
+            plan = self.plan()
+            if plan.changes and check_mode:
+                self.dry_run(plan)
+            elif plan.changes:
+                self.write(plan)
+                self.verify(plan)
+        finally:
+            self._present, self._absent = [], []
         return Result(bool(plan.changes), plan.changes, plan.before, plan.after, plan.resolved)
 
     def dry_run(self, plan: Plan) -> None:

@@ -1,0 +1,245 @@
+"""`gpulab lab up|down|status`: start, stop and describe the simulated lab.
+
+``up`` starts the PVE API simulator as a detached background process (its pid in ``STATE/server.pid``),
+waits until it listens, writes the lab description to ``STATE/lab.json`` (mode 0600) and prints it as one
+JSON line. On a running lab it prints the running lab's description. With root and
+`gpulab.labsim.netlab` present, ``up`` also calls ``netlab.up(state_dir, fixture)`` (its dict is merged
+into the description) and ``down`` calls ``netlab.down(state_dir)``; otherwise it says on stderr what it
+skipped and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LAB_JSON = "lab.json"
+PID_FILE = "server.pid"
+START_TIMEOUT_S = 15.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _running_pid(state_dir: Path) -> int | None:
+    try:
+        pid = int((state_dir / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not _pid_alive(pid):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return pid
+    return pid if b"gpulab.labsim.server" in cmdline else None
+
+
+def _write_lab_json(state_dir: Path, desc: dict[str, Any]) -> None:
+    path = state_dir / LAB_JSON
+    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(desc, fh, sort_keys=True)
+        fh.write("\n")
+    os.replace(path.with_suffix(".tmp"), path)
+    os.chmod(path, 0o600)
+
+
+API_ONLY_ENV = "GPULAB_LAB_API_ONLY"
+# Keys of the lab description that netlab's answer may not replace.
+CORE_KEYS = (
+    "pve_url",
+    "pve_host",
+    "pve_port",
+    "node",
+    "user",
+    "password",
+    "token_id",
+    "token_user",
+    "token_name",
+    "token_secret",
+    "fingerprint",
+    "state_dir",
+    "fixture",
+    "pid",
+)
+
+
+def _netlab():
+    """The netlab module when it exists, we are root and API-only mode is off; else (None, reason)."""
+    if os.environ.get(API_ONLY_ENV):
+        return None, f"{API_ONLY_ENV} is set"
+    if os.geteuid() != 0:
+        return None, "not root"
+    try:
+        from gpulab.labsim import netlab  # type: ignore[attr-defined]
+    except ImportError:
+        return None, "gpulab.labsim.netlab is not installed"
+    return netlab, None
+
+
+def status(state_dir: Path) -> dict[str, Any] | None:
+    """The running lab's description, or None."""
+    pid = _running_pid(state_dir)
+    if pid is None:
+        return None
+    try:
+        desc = json.loads((state_dir / LAB_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    return desc if desc.get("pid") == pid else None
+
+
+def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
+    """Start the lab (or find it running) and return its description."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o700)
+    desc = status(state_dir)
+    if desc is None:
+        desc = _start_server(state_dir, fixture)
+    netlab, reason = _netlab()
+    if netlab is not None and hasattr(netlab, "up"):
+        from gpulab.labsim.fixture import load_fixture
+
+        extra = netlab.up(state_dir, load_fixture(desc.get("fixture") or fixture)) or {}
+        desc.update({k: v for k, v in extra.items() if k not in CORE_KEYS})
+    else:
+        print(
+            f"gpulab lab: real lab hosts skipped ({reason or 'netlab has no up()'}); the PVE API runs alone",
+            file=sys.stderr,
+        )
+    _write_lab_json(state_dir, desc)
+    return desc
+
+
+def _start_server(state_dir: Path, fixture: str | None) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "gpulab.labsim.server", "--state", str(state_dir)]
+    if fixture:
+        cmd += ["--fixture", str(Path(fixture).resolve())]
+    previous = state_dir / LAB_JSON
+    if previous.exists():
+        with contextlib.suppress(ValueError, KeyError, OSError):
+            cmd += ["--port", str(int(json.loads(previous.read_text())["pve_port"]))]
+    line = _spawn(state_dir, cmd)
+    if not line and "--port" in cmd:
+        # The previous port is taken now: start on a free one.
+        i = cmd.index("--port")
+        line = _spawn(state_dir, cmd[:i] + cmd[i + 2 :])
+    if not line:
+        raise RuntimeError(f"the lab server did not start; see {state_dir / 'server.log'}")
+    return json.loads(line)
+
+
+def _spawn(state_dir: Path, cmd: list[str]) -> str:
+    """Start the server detached; return the description line it prints once it listens ("" if it failed)."""
+    with open(state_dir / "server.log", "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+    line = _read_line(proc, START_TIMEOUT_S)
+    if not line:
+        proc.kill()
+        proc.wait(5)
+    return line
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while b"\n" not in buf and time.monotonic() < deadline:
+        if not sel.select(max(0.0, deadline - time.monotonic())):
+            break
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buf += chunk
+    sel.close()
+    proc.stdout.close()
+    return buf.split(b"\n", 1)[0].decode().strip() if b"\n" in buf else ""
+
+
+def down(state_dir: Path) -> bool:
+    """Stop the lab and everything it started; True when something was running. Idempotent."""
+    stopped = False
+    netlab, reason = _netlab()
+    if netlab is not None and hasattr(netlab, "down"):
+        netlab.down(state_dir)
+    elif reason != "not root" and (state_dir / LAB_JSON).exists():
+        print(f"gpulab lab: real lab hosts skipped ({reason or 'netlab has no down()'})", file=sys.stderr)
+    pid = _running_pid(state_dir)
+    if pid is not None:
+        stopped = True
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    (state_dir / PID_FILE).unlink(missing_ok=True)
+    return stopped
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpulab lab", description="the simulated lab")
+    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("--state", default=".lab", type=Path, help="state directory (default .lab)")
+    parser.add_argument("--fixture", help="lab fixture YAML (default: the reference machine)")
+    parser.add_argument(
+        "--api-only",
+        action="store_true",
+        help=f"only the PVE API, no real hosts even as root (or set {API_ONLY_ENV}=1)",
+    )
+    args = parser.parse_args(argv)
+    if args.api_only:
+        os.environ[API_ONLY_ENV] = "1"  # inherited by the server process
+    state_dir = args.state.resolve()
+    if args.action == "up":
+        try:
+            desc = up(state_dir, args.fixture)
+        except (RuntimeError, OSError) as exc:
+            print(f"gpulab lab up: {exc}", file=sys.stderr)
+            return 1
+        print(json.dumps(desc, sort_keys=True))
+        return 0
+    if args.action == "status":
+        desc = status(state_dir)
+        if desc is None:
+            print(f"gpulab lab: no lab running in {state_dir}", file=sys.stderr)
+            return 1
+        print(json.dumps(desc, sort_keys=True))
+        return 0
+    stopped = down(state_dir)
+    print(f"gpulab lab: {'stopped' if stopped else 'nothing was running'} ({state_dir})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

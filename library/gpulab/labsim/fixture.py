@@ -1,0 +1,113 @@
+"""The YAML fixture that describes the simulated machine.
+
+Keys (see fixtures/reference.yml, the default):
+
+- ``pve``: ``version``, ``release``, ``repoid`` answered by GET /version.
+- ``nodes``: list of ``name``, ``cpu`` (``model``, ``sockets``, ``cores``, ``threads``), ``memory``
+  (``total``, ``host_used`` bytes), ``rootfs_total``, ``boot`` (``mode`` efi|legacy-bios, ``secureboot``,
+  ``loader``), ``kernel``, ``storages`` (``name``, ``type`` dir|zfspool|lvmthin, ``content`` list,
+  ``total`` bytes, ``path`` for dir), ``bridges``, ``pci`` (items shaped like PVE's hardware/pci answer,
+  plus ``boot_vga``).
+- ``timings``: seconds per task type (``qmcreate``, ``qmconfig``, ``qmstart``, ``qmshutdown``, ``qmstop``,
+  ``qmdestroy``, ``resize``), ``download_rate`` (bytes/s), ``download_max_s``, ``download_progress_s``,
+  ``agent_delay`` (seconds after start before the guest agent answers).
+- ``downloads``: what download-url can fetch: ``url``, ``size``, optional ``virtual_size``, ``format``,
+  and hex digests per algorithm (``sha256``, ``sha512``, ...).
+- ``network`` (optional; used by netlab and by the API-only hooks): ``router`` (dnsmasq|kea|...),
+  ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import ipaddress
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_TIMINGS = {
+    "qmcreate": 0.5,
+    "qmconfig": 0.2,
+    "qmstart": 0.6,
+    "qmshutdown": 0.5,
+    "qmstop": 0.3,
+    "qmdestroy": 0.3,
+    "resize": 0.2,
+    "download_rate": 2_000_000_000,
+    "download_max_s": 3.0,
+    "download_progress_s": 0.5,
+    "agent_delay": 1.0,
+}
+
+# Where the API-only hooks place guests when the fixture leaves the lab subnet to netlab ("auto").
+AUTO_SUBNET = "10.213.0.0/24"
+
+
+class FixtureError(ValueError):
+    """The fixture file is missing something the simulator needs."""
+
+
+def reference_fixture_path() -> Path:
+    return Path(str(resources.files("gpulab.labsim").joinpath("fixtures", "reference.yml")))
+
+
+def load_fixture(path: str | Path | None = None) -> dict[str, Any]:
+    """Read a fixture (default: the reference machine) and fill in defaults."""
+    src = Path(path) if path else reference_fixture_path()
+    try:
+        data = yaml.safe_load(src.read_text())
+    except OSError as exc:
+        raise FixtureError(f"cannot read lab fixture {src}: {exc.strerror}") from exc
+    if not isinstance(data, dict) or not data.get("nodes"):
+        raise FixtureError(f"lab fixture {src} defines no nodes: add a 'nodes:' list")
+    data = copy.deepcopy(data)
+    data["_path"] = str(src.resolve())
+    data.setdefault("pve", {"version": "9.2.11", "release": "9.2", "repoid": "14a22df3e1c0b2a7"})
+    data["timings"] = {**DEFAULT_TIMINGS, **(data.get("timings") or {})}
+    data.setdefault("downloads", [])
+    for node in data["nodes"]:
+        if not node.get("name"):
+            raise FixtureError(f"lab fixture {src}: a node has no 'name'")
+        node.setdefault("storages", [])
+        node.setdefault("pci", [])
+        node.setdefault("bridges", ["vmbr0"])
+        node.setdefault("boot", {"mode": "efi", "secureboot": 0})
+        node.setdefault("kernel", "6.17.2-1-pve")
+        node.setdefault("cpu", {"model": "QEMU Virtual CPU", "sockets": 1, "cores": 4, "threads": 4})
+        node.setdefault("memory", {"total": 16 * 2**30, "host_used": 2 * 2**30})
+        node.setdefault("rootfs_total", 100 * 2**30)
+    return data
+
+
+def download_digest(entry: dict[str, Any], algorithm: str) -> str:
+    """The digest of a known download: the fixture's value, or one derived from the URL (lab content)."""
+    if entry.get(algorithm):
+        return str(entry[algorithm]).lower()
+    return hashlib.new(algorithm, f"gpulab-lab-content:{entry['url']}".encode()).hexdigest()
+
+
+def network_settings(fixture: dict[str, Any]) -> dict[str, Any]:
+    """The lab network with ``auto`` resolved: subnet, router address, DHCP pool first/last, router kind."""
+    net = fixture.get("network") or {}
+    subnet_text = net.get("subnet", "auto")
+    subnet = ipaddress.ip_network(AUTO_SUBNET if subnet_text in (None, "auto") else subnet_text, strict=False)
+    hosts = list(subnet.hosts())
+    router = net.get("router_address", "auto")
+    router_ip = hosts[0] if router in (None, "auto") else ipaddress.ip_address(router)
+    pool = net.get("pool", "auto")
+    if pool in (None, "auto"):
+        first, last = hosts[min(99, len(hosts) - 2)], hosts[-1]
+    else:
+        a, b = (p.strip() for p in str(pool).split("-", 1))
+        first, last = ipaddress.ip_address(a), ipaddress.ip_address(b)
+    return {
+        "router": net.get("router", "dnsmasq"),
+        "subnet": str(subnet),
+        "prefix": subnet.prefixlen,
+        "router_address": str(router_ip),
+        "pool_first": str(first),
+        "pool_last": str(last),
+    }

@@ -1,0 +1,108 @@
+"""VM lifecycle hooks: what happens "inside" a simulated VM.
+
+The server calls `vm_started` when a start task ends well, `vm_stopped` after stop and shutdown,
+`vm_destroyed` after destroy, and `guest_interfaces` for GET .../agent/network-get-interfaces.
+
+`VmHooks` is the API-only implementation (no root needed): the guest's address is derived from the net0
+MAC, inside the fixture's DHCP pool, so it is stable across restarts. With root, the server asks
+`gpulab.labsim.netlab.make_hooks(state_dir, fixture)` for hooks that run real hosts instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from typing import Any
+
+from gpulab.labsim.fixture import network_settings
+
+_MAC_RE = re.compile(r"([0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5})")
+
+
+def net0_mac(config: dict[str, Any]) -> str | None:
+    """The MAC address of a VM's net0 (``virtio=BC:24:11:..,bridge=vmbr0``), lower case, or None."""
+    net0 = config.get("net0")
+    if not net0:
+        return None
+    m = _MAC_RE.search(str(net0))
+    return m.group(1).lower() if m else None
+
+
+def address_for_mac(mac: str, fixture: dict[str, Any]) -> str:
+    """A deterministic address inside the fixture's DHCP pool for this MAC."""
+    net = network_settings(fixture)
+    first = int(ipaddress.ip_address(net["pool_first"]))
+    last = int(ipaddress.ip_address(net["pool_last"]))
+    offset = int.from_bytes(hashlib.sha256(mac.lower().encode()).digest()[:4], "big") % (last - first + 1)
+    return str(ipaddress.ip_address(first + offset))
+
+
+class VmHooks:
+    """API-only hooks: nothing runs; the agent answers with a derived address."""
+
+    def __init__(self, fixture: dict[str, Any]):
+        self.fixture = fixture
+
+    def vm_started(self, node: str, vmid: int, config: dict) -> None:
+        """Called once the start task has succeeded."""
+
+    def vm_stopped(self, node: str, vmid: int) -> None:
+        """Called once a stop or shutdown task has succeeded."""
+
+    def vm_destroyed(self, node: str, vmid: int) -> None:
+        """Called once a destroy task has succeeded."""
+
+    def guest_interfaces(self, node: str, vmid: int, config: dict) -> list[dict]:
+        """The QEMU guest agent's network-get-interfaces ``result`` list."""
+        result = [
+            {
+                "name": "lo",
+                "hardware-address": "00:00:00:00:00:00",
+                "ip-addresses": [
+                    {"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8},
+                    {"ip-address": "::1", "ip-address-type": "ipv6", "prefix": 128},
+                ],
+                "statistics": _zero_stats(),
+            }
+        ]
+        mac = net0_mac(config)
+        if mac:
+            prefix = network_settings(self.fixture)["prefix"]
+            result.append(
+                {
+                    "name": "ens18",
+                    "hardware-address": mac,
+                    "ip-addresses": [
+                        {
+                            "ip-address": address_for_mac(mac, self.fixture),
+                            "ip-address-type": "ipv4",
+                            "prefix": prefix,
+                        },
+                        {"ip-address": _link_local(mac), "ip-address-type": "ipv6", "prefix": 64},
+                    ],
+                    "statistics": _zero_stats(),
+                }
+            )
+        return result
+
+
+def _zero_stats() -> dict[str, int]:
+    keys = (
+        "rx-bytes",
+        "rx-dropped",
+        "rx-errs",
+        "rx-packets",
+        "tx-bytes",
+        "tx-dropped",
+        "tx-errs",
+        "tx-packets",
+    )
+    return dict.fromkeys(keys, 0)
+
+
+def _link_local(mac: str) -> str:
+    octets = [int(x, 16) for x in mac.split(":")]
+    octets[0] ^= 0x02
+    eui = [*octets[:3], 255, 254, *octets[3:]]
+    return str(ipaddress.IPv6Address(b"\xfe\x80" + b"\x00" * 6 + bytes(eui)))

@@ -1,0 +1,348 @@
+"""HTTPS front of the simulated PVE API (standard library http.server + ssl).
+
+``python -m gpulab.labsim.server --state DIR [--fixture FILE] [--port N]`` serves
+``https://127.0.0.1:PORT/api2/json/...``; when it is listening it prints one JSON line (the lab
+description) on stdout and then writes its own output to ``STATE/server.log``. `gpulab.labsim.cli` starts
+it in the background. Every API request is appended to ``STATE/pve-requests.jsonl``.
+
+Served besides the API: ``GET|PUT /_lab/faults`` (root@pam ticket only), the fault injection settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import ssl
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from gpulab.labsim.auth import Access, AuthError, PermissionDenied, new_credentials
+from gpulab.labsim.certs import ensure_certificate, fingerprint
+from gpulab.labsim.faults import Faults
+from gpulab.labsim.fixture import load_fixture
+from gpulab.labsim.hooks import VmHooks
+from gpulab.labsim.lab import ApiError, Lab
+from gpulab.labsim.schema import load_schema
+
+API_PREFIX = "/api2/json"
+SECRET_PARAM = re.compile(r"pass|secret|ticket|token|key", re.I)
+
+
+def _mask(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: ("********" if SECRET_PARAM.search(k) and k != "sshkeys" else v) for k, v in params.items()}
+
+
+class LabServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+    def __init__(self, addr, lab: Lab, access: Access, faults: Faults, log_path: Path):
+        super().__init__(addr, Handler)
+        self.lab = lab
+        self.access = access
+        self.faults = faults
+        self.log_path = log_path
+        self.log_lock = threading.Lock()
+        self._log_fh = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
+
+    ssl_context: ssl.SSLContext | None = None
+
+    def get_request(self):
+        """Accept, and leave the TLS handshake to the request's own thread (a slow client blocks no one)."""
+        sock, addr = self.socket.accept()
+        if self.ssl_context is not None:
+            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def log_request_line(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=True, default=str)
+        with self.log_lock:
+            self._log_fh.write(line + "\n")
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._log_fh.close()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: LabServer
+    server_version = "pve-api-daemon/3.0"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # requests go to pve-requests.jsonl instead
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    # ---------------------------------------------------------------------------------------------
+    def _params(self, method: str) -> dict[str, Any]:
+        url = urlsplit(self.path)
+        pairs = parse_qsl(url.query, keep_blank_values=True)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        params: dict[str, Any] = {}
+        if body:
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            if ctype == "application/json":
+                try:
+                    data = json.loads(body)
+                except ValueError as exc:
+                    raise ApiError(400, f"unable to parse JSON body: {exc}") from exc
+                if not isinstance(data, dict):
+                    raise ApiError(400, "JSON body must be an object")
+                params.update({k: v for k, v in data.items() if v is not None})
+            else:
+                pairs += parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
+        for k, v in pairs:
+            if k in params:
+                params[k] = (params[k] if isinstance(params[k], list) else [params[k]]) + [v]
+            else:
+                params[k] = v
+        return params
+
+    def _serve(self, method: str) -> None:
+        started = time.monotonic()
+        path = urlsplit(self.path).path
+        status, payload, params, user = 500, {"data": None}, {}, None
+        srv = self.server
+        try:
+            delay, failure = srv.faults.for_request(method, path)
+            if delay:
+                time.sleep(delay)
+            if failure == "reset":
+                self._reset()
+                srv.log_request_line(
+                    {
+                        "time": time.time(),
+                        "method": method,
+                        "path": path,
+                        "status": "reset",
+                        "duration": round(time.monotonic() - started, 4),
+                        "fault": True,
+                    }
+                )
+                return
+            params = self._params(method)
+            if failure is not None:
+                raise ApiError(int(failure), srv.faults.message())
+            if path.startswith("/_lab/"):
+                status, payload = self._lab_control(method, path, params)
+            elif not path.startswith(API_PREFIX + "/"):
+                raise ApiError(501, f"Method '{method} {path}' not implemented")
+            else:
+                api_path = path[len(API_PREFIX) :].rstrip("/") or "/"
+                status, payload, user = self._api(method, api_path, params)
+        except ApiError as exc:
+            status = exc.status
+            payload = {
+                "data": None,
+                "message": exc.message + ("\n" if not exc.message.endswith("\n") else ""),
+            }
+            if exc.errors:
+                payload["errors"] = exc.errors
+        except Exception as exc:  # never leave a client without an answer
+            status, payload = 500, {"data": None, "message": f"internal simulator error: {exc!r}\n"}
+        self._send(status, payload)
+        srv.log_request_line(
+            {
+                "time": time.time(),
+                "method": method,
+                "path": path,
+                "params": _mask(params),
+                "status": status,
+                "user": user,
+                "duration": round(time.monotonic() - started, 4),
+            }
+        )
+
+    def _api(self, method: str, path: str, params: dict[str, Any]):
+        srv = self.server
+        if path == "/access/ticket" and method == "POST":
+            found = srv.lab.schema.method("/access/ticket", "POST")
+            try:
+                args = srv.lab.schema.validate(found, params)
+            except Exception as exc:
+                raise ApiError(400, "Parameter verification failed.", getattr(exc, "errors", None)) from exc
+            try:
+                data = srv.access.login(args["username"], args["password"], args.get("realm"))
+            except AuthError as exc:
+                raise ApiError(401, str(exc)) from exc
+            return 200, {"data": data}, data["username"]
+        try:
+            who = srv.access.authenticate(self.headers, method)
+        except AuthError as exc:
+            raise ApiError(401, str(exc)) from exc
+        try:
+            data, extra = srv.lab.call(method, path, params, who)
+        except PermissionDenied as exc:
+            raise ApiError(403, str(exc)) from exc
+        return 200, {"data": data, **extra}, who.userid
+
+    def _lab_control(self, method: str, path: str, params: dict[str, Any]):
+        srv = self.server
+        try:
+            who = srv.access.authenticate(self.headers, method)
+        except AuthError as exc:
+            raise ApiError(401, str(exc)) from exc
+        if not who.is_root_ticket:
+            raise ApiError(403, "Permission check failed (/_lab, root@pam only)")
+        if path.rstrip("/") != "/_lab/faults":
+            raise ApiError(501, f"Method '{method} {path}' not implemented")
+        if method == "PUT":
+            srv.faults.replace(
+                {
+                    k: (json.loads(v) if isinstance(v, str) and v[:1] in '0123456789[{"' else v)
+                    for k, v in params.items()
+                }
+            )
+        elif method != "GET":
+            raise ApiError(501, f"Method '{method} {path}' not implemented")
+        return 200, {"data": srv.faults.snapshot()}
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload).encode()
+        reason = (payload.get("message") or "").split("\n")[0].encode("latin-1", "replace").decode("latin-1")
+        self.send_response(status, reason or None)
+        self.send_header("Content-Type", "application/json;charset=UTF-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "max-age=0")
+        self.send_header("Pragma", "no-cache")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _reset(self) -> None:
+        """Close the connection without an answer (RST), as a crashing proxy would."""
+        import struct
+
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.close()
+
+
+# ================================================================================================ lab set-up
+def load_or_create_credentials(state_dir: Path, lab: Lab) -> dict[str, Any]:
+    with lab.lock:
+        creds = lab.state.data.get("credentials")
+        if not creds:
+            creds = lab.state.data["credentials"] = new_credentials()
+            lab.state.data["boot_time"] = int(time.time())
+            lab.state.mark()
+        return creds
+
+
+def make_hooks(state_dir: Path, fixture: dict[str, Any]) -> tuple[VmHooks, str | None]:
+    """The hooks netlab offers when running as root, else the API-only ones (with the reason)."""
+    if os.environ.get("GPULAB_LAB_API_ONLY"):
+        return VmHooks(fixture), "GPULAB_LAB_API_ONLY is set: VMs get API-only hooks"
+    if os.geteuid() != 0:
+        return VmHooks(fixture), "not root: VMs get API-only hooks (no real hosts)"
+    try:
+        from gpulab.labsim import netlab  # type: ignore[attr-defined]
+    except ImportError:
+        return VmHooks(fixture), "gpulab.labsim.netlab is not available: VMs get API-only hooks"
+    factory = getattr(netlab, "make_hooks", None)
+    if factory is None:
+        return VmHooks(fixture), "gpulab.labsim.netlab has no make_hooks(): VMs get API-only hooks"
+    return factory(state_dir, fixture), None
+
+
+def lab_description(
+    state_dir: Path, port: int, fixture: dict[str, Any], creds: dict[str, Any], fp: str
+) -> dict:
+    node = fixture["nodes"][0]["name"]
+    return {
+        "pve_url": f"https://127.0.0.1:{port}",
+        "pve_host": "127.0.0.1",
+        "pve_port": port,
+        "node": node,
+        "user": "root@pam",
+        "password": creds["root_password"],
+        "token_id": f"{creds['token_user']}!{creds['token_name']}",
+        "token_user": creds["token_user"],
+        "token_name": creds["token_name"],
+        "token_secret": creds["token_secret"],
+        "fingerprint": fp,
+        "state_dir": str(Path(state_dir).resolve()),
+        "fixture": fixture["_path"],
+        "pid": os.getpid(),
+    }
+
+
+def build(state_dir: Path, fixture_path: str | None, port: int = 0):
+    """Create the server (bound and ready to serve) and the lab description."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fixture = load_fixture(fixture_path)
+    cert, key = ensure_certificate(state_dir, fixture["nodes"][0]["name"])
+    fp = fingerprint(cert)
+    fixture["_fingerprint"] = fp
+    hooks, hooks_note = make_hooks(state_dir, fixture)
+    lab = Lab(state_dir, fixture, load_schema(), hooks)
+    creds = load_or_create_credentials(state_dir, lab)
+    access = Access(creds, (fixture.get("access") or {}).get("tokens"))
+    faults = Faults(state_dir)
+    lab.tasks.error_hook = faults.next_task_error
+    server = LabServer(("127.0.0.1", port), lab, access, faults, state_dir / "pve-requests.jsonl")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server.ssl_context = ctx
+    desc = lab_description(state_dir, server.server_address[1], fixture, creds, fp)
+    if hooks_note:
+        desc["hooks_note"] = hooks_note
+    return server, desc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpulab.labsim.server")
+    parser.add_argument("--state", required=True, type=Path)
+    parser.add_argument("--fixture")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    state_dir = args.state.resolve()
+    server, desc = build(state_dir, args.fixture, args.port)
+    (state_dir / "server.pid").write_text(f"{os.getpid()}\n")
+
+    def stop(signum, frame):
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(json.dumps(desc), flush=True)
+    # From here on, output goes to the log file: the parent that read the line above may be gone.
+    log = os.open(state_dir / "server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        server.lab.close()
+        (state_dir / "server.pid").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+#!/bin/sh
+# dhclient hook (-sf) of a gpulab lab host: sets the leased address on the interface and nothing
+# else (no resolv.conf, no hostname, no routes), so the host has no way out of the lab.
+case "$reason" in
+  PREINIT)
+    ip link set "$interface" up
+    ;;
+  BOUND|RENEW|REBIND|REBOOT)
+    if [ -n "$old_ip_address" ] && [ "$old_ip_address" != "$new_ip_address" ]; then
+      ip -4 addr flush dev "$interface"
+    fi
+    if ! ip -4 addr show dev "$interface" | grep -q " $new_ip_address/"; then
+      ip -4 addr flush dev "$interface"
+      ip -4 addr add "$new_ip_address/$new_subnet_mask" dev "$interface"
+    fi
+    ;;
+  EXPIRE|FAIL|RELEASE|STOP)
+    ip -4 addr flush dev "$interface"
+    ;;
+esac
+exit 0

@@ -1,0 +1,181 @@
+"""What the lab's Proxmox node host carries, and what it does at each simulated boot.
+
+:func:`node_host_spec` gives the node's first-boot files (``/etc/kernel/cmdline`` with the reference
+content, ``/etc/default/grub``, ``/etc/modprobe.d/pve-blacklist.conf``, ``/etc/modules``, the
+stand-ins of :mod:`gpulab.labsim.net.standin`) and the boot hook and views of its PID 1
+(:mod:`gpulab.labsim.net.hostinit`).
+
+At each boot, :func:`boot` (run by PID 1 as ``python -m gpulab.labsim.net.node ...``) takes the
+command line the boot loader holds and the modprobe configuration the initramfs holds, asks
+:func:`gpulab.labsim.sysfs_tree.boot_state` which state the node reaches (stock, blacklisted or
+vfio) and materialises that ``/sys`` + ``/proc`` view, which PID 1 then binds over the host's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpulab.labsim import sysfs_tree
+from gpulab.labsim.net import standin
+
+STANDINS_LOG = standin.LOG
+NODE_COMMANDS = (
+    "reboot",
+    "poweroff",
+    "halt",
+    "shutdown",
+    "proxmox-boot-tool",
+    "update-grub",
+    "update-initramfs",
+)
+GUEST_COMMANDS = ("reboot", "poweroff", "halt", "shutdown")
+
+REFERENCE_KERNEL_CMDLINE = "root=ZFS=rpool/ROOT/pve-1 boot=zfs"
+DEBIAN_DEFAULT_GRUB = """# If you change this file, run 'update-grub' afterwards to update
+# /boot/grub/grub.cfg.
+# For full documentation of the options in this file, see:
+#   info -f grub -n 'Simple configuration'
+
+GRUB_DEFAULT=0
+GRUB_TIMEOUT=5
+GRUB_DISTRIBUTOR=`( . /etc/os-release && echo ${NAME} )`
+GRUB_CMDLINE_LINUX_DEFAULT="quiet"
+GRUB_CMDLINE_LINUX=""
+"""
+PVE_BLACKLIST = """# This file contains a list of modules which are not supported by Proxmox VE
+
+# nvidiafb see bugreport https://bugzilla.proxmox.com/show_bug.cgi?id=701
+blacklist nvidiafb
+"""
+DEBIAN_MODULES = """# /etc/modules: kernel modules to load at boot time.
+#
+# This file contains the names of kernel modules that should be loaded
+# at boot time, one per line. Lines beginning with "#" are ignored.
+# Parameters can be specified after the module name.
+
+"""
+
+
+def _standin_files(commands) -> dict[str, str]:
+    files = {"/usr/local/lib/gpulab/standin.py": Path(standin.__file__).read_text()}
+    for cmd in commands:
+        files[f"/usr/sbin/{cmd}"] = standin.wrapper(cmd)
+    return files
+
+
+def guest_standins() -> dict[str, str]:
+    """First-boot files of a VM host: power commands that reboot the host for real (as a VM would)."""
+    return _standin_files(GUEST_COMMANDS)
+
+
+def loader_of(node: dict[str, Any]) -> str:
+    """``systemd-boot`` (ZFS on UEFI, proxmox-boot-tool) or ``grub`` (a plain GRUB host)."""
+    return "grub" if str((node.get("boot") or {}).get("loader", "systemd-boot")) == "grub" else "systemd-boot"
+
+
+def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
+    """First-boot files and PID-1 settings of the node host kept in ``hdir``."""
+    loader = loader_of(node)
+    kernel = str(node.get("kernel") or sysfs_tree.KERNEL_RELEASE)
+    conf = {"loader": loader, "kernel": kernel, "esp_uuid": "1A2B-3C4D"}
+    files = {
+        "/etc/gpulab-sim/node.json": json.dumps(conf, indent=1) + "\n",
+        "/etc/default/grub": DEBIAN_DEFAULT_GRUB,
+        "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        "/etc/modules": DEBIAN_MODULES,
+        **_standin_files(NODE_COMMANDS),
+    }
+    if loader == "systemd-boot":
+        # the installer's line has a trailing space when it got no extra arguments
+        files["/etc/kernel/cmdline"] = REFERENCE_KERNEL_CMDLINE + " \n"
+        files["/etc/kernel/proxmox-boot-uuids"] = conf["esp_uuid"] + "\n"
+        files["/etc/default/grub.d/zfs.cfg"] = (
+            'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX root=ZFS=rpool/ROOT/pve-1 boot=zfs"\n'
+        )
+    state = hdir / "state"
+    view, real_sys = state / "view", state / "realsys"
+    real_sys.mkdir(parents=True, exist_ok=True)
+    views = [
+        (str(view / "sys"), "/sys"),
+        (str(real_sys / "class" / "net"), "/sys/class/net"),
+        (str(real_sys / "devices" / "virtual"), "/sys/devices/virtual"),
+        (str(view / "proc" / "cmdline"), "/proc/cmdline"),
+        (str(view / "proc" / "modules"), "/proc/modules"),
+        (str(view / "proc" / "sys" / "kernel" / "osrelease"), "/proc/sys/kernel/osrelease"),
+        (str(view / "lib" / "modules"), "/lib/modules"),
+    ]
+    hook = [sys.executable, "-m", "gpulab.labsim.net.node", str(view), json.dumps(_sysfs_options(node))]
+    return {"files": files, "init": {"boot_hook": hook, "views": views, "real_sys": str(real_sys)}}
+
+
+def _sysfs_options(node: dict[str, Any]) -> dict[str, Any]:
+    lab = node.get("lab") or {}
+    return {"iommu": bool(lab.get("iommu", True)), "share_group_with": lab.get("share_group_with")}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _modprobe_d(directory: Path) -> dict[str, str]:
+    if not directory.is_dir():
+        return {}
+    return {
+        p.name: p.read_text() for p in sorted(directory.iterdir()) if p.name.endswith(".conf") and p.is_file()
+    }
+
+
+def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """One simulated boot of the node whose merged root is ``root``: decide its state, write ``view``."""
+    sim = root / standin.SIM.lstrip("/")
+    conf = json.loads(_read(root / standin.NODE_CONF.lstrip("/")) or "{}")
+    kernel = conf.get("kernel", sysfs_tree.KERNEL_RELEASE)
+    cmdline = (_read(sim / "boot" / "cmdline") or "").strip()
+    if not cmdline:
+        # first boot: what the installer left in the boot loader
+        line = (_read(root / "etc/kernel/cmdline") or REFERENCE_KERNEL_CMDLINE).splitlines()[0].strip()
+        if conf.get("loader") == "grub":
+            cmdline = f"BOOT_IMAGE=/boot/vmlinuz-{kernel} root=/dev/mapper/pve-root ro quiet"
+        else:
+            cmdline = f"initrd=\\EFI\\proxmox\\{kernel}\\initrd.img-{kernel} {line}"
+        (sim / "boot").mkdir(parents=True, exist_ok=True)
+        (sim / "boot" / "cmdline").write_text(cmdline + "\n")
+    initramfs = sim / "initramfs"
+    if not initramfs.is_dir():
+        # first boot: the initramfs the installer built from the files it installed
+        (initramfs / "modprobe.d").mkdir(parents=True)
+        for name, text in _modprobe_d(root / "etc/modprobe.d").items():
+            (initramfs / "modprobe.d" / name).write_text(text)
+    modprobe_d = _modprobe_d(initramfs / "modprobe.d")
+    modules_load = _read(root / "etc/modules") or ""
+    mld = root / "etc/modules-load.d"
+    if mld.is_dir():
+        modules_load += "".join(p.read_text() for p in sorted(mld.glob("*.conf")) if p.is_file())
+    state = sysfs_tree.boot_state(cmdline, modprobe_d, modules_load)
+    sysfs_tree.materialise(
+        view,
+        state,
+        iommu=options.get("iommu", True),
+        share_group_with=options.get("share_group_with"),
+        cmdline=cmdline,
+    )
+    result = {"boot": int(os.environ.get("GPULAB_BOOT", "0")), "state": state, "cmdline": cmdline}
+    (sim / "boot" / "last-boot.json").write_text(json.dumps(result) + "\n")
+    return result
+
+
+def main(argv: list[str]) -> int:
+    root = Path(os.environ["GPULAB_HOST_ROOT"])
+    boot(root, Path(argv[1]), json.loads(argv[2]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,225 @@
+#!/usr/bin/python3
+"""Stand-ins for commands a lab host cannot really run: reboot, shutdown, boot-loader and initramfs tools.
+
+Installed into a lab host as ``/usr/local/lib/gpulab/standin.py`` with one small wrapper per command
+name (``/usr/sbin/reboot`` runs ``standin.py reboot "$@"``). Standard library only (it runs with the
+host's ``/usr/bin/python3``). Every call is appended to ``/var/log/gpulab-standins.log`` as a JSON
+line (time, command, arguments, exit code), so tests and the lab can see what a playbook asked for.
+
+Boot-loader state (what the next boot uses) lives in ``/var/lib/gpulab-sim/``:
+
+* ``boot/cmdline``: the command line the boot loader passes, written by ``proxmox-boot-tool refresh``
+  (systemd-boot: ``initrd=\\EFI\\proxmox\\<kver>\\initrd.img-<kver>`` + the first line of
+  ``/etc/kernel/cmdline``) or by ``update-grub`` on a plain GRUB host (``BOOT_IMAGE=... root=... ro``
+  + ``GRUB_CMDLINE_LINUX`` + ``GRUB_CMDLINE_LINUX_DEFAULT`` as ``/etc/default/grub`` and its ``.d``
+  snippets set them);
+* ``initramfs/``: the ``/etc/modprobe.d`` and ``/etc/modules`` copies ``update-initramfs`` packed.
+
+The lab's node host reads these at each (simulated) boot. Messages follow the real tools' wording
+(shared/reference/pve-host.md, samples/pve-boot.txt).
+"""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+LOG = "/var/log/gpulab-standins.log"
+SIM = "/var/lib/gpulab-sim"
+NODE_CONF = "/etc/gpulab-sim/node.json"
+RUN = "/run/gpulab"
+
+
+def node_conf():
+    try:
+        with open(NODE_CONF) as f:
+            return json.load(f)
+    except OSError:
+        return {"loader": "none", "kernel": os.uname().release}
+
+
+def log_call(cmd, argv, rc):
+    os.makedirs(os.path.dirname(LOG), exist_ok=True)
+    with open(LOG, "a") as f:
+        f.write(json.dumps({"time": time.time(), "command": cmd, "argv": argv, "rc": rc}) + "\n")
+
+
+def err(msg):
+    print(msg, file=sys.stderr)
+
+
+def request(what):
+    os.makedirs(RUN, exist_ok=True)
+    with open(os.path.join(RUN, what), "w") as f:
+        f.write(f"{time.time()}\n")
+
+
+# --- power ------------------------------------------------------------------------------------------------
+
+
+def cmd_reboot(argv):
+    request("poweroff" if ("-p" in argv or "--poweroff" in argv) else "reboot")
+    return 0
+
+
+def cmd_poweroff(argv):
+    request("poweroff")
+    return 0
+
+
+def cmd_shutdown(argv):
+    if "-c" in argv:
+        return 0
+    words = [a for a in argv if not a.startswith("-")]
+    when = words[0] if words else "+1"
+    if "-r" in argv or "--reboot" in argv:
+        request("reboot")
+        what = "Reboot"
+    else:
+        request("poweroff")
+        what = "Shutdown"
+    if when not in ("now", "0", "+0"):
+        err(f"{what} scheduled, use 'shutdown -c' to cancel.")
+    return 0
+
+
+# --- boot loader ------------------------------------------------------------------------------------------
+
+
+def kernel_cmdline_line():
+    try:
+        with open("/etc/kernel/cmdline") as f:
+            return f.readline().strip()
+    except OSError:
+        return None
+
+
+def grub_cmdline(conf):
+    script = (
+        "GRUB_CMDLINE_LINUX=; GRUB_CMDLINE_LINUX_DEFAULT=; . /etc/default/grub; "
+        'for f in /etc/default/grub.d/*.cfg; do [ -e "$f" ] && . "$f"; done; '
+        'printf "%s\\n%s\\n" "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT"'
+    )
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.split("\n")
+    linux, default = [*out, "", ""][:2]
+    root = conf.get("grub_root", "root=/dev/mapper/pve-root ro")
+    return " ".join(f"BOOT_IMAGE=/boot/vmlinuz-{conf['kernel']} {root} {linux} {default}".split())
+
+
+def write_boot_cmdline(line):
+    os.makedirs(f"{SIM}/boot", exist_ok=True)
+    with open(f"{SIM}/boot/cmdline", "w") as f:
+        f.write(line + "\n")
+
+
+def pbt_refresh(conf):
+    if not os.path.exists("/etc/kernel/proxmox-boot-uuids"):
+        print("No /etc/kernel/proxmox-boot-uuids found, skipping ESP sync.")
+        return 0
+    line = kernel_cmdline_line()
+    if line is not None and "root=" not in line:
+        err("No root= parameter in /etc/kernel/cmdline found!")
+        return 1
+    kver = conf["kernel"]
+    err("Running hook script 'proxmox-auto-removal'..")
+    err("Running hook script 'zz-proxmox-boot'..")
+    err("Re-executing '/etc/kernel/postinst.d/zz-proxmox-boot' in new private mount namespace..")
+    err(f"Copying and configuring kernels on /dev/disk/by-uuid/{conf.get('esp_uuid', '1A2B-3C4D')}")
+    if conf["loader"] == "systemd-boot":
+        err(f"\tCopying kernel and creating boot-entry for {kver}")
+        write_boot_cmdline(f"initrd=\\EFI\\proxmox\\{kver}\\initrd.img-{kver} {line or ''}".rstrip())
+    else:
+        err(f"\tCopying kernel {kver}")
+        write_boot_cmdline(grub_cmdline(conf))
+    return 0
+
+
+def cmd_proxmox_boot_tool(argv):
+    conf = node_conf()
+    sub = argv[0] if argv else ""
+    if sub == "refresh":
+        return pbt_refresh(conf)
+    if sub == "status":
+        if not os.path.exists("/etc/kernel/proxmox-boot-uuids"):
+            if "--quiet" not in argv:
+                err("E: /etc/kernel/proxmox-boot-uuids does not exist.")
+            return 2
+        if "--quiet" in argv:
+            return 0
+        print("Re-executing '/usr/sbin/proxmox-boot-tool' in new private mount namespace..")
+        print("System currently booted with uefi")
+        kind = "uefi" if conf["loader"] == "systemd-boot" else "grub"
+        print(f"{conf.get('esp_uuid', '1A2B-3C4D')} is configured with: {kind} (versions: {conf['kernel']})")
+        return 0
+    if sub in ("kernel", "init", "format", "clean", "reinit"):
+        return 0
+    err("USAGE: /usr/sbin/proxmox-boot-tool <commands> [ARGS]")
+    return 1
+
+
+def cmd_update_grub(argv):
+    conf = node_conf()
+    if os.path.exists("/etc/kernel/proxmox-boot-uuids"):
+        err("W: This system is booted via proxmox-boot-tool:")
+        err("W: Executing 'update-grub' directly does not update the correct configs!")
+        err("W: Running: 'proxmox-boot-tool refresh'")
+        return pbt_refresh(conf)
+    err("Generating grub configuration file ...")
+    err(f"Found linux image: /boot/vmlinuz-{conf['kernel']}")
+    err(f"Found initrd image: /boot/initrd.img-{conf['kernel']}")
+    write_boot_cmdline(grub_cmdline(conf))
+    err("done")
+    return 0
+
+
+def cmd_update_initramfs(argv):
+    conf = node_conf()
+    if not any(a in argv for a in ("-u", "-c", "-d")):
+        err("Usage: update-initramfs {-c|-d|-u} [-k version] [-v] [-b directory]")
+        return 1
+    if "-d" in argv:
+        return 0
+    dest = f"{SIM}/initramfs"
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(f"{dest}/modprobe.d")
+    if os.path.isdir("/etc/modprobe.d"):
+        for name in sorted(os.listdir("/etc/modprobe.d")):
+            src = os.path.join("/etc/modprobe.d", name)
+            if name.endswith(".conf") and os.path.isfile(src):
+                shutil.copyfile(src, os.path.join(dest, "modprobe.d", name))
+    if os.path.isfile("/etc/modules"):
+        shutil.copyfile("/etc/modules", f"{dest}/modules")
+    print(f"update-initramfs: Generating /boot/initrd.img-{conf['kernel']}")
+    if os.path.exists("/etc/kernel/proxmox-boot-uuids") and not os.environ.get("INITRAMFS_TOOLS_KERNEL_HOOK"):
+        return pbt_refresh(conf)
+    return 0
+
+
+COMMANDS = {
+    "reboot": cmd_reboot,
+    "poweroff": cmd_poweroff,
+    "halt": cmd_poweroff,
+    "shutdown": cmd_shutdown,
+    "proxmox-boot-tool": cmd_proxmox_boot_tool,
+    "update-grub": cmd_update_grub,
+    "update-initramfs": cmd_update_initramfs,
+}
+
+
+def main(argv):
+    cmd, args = argv[1], argv[2:]
+    rc = COMMANDS[cmd](args)
+    log_call(cmd, args, rc)
+    return rc
+
+
+def wrapper(cmd):
+    """The /usr/sbin/<cmd> script that runs this stand-in."""
+    return f'#!/bin/sh\nexec /usr/bin/python3 /usr/local/lib/gpulab/standin.py {shlex.quote(cmd)} "$@"\n'
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,1054 @@
+"""The lab's real hosts: a private network with sshd hosts, a real DHCP router, VMs that boot.
+
+Run as root, :func:`up` builds, on this machine but apart from it:
+
+* a lab bridge with a private range that overlaps nothing the machine already routes (chosen
+  at ``up`` time, or the fixture's ``network.subnet``, refused when it overlaps), the machine's
+  side of the lab at the range's last address, and a blackhole route for the range (higher
+  metric than the bridge's own route) so that, while the lab exists, traffic to its range can
+  never leave through another interface;
+* the router host: a network namespace running real dnsmasq (default) or Kea (fixture
+  ``network.router: kea``) on the lab side only, handing out the fixture's pool;
+* the Proxmox node host: its own namespace, address, copy-on-write root (its writes land in its
+  own upper directory), hostname, sshd and the node files stage "host" works on (see
+  :mod:`gpulab.labsim.net.node`).
+
+:func:`make_hooks` gives the PVE simulator hooks that turn a started VM into such a host, with
+the MAC of its net0, an address from the router's DHCP, the cloud-init user and keys, and a
+guest-agent answer from the address it really holds.
+
+Everything made is named ``gl<3 hex digits of the state directory's hash>...`` and recorded
+(before it is made) in ``<state_dir>/net/record.json``; :func:`down` removes exactly that, also
+after a crash, and is idempotent. Hosts have no default route; every listener is bound to a lab
+address (sshd on the host's address, Kea's control agent on the router's) or lives inside a lab
+namespace (dnsmasq's DHCP socket).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from gpulab.labsim.hooks import VmHooks, net0_mac
+from gpulab.labsim.net import addressing
+from gpulab.labsim.net.addressing import SubnetConflict
+
+__all__ = ["LabNetError", "SubnetConflict", "down", "make_hooks", "status", "up"]
+
+PREFIX = "gl"
+BLACKHOLE_METRIC = 4242
+NET_DIR = "net"
+HOST_TIMEOUT_S = 30.0
+NET_PACKAGE = Path(__file__).resolve().parent / "net"
+
+#: tools the lab needs, with the Debian package that has them
+TOOLS = {
+    "ip": "iproute2",
+    "unshare": "util-linux",
+    "sshd": "openssh-server",
+    "ssh-keygen": "openssh-client",
+    "dhclient": "isc-dhcp-client",
+}
+ROUTER_TOOLS = {
+    "dnsmasq": {"dnsmasq": "dnsmasq-base"},
+    "kea": {"kea-dhcp4": "kea-dhcp4-server", "kea-ctrl-agent": "kea-ctrl-agent"},
+}
+
+_thread_lock = threading.RLock()
+
+
+class LabNetError(RuntimeError):
+    """The lab network cannot be brought up or down; the message says why and what to do."""
+
+
+# --- small helpers --------------------------------------------------------------------------------------
+
+
+def lab_id(state_dir: Path) -> str:
+    """The short unique prefix of every object this lab makes (``gl`` + 3 hex digits)."""
+    digest = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()
+    return f"{PREFIX}{digest[:3]}"
+
+
+def _run(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    res = subprocess.run(list(args), capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise LabNetError(f"`{' '.join(args)}` failed (exit {res.returncode}): {res.stderr.strip()}")
+    return res
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return _run("ip", *args, check=check)
+
+
+def _link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+def _netns_list() -> list[str]:
+    res = _ip("-j", "netns", "list", check=False)
+    try:
+        return [n["name"] for n in json.loads(res.stdout or "[]")]
+    except json.JSONDecodeError:
+        return []
+
+
+def _proc_start(pid: int) -> str | None:
+    """The start time of a process (field 22 of /proc/PID/stat): with the pid, its identity."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _alive(proc: dict[str, Any]) -> bool:
+    start = _proc_start(int(proc["pid"]))
+    if start != proc.get("start"):
+        return False
+    # a zombie (exited, not yet reaped by its parent) is not alive
+    with contextlib.suppress(OSError):
+        state = Path(f"/proc/{proc['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return False
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _disable_ipv6(link: str, netns: str | None = None) -> None:
+    if netns:
+        _run("ip", "netns", "exec", netns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", check=False)
+        _run(
+            "ip", "netns", "exec", netns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1", check=False
+        )
+        return
+    with contextlib.suppress(OSError):
+        Path(f"/proc/sys/net/ipv6/conf/{link}/disable_ipv6").write_text("1")
+
+
+# --- the state directory ----------------------------------------------------------------------------------
+
+
+class Lab:
+    """Paths and the record of one lab's objects, with a lock shared by threads and processes."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = Path(state_dir).resolve()
+        self.dir = self.state_dir / NET_DIR
+        self.id = lab_id(self.state_dir)
+        self.record_file = self.dir / "record.json"
+        self.facts_file = self.dir / "facts.json"
+        self.ssh_dir = self.dir / "ssh"
+        self.hosts_dir = self.dir / "hosts"
+        self.router_dir = self.dir / "router"
+        self.cp_dir = self.dir / "cp"
+        self.bridge = f"{self.id}br"
+
+    @contextlib.contextmanager
+    def locked(self):
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with _thread_lock, open(self.dir / ".lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def load(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.record_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def save(self, rec: dict[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        _write_json(self.record_file, rec)
+
+    def note(self, kind: str, value: Any) -> None:
+        """Record an object before it is made (so a crash half way still leaves it findable)."""
+        with self.locked():
+            rec = self.load() or self.new_record()
+            items = rec.setdefault(kind, [])
+            if value not in items:
+                items.append(value)
+            self.save(rec)
+
+    def forget(self, kind: str, value: Any) -> None:
+        with self.locked():
+            rec = self.load()
+            if rec and value in rec.get(kind, []):
+                rec[kind].remove(value)
+                self.save(rec)
+
+    def set_proc(self, key: str, pid: int) -> None:
+        with self.locked():
+            rec = self.load() or self.new_record()
+            rec.setdefault("procs", {})[key] = {"pid": pid, "start": _proc_start(pid)}
+            self.save(rec)
+
+    def drop_proc(self, key: str) -> None:
+        with self.locked():
+            rec = self.load()
+            if rec and key in rec.get("procs", {}):
+                del rec["procs"][key]
+                self.save(rec)
+
+    def new_record(self) -> dict[str, Any]:
+        return {"lab_id": self.id, "state": "starting", "netns": [], "links": [], "routes": [], "procs": {}}
+
+    def facts(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.facts_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+
+# --- network pieces -------------------------------------------------------------------------------------
+
+
+def _make_bridge(lab: Lab, address: str) -> None:
+    lab.note("links", lab.bridge)
+    _ip("link", "add", "name", lab.bridge, "type", "bridge")
+    _disable_ipv6(lab.bridge)
+    _ip("addr", "add", address, "dev", lab.bridge)
+    _ip("link", "set", lab.bridge, "up")
+
+
+def _add_blackhole(lab: Lab, subnet: str) -> None:
+    route = {"type": "blackhole", "dst": subnet, "metric": BLACKHOLE_METRIC}
+    lab.note("routes", route)
+    _ip("route", "add", "blackhole", subnet, "metric", str(BLACKHOLE_METRIC))
+
+
+def _make_netns(lab: Lab, tag: str, iface: str, mac: str | None, address: str | None) -> tuple[str, str]:
+    """A namespace with a veth whose far end (``iface``) is inside and whose near end is on the bridge."""
+    ns, veth = f"{lab.id}-{tag}", f"{lab.id}{tag}"
+    lab.note("netns", ns)
+    lab.note("links", veth)
+    if ns in _netns_list():  # remains of an earlier incarnation of this host (a stop that failed half way)
+        _ip("link", "del", veth, check=False)
+        _ip("netns", "del", ns, check=False)
+    _ip("netns", "add", ns)
+    peer = ["peer", "name", iface, "netns", ns]
+    if mac:
+        peer += ["address", mac]
+    _ip("link", "add", veth, "type", "veth", *peer)
+    _disable_ipv6(veth)
+    _ip("link", "set", veth, "master", lab.bridge, "up")
+    _disable_ipv6(iface, netns=ns)
+    _ip("-n", ns, "link", "set", "lo", "up")
+    if address:
+        _ip("-n", ns, "addr", "add", address, "dev", iface)
+        # a neighbour entry from an earlier host on this address stalls new connections for seconds
+        _ip("neigh", "flush", "to", address.split("/")[0], "dev", lab.bridge, check=False)
+    else:
+        _ip("neigh", "flush", "dev", lab.bridge, check=False)
+    _ip("-n", ns, "link", "set", iface, "up")
+    return ns, veth
+
+
+def _remove_netns(lab: Lab, ns: str, veth: str | None) -> None:
+    """Wait until no process is left in the namespace, then delete the veth and the namespace."""
+    deadline = time.monotonic() + 5
+    while ns in _netns_list() and time.monotonic() < deadline:
+        if not _ip("netns", "pids", ns, check=False).stdout.strip():
+            break
+        time.sleep(0.05)
+    if veth and _link_exists(veth):
+        _ip("link", "del", veth, check=False)
+    if ns in _netns_list():
+        _ip("netns", "del", ns, check=False)
+    lab.forget("netns", ns)
+    if veth:
+        lab.forget("links", veth)
+
+
+def _kill_proc(proc: dict[str, Any]) -> None:
+    """SIGKILL a recorded process, only if it is still the process that was recorded."""
+    if not proc or not _alive(proc):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(int(proc["pid"]), signal.SIGKILL)
+    deadline = time.monotonic() + 3
+    while _alive(proc) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(int(proc["pid"]), os.WNOHANG)
+        time.sleep(0.02)
+
+
+# --- ssh material ---------------------------------------------------------------------------------------
+
+
+def _host_pattern(subnet: ipaddress.IPv4Network) -> str:
+    """A known_hosts pattern that matches the lab's addresses only."""
+    octets = str(subnet.network_address).split(".")
+    keep = max(1, min(3, subnet.prefixlen // 8))
+    if subnet.prefixlen % 8 == 0:
+        return ".".join(octets[:keep] + ["*"] * (4 - keep))
+    return ",".join(str(a) for a in subnet.hosts())
+
+
+def _ensure_ssh(lab: Lab, subnet: ipaddress.IPv4Network) -> None:
+    lab.ssh_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(lab.ssh_dir, 0o700)
+    key = lab.ssh_dir / "id_ed25519"
+    if not key.exists():
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpulab-lab", "-f", str(key))
+    _write_known_hosts(lab, subnet)
+    lab.cp_dir.mkdir(exist_ok=True)
+
+
+def _write_known_hosts(lab: Lab, subnet: ipaddress.IPv4Network) -> None:
+    """One line per lab host key, each valid for the lab's addresses only.
+
+    A VM's address comes from DHCP and may change (a new reservation): with the lab-range pattern
+    the line stays true, and no address outside the lab accepts these keys.
+    """
+    pattern = _host_pattern(subnet)
+    lines = []
+    for pub in sorted(lab.hosts_dir.glob("*/upper/etc/ssh/gpulab_host_ed25519_key.pub")):
+        keytype, blob = pub.read_text().split()[:2]
+        lines.append(f"{pattern} {keytype} {blob} {pub.parts[-5]}@gpulab-lab\n")
+    _write_text_atomic(lab.ssh_dir / "known_hosts", "".join(lines))
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _host_key(lab: Lab, hdir: Path, name: str, subnet: ipaddress.IPv4Network) -> None:
+    """The host's own ed25519 key (first boot only), listed in the lab's known_hosts."""
+    ssh_etc = hdir / "upper" / "etc" / "ssh"
+    ssh_etc.mkdir(parents=True, exist_ok=True)
+    key = ssh_etc / "gpulab_host_ed25519_key"
+    if not key.exists():
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{name}@gpulab-lab", "-f", str(key))
+    with lab.locked():
+        _write_known_hosts(lab, subnet)
+
+
+# --- hosts ----------------------------------------------------------------------------------------------
+
+
+def _start_host(
+    lab: Lab,
+    facts: dict[str, Any],
+    *,
+    name: str,
+    hostname: str,
+    tag: str,
+    iface: str,
+    mac: str | None,
+    address: str | None,
+    users: list[dict[str, Any]],
+    files: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Start one host (node or VM) and wait until its sshd answers; return its status."""
+    subnet = ipaddress.ip_network(facts["subnet"])
+    hdir = lab.hosts_dir / name
+    for sub in ("upper", "work", "root", "state"):
+        (hdir / sub).mkdir(parents=True, exist_ok=True)
+    state = hdir / "state"
+    for stale in ("status.json", "sshd.log"):
+        (state / stale).unlink(missing_ok=True)
+    upper = hdir / "upper"
+    first_boot = not (upper / "etc" / "gpulab-lab-host").exists()
+    if first_boot:
+        _write_first_boot_files(upper, hostname, address, files or {})
+    _host_key(lab, hdir, name, subnet)
+    ns, veth = _make_netns(lab, tag, iface, mac, f"{address}/{subnet.prefixlen}" if address else None)
+    cfg = {
+        "name": hostname,
+        "root": str(hdir / "root"),
+        "upper": str(upper),
+        "work": str(hdir / "work"),
+        "lower": "/",
+        "state": str(state),
+        "iface": iface,
+        "address": address,
+        "dhcp": {"hook": "/usr/local/sbin/gpulab-dhcp-hook", "timeout": 20},
+        "users": users,
+        "host_key": "/etc/ssh/gpulab_host_ed25519_key",
+        "sshd_config": "/etc/ssh/gpulab_sshd_config",
+        **(extra or {}),
+    }
+    cfg_file = state / "init.json"
+    _write_json(cfg_file, cfg)
+    console = open(state / "console.log", "ab")  # noqa: SIM115 - handed to the child
+    try:
+        unshare = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--kill-child",
+        ]
+        proc = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                *unshare,
+                "--",
+                sys.executable,
+                str(NET_PACKAGE / "hostinit.py"),
+                str(cfg_file),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=console,
+            start_new_session=True,
+        )
+    finally:
+        console.close()
+    lab.set_proc(f"host:{name}", proc.pid)
+    deadline = time.monotonic() + HOST_TIMEOUT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            st = json.loads((state / "status.json").read_text())
+            if st.get("error"):
+                raise LabNetError(
+                    f"lab host {name} did not boot: {st['error']} (see {state / 'console.log'})"
+                )
+            if st.get("address"):
+                st.update(netns=ns, link=veth, name=name)
+                return st
+        if proc.poll() is not None:
+            tail = (state / "console.log").read_text(errors="replace")[-800:]
+            raise LabNetError(f"lab host {name} stopped while booting (exit {proc.returncode}): {tail}")
+        time.sleep(0.03)
+    raise LabNetError(
+        f"lab host {name} was not up after {HOST_TIMEOUT_S:.0f} s (see {state / 'console.log'})"
+    )
+
+
+def _write_first_boot_files(upper: Path, hostname: str, address: str | None, files: dict[str, str]) -> None:
+    """Files a host has from its "installation": written into its upper directory before it first runs."""
+    etc = upper / "etc"
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "hostname").write_text(f"{hostname}\n")
+    hosts = (
+        f"127.0.0.1 localhost\n127.0.1.1 {hostname}\n"
+        if not address
+        else f"127.0.0.1 localhost\n{address} {hostname}\n"
+    )
+    (etc / "hosts").write_text(hosts)
+    hook = upper / "usr" / "local" / "sbin" / "gpulab-dhcp-hook"
+    hook.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(NET_PACKAGE / "dhcp-hook.sh", hook)
+    hook.chmod(0o755)
+    for path, content in files.items():
+        dest = upper / path.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(content)
+        if path.startswith(("/usr/sbin/", "/usr/bin/", "/usr/local/")):
+            dest.chmod(0o755)
+    (etc / "gpulab-lab-host").write_text(
+        "this host is part of a gpulab lab; its files live in its upper dir\n"
+    )
+
+
+def _stop_host(lab: Lab, name: str) -> None:
+    rec = lab.load() or {}
+    proc = rec.get("procs", {}).get(f"host:{name}")
+    _kill_proc(proc)
+    lab.drop_proc(f"host:{name}")
+    tag = _tag_of(name)
+    _remove_netns(lab, f"{lab.id}-{tag}", f"{lab.id}{tag}")
+
+
+def _tag_of(name: str) -> str:
+    """Short tag of a host in link and namespace names: node0 -> n0, vm100 -> v100, router -> r."""
+    if name.startswith("vm"):
+        return "v" + name[2:]
+    if name.startswith("node"):
+        return "n" + name[4:]
+    return name[0]
+
+
+def _close_ssh_masters(lab: Lab) -> None:
+    """Close ssh ControlMaster connections into the lab, so none outlives a host (see the testenv notes)."""
+    if not lab.cp_dir.is_dir():
+        return
+    for sock in lab.cp_dir.iterdir():
+        if sock.is_socket():
+            subprocess.run(
+                ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "lab"],
+                capture_output=True,
+                timeout=5,
+                check=False,
+            )
+
+
+# --- router ---------------------------------------------------------------------------------------------
+
+
+def _router_settings(fixture: dict[str, Any], subnet: ipaddress.IPv4Network) -> dict[str, Any]:
+    """The router address, DHCP pool and kind inside the lab's range (fixture values keep their host part)."""
+    net = fixture.get("network") or {}
+    hosts = list(subnet.hosts())
+    router = net.get("router_address", "auto")
+    router_ip = hosts[0] if router in (None, "auto") else addressing.translate(router, subnet)
+    pool = net.get("pool", "auto")
+    if pool in (None, "auto"):
+        first, last = hosts[min(99, len(hosts) - 2)], hosts[-1]
+    else:
+        a, b = (p.strip() for p in str(pool).split("-", 1))
+        first, last = addressing.translate(a, subnet), addressing.translate(b, subnet)
+    kind = str(net.get("router") or "dnsmasq")
+    return {
+        "kind": kind,
+        "server": "kea" if kind == "kea" else "dnsmasq",
+        "address": router_ip,
+        "pool_first": first,
+        "pool_last": last,
+    }
+
+
+def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: list) -> dict[str, Any]:
+    subnet = ipaddress.ip_network(facts["subnet"])
+    address = str(rs["address"])
+    ns, _veth = _make_netns(lab, "r", "lan0", "02:00:00:00:00:01", f"{address}/{subnet.prefixlen}")
+    rdir = lab.router_dir
+    rdir.mkdir(parents=True, exist_ok=True)
+    ranges = addressing.pool_ranges(rs["pool_first"], rs["pool_last"], static)
+    if not ranges:
+        raise LabNetError(f"the DHCP pool {rs['pool_first']}-{rs['pool_last']} holds no free address")
+    info: dict[str, Any] = {
+        "kind": rs["kind"],
+        "server": rs["server"],
+        "address": address,
+        "netns": ns,
+        "pool": f"{rs['pool_first']}-{rs['pool_last']}",
+        "pool_ranges": [f"{a}-{b}" for a, b in ranges],
+        "log_file": str(rdir / ("kea-dhcp4.log" if rs["server"] == "kea" else "dnsmasq.log")),
+    }
+    if rs["server"] == "kea":
+        info.update(_start_kea(lab, ns, rdir, subnet, address, ranges))
+    else:
+        info.update(_start_dnsmasq(lab, ns, rdir, subnet, ranges))
+    return info
+
+
+def _spawn(lab: Lab, key: str, ns: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> int:
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=fh,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    lab.set_proc(key, proc.pid)
+    return proc.pid
+
+
+def _start_dnsmasq(lab, ns, rdir: Path, subnet, ranges) -> dict[str, Any]:
+    hosts_file = rdir / "dhcp-hosts"
+    hosts_dir = rdir / "dhcp-hosts.d"
+    hosts_dir.mkdir(exist_ok=True)
+    hosts_file.touch()
+    leases = rdir / "dnsmasq.leases"
+    leases.touch()
+    pid_file = rdir / "dnsmasq.pid"
+    argv = [
+        "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--user=root", "--group=root",
+        "--port=0",  # no DNS: DHCP only
+        "--interface=lan0", "--except-interface=lo", "--bind-interfaces", "--dhcp-authoritative",
+        f"--dhcp-hostsfile={hosts_file}", f"--dhcp-hostsdir={hosts_dir}", f"--dhcp-leasefile={leases}",
+        "--no-ping",  # answer at once (no ICMP probe of the offered address)
+        "--dhcp-option=3", "--dhcp-option=6",  # no gateway, no DNS server: nothing leaves the lab
+        "--log-dhcp", f"--log-facility={rdir / 'dnsmasq.log'}", f"--pid-file={pid_file}",
+    ]  # fmt: skip
+    argv += [f"--dhcp-range={a},{b},{subnet.netmask},1h" for a, b in ranges]
+    pid = _spawn(lab, "router:dnsmasq", ns, argv, rdir / "dnsmasq.console.log")
+    deadline = time.monotonic() + 5
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return {
+        "hosts_file": str(hosts_file),
+        "hosts_dir": str(hosts_dir),
+        "leases_file": str(leases),
+        "pid_file": str(pid_file),
+        "pid": pid,
+    }
+
+
+KEA_CTRL_PORT = 8000
+
+
+def _short_socket_dir(lab: Lab, rdir: Path) -> Path:
+    """Unix socket paths are limited to 107 bytes: fall back to a recorded dir under /run when needed."""
+    if len(str(rdir / "kea4-ctrl.sock")) < 100:
+        return rdir
+    alt = Path("/run") / f"gpulab-{lab.id}"
+    lab.note("dirs", str(alt))
+    alt.mkdir(mode=0o700, exist_ok=True)
+    return alt
+
+
+def _start_kea(lab, ns, rdir: Path, subnet, address: str, ranges) -> dict[str, Any]:
+    sock_dir = _short_socket_dir(lab, rdir)
+    sock = sock_dir / "kea4-ctrl.sock"
+    leases = rdir / "kea-leases4.csv"
+    dhcp4 = {
+        "Dhcp4": {
+            "interfaces-config": {"interfaces": ["lan0"], "dhcp-socket-type": "raw"},
+            "control-socket": {"socket-type": "unix", "socket-name": str(sock)},
+            "lease-database": {"type": "memfile", "persist": True, "name": str(leases), "lfc-interval": 0},
+            "valid-lifetime": 3600,
+            "renew-timer": 1800,
+            "rebind-timer": 3000,
+            "authoritative": True,
+            "host-reservation-identifiers": ["hw-address"],
+            "subnet4": [
+                {
+                    "id": 1,
+                    "subnet": str(subnet),
+                    "pools": [{"pool": f"{a} - {b}"} for a, b in ranges],
+                    "reservations": [],
+                }
+            ],
+            "loggers": [
+                {
+                    "name": "kea-dhcp4",
+                    "output_options": [{"output": str(rdir / "kea-dhcp4.log")}],
+                    "severity": "INFO",
+                }
+            ],
+        }
+    }
+    ctrl = {
+        "Control-agent": {
+            "http-host": address,
+            "http-port": KEA_CTRL_PORT,
+            "control-sockets": {"dhcp4": {"socket-type": "unix", "socket-name": str(sock)}},
+            "loggers": [
+                {
+                    "name": "kea-ctrl-agent",
+                    "output_options": [{"output": str(rdir / "kea-ctrl-agent.log")}],
+                    "severity": "INFO",
+                }
+            ],
+        }
+    }
+    dhcp4_conf, ctrl_conf = rdir / "kea-dhcp4.conf", rdir / "kea-ctrl-agent.conf"
+    if not dhcp4_conf.exists():  # keep reservations written with config-write across restarts
+        _write_json(dhcp4_conf, dhcp4)
+    _write_json(ctrl_conf, ctrl)
+    env = {"KEA_PIDFILE_DIR": str(rdir), "KEA_LOCKFILE_DIR": str(rdir)}
+    pid = _spawn(
+        lab, "router:kea-dhcp4", ns, ["kea-dhcp4", "-c", str(dhcp4_conf)], rdir / "kea.console.log", env
+    )
+    deadline = time.monotonic() + 10
+    while not sock.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _spawn(
+        lab,
+        "router:kea-ctrl-agent",
+        ns,
+        ["kea-ctrl-agent", "-c", str(ctrl_conf)],
+        rdir / "kea.console.log",
+        env,
+    )
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex((address, KEA_CTRL_PORT)) == 0:
+                break
+        time.sleep(0.05)
+    else:
+        raise LabNetError(f"Kea's control agent did not listen on {address}:{KEA_CTRL_PORT} (see {rdir})")
+    return {
+        "control_agent_url": f"http://{address}:{KEA_CTRL_PORT}/",
+        "config_file": str(dhcp4_conf),
+        "leases_file": str(leases),
+        "control_socket": str(sock),
+        "pid": pid,
+    }
+
+
+# --- up / down / status ---------------------------------------------------------------------------------
+
+
+def _skipped(reason: str) -> dict[str, Any]:
+    return {
+        "network": "skipped",
+        "skipped": [
+            {"what": "lab bridge, private range and blackhole route", "why": reason},
+            {"what": "router host with a real DHCP server (dnsmasq or Kea)", "why": reason},
+            {"what": "Proxmox node host (own address, files and sshd)", "why": reason},
+            {
+                "what": "VM hosts (sshd, DHCP lease, cloud-init user); the guest agent answers from the pool",
+                "why": reason,
+            },
+        ],
+        "note": "nothing in this machine's network was changed; the API-only stages work as before",
+    }
+
+
+def _missing_tools(server: str) -> list[str]:
+    need = {**TOOLS, **ROUTER_TOOLS.get(server, {})}
+    return [f"{tool} (apt package {pkg})" for tool, pkg in need.items() if not shutil.which(tool)]
+
+
+def _health(lab: Lab, rec: dict[str, Any]) -> list[str]:
+    """What of a recorded lab is missing or dead (empty: the lab runs)."""
+    problems = []
+    if rec.get("state") != "up":
+        problems.append(f"a start that did not finish (state {rec.get('state')!r})")
+    if not _link_exists(lab.bridge):
+        problems.append(f"bridge {lab.bridge} is gone")
+    for key, proc in rec.get("procs", {}).items():
+        if not _alive(proc):
+            problems.append(f"process {key} (pid {proc['pid']}) is dead")
+    present = set(_netns_list())
+    problems += [f"namespace {ns} is gone" for ns in rec.get("netns", []) if ns not in present]
+    return problems
+
+
+def _leftovers(lab: Lab) -> list[str]:
+    """Objects named with this lab's prefix that exist on the machine."""
+    found = [f"namespace {ns}" for ns in _netns_list() if ns.startswith(lab.id)]
+    with contextlib.suppress(OSError):
+        found += [f"link {n}" for n in sorted(os.listdir("/sys/class/net")) if n.startswith(lab.id)]
+    return found
+
+
+def up(state_dir: Path, fixture: dict[str, Any]) -> dict[str, Any]:
+    """Bring up the lab bridge, the router host and the node host; return facts for `gpulab lab up`.
+
+    Idempotent: a lab that runs is reused (``reused: true``). Refuses to start over the remains of
+    a lab that crashed (run :func:`down` first), and a fixture range that overlaps the machine's
+    networks (:class:`SubnetConflict`, naming the route). Without root it changes nothing and says
+    what it skipped.
+    """
+    started = time.monotonic()
+    lab = Lab(state_dir)
+    if os.geteuid() != 0:
+        return _skipped("needs root (network namespaces, veth links, routes and mounts need CAP_SYS_ADMIN)")
+    net = fixture.get("network") or {}
+    server = "kea" if net.get("router") == "kea" else "dnsmasq"
+    missing = _missing_tools(server)
+    if missing:
+        raise LabNetError(f"the lab needs {', '.join(missing)}; install them (apt-get install ...) and retry")
+    with lab.locked():
+        rec = lab.load()
+        if rec:
+            problems = _health(lab, rec)
+            if not problems:
+                facts = lab.facts() or {}
+                return {**facts, "reused": True}
+            raise LabNetError(
+                f"remains of an earlier lab in {lab.dir} that did not stop cleanly: {'; '.join(problems)}. "
+                f"Run `gpulab lab down` with the same state directory to clean them up, then `gpulab lab up` again"
+            )
+        leftovers = _leftovers(lab)
+        if leftovers:
+            raise LabNetError(
+                f"objects of this lab ({lab.id}*) exist without a record: {', '.join(leftovers)}. "
+                f"Run `gpulab lab down` with the same state directory to remove them"
+            )
+        rec = lab.new_record()
+        lab.save(rec)
+    try:
+        facts = _bring_up(lab, fixture)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            down(state_dir)
+        raise
+    facts["started_in_s"] = round(time.monotonic() - started, 2)
+    _write_json(lab.facts_file, facts)
+    with lab.locked():
+        rec = lab.load() or lab.new_record()
+        rec["state"] = "up"
+        lab.save(rec)
+    return {**facts, "reused": False}
+
+
+def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
+    from gpulab.labsim.net import node as node_setup
+
+    net = fixture.get("network") or {}
+    routes = addressing.read_routes()
+    wanted = net.get("subnet", "auto")
+    if wanted in (None, "auto"):
+        subnet = addressing.choose_subnet(str(lab.state_dir), routes)
+    else:
+        subnet = ipaddress.ip_network(str(wanted), strict=False)
+        if subnet.prefixlen > 29 or not subnet.is_private:
+            raise SubnetConflict(f"lab network {subnet} must be a private IPv4 range of /29 or larger")
+        addressing.check_subnet(subnet, routes)
+    hosts = list(subnet.hosts())
+    bridge_ip = hosts[-1]
+    rs = _router_settings(fixture, subnet)
+    node_ip = hosts[min(4, len(hosts) - 3)]
+    if node_ip in (rs["address"], bridge_ip):
+        node_ip = next(h for h in hosts if h not in (rs["address"], bridge_ip))
+    with lab.locked():
+        rec = lab.load() or lab.new_record()
+        rec.update(subnet=str(subnet), bridge=lab.bridge, bridge_address=str(bridge_ip))
+        lab.save(rec)
+    facts: dict[str, Any] = {
+        "network": "up",
+        "lab_id": lab.id,
+        "subnet": str(subnet),
+        "prefix": subnet.prefixlen,
+        "netmask": str(subnet.netmask),
+        "bridge": lab.bridge,
+        "bridge_address": str(bridge_ip),
+        "blackhole_route": f"blackhole {subnet} metric {BLACKHOLE_METRIC}",
+        "state_dir": str(lab.dir),
+    }
+    _make_bridge(lab, f"{bridge_ip}/{subnet.prefixlen}")
+    _add_blackhole(lab, str(subnet))
+    _ensure_ssh(lab, subnet)
+    facts.update(
+        ssh_private_key=str(lab.ssh_dir / "id_ed25519"),
+        ssh_public_key=str(lab.ssh_dir / "id_ed25519.pub"),
+        ssh_known_hosts=str(lab.ssh_dir / "known_hosts"),
+        ssh_control_path_dir=str(lab.cp_dir),
+    )
+    facts["router"] = _start_router(lab, facts, rs, [rs["address"], bridge_ip, node_ip])
+    _write_json(lab.facts_file, facts)  # the VM hooks need them while the node boots
+    node = fixture["nodes"][0]
+    lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
+    spec = node_setup.node_host_spec(node, lab.hosts_dir / "node0")
+    st = _start_host(
+        lab,
+        facts,
+        name="node0",
+        hostname=node["name"],
+        tag="n0",
+        iface="vmbr0",
+        mac="02:00:00:00:00:05",
+        address=str(node_ip),
+        users=[{"name": "root", "keys": [lab_key]}],
+        files=spec["files"],
+        extra=spec["init"],
+    )
+    facts["node_host"] = {
+        "name": node["name"],
+        "address": st["address"],
+        "ssh_user": "root",
+        "netns": st["netns"],
+        "upper_dir": str(lab.hosts_dir / "node0" / "upper"),
+        "standins_log": str(lab.hosts_dir / "node0" / "upper" / node_setup.STANDINS_LOG.lstrip("/")),
+    }
+    return facts
+
+
+def down(state_dir: Path) -> None:
+    """Remove every namespace, link, process, route and mount this lab made, and nothing else.
+
+    Idempotent, and works from the record alone, so it also cleans up after a lab that was killed.
+    Host disks (upper directories) stay in the state directory, as a real disk outlives a power cut.
+    """
+    lab = Lab(state_dir)
+    rec = lab.load()
+    if os.geteuid() != 0:
+        if rec or _leftovers_unprivileged(lab):
+            raise LabNetError("removing the lab network needs root: run `gpulab lab down` as root")
+        return
+    if rec is None and not _leftovers(lab):
+        return
+    rec = rec or lab.new_record()
+    with contextlib.suppress(Exception):
+        _close_ssh_masters(lab)
+    procs = rec.get("procs", {})
+    # hosts first (their sshd sockets close while the links still exist), routers last
+    for key in sorted(procs, key=lambda k: (not k.startswith("host:"), k)):
+        _kill_proc(procs[key])
+        lab.drop_proc(key)
+    for ns in list(rec.get("netns", [])) + [ns for ns in _netns_list() if ns.startswith(lab.id)]:
+        tag = ns[len(lab.id) + 1 :]
+        _remove_netns(lab, ns, f"{lab.id}{tag}")
+    names = set(rec.get("links", []))
+    with contextlib.suppress(OSError):
+        names |= {n for n in os.listdir("/sys/class/net") if n.startswith(lab.id)}
+    for link in sorted(names, key=lambda n: n == lab.bridge):  # the bridge last
+        if _link_exists(link):
+            _ip("link", "del", link, check=False)
+        lab.forget("links", link)
+    for route in rec.get("routes", []):
+        _ip("route", "del", route["type"], route["dst"], "metric", str(route["metric"]), check=False)
+        lab.forget("routes", route)
+    for d in rec.get("dirs", []):
+        shutil.rmtree(d, ignore_errors=True)
+    lab.record_file.unlink(missing_ok=True)
+    lab.facts_file.unlink(missing_ok=True)
+
+
+def _leftovers_unprivileged(lab: Lab) -> bool:
+    with contextlib.suppress(OSError):
+        return any(n.startswith(lab.id) for n in os.listdir("/sys/class/net"))
+    return False
+
+
+def status(state_dir: Path) -> dict[str, Any] | None:
+    """The running lab's facts plus its health and VM hosts, or None when no lab is recorded."""
+    lab = Lab(state_dir)
+    rec = lab.load()
+    if rec is None:
+        return None
+    facts = lab.facts() or {}
+    problems = _health(lab, rec) if os.geteuid() == 0 else ["cannot check without root"]
+    vms = {}
+    for key in rec.get("procs", {}):
+        if key.startswith("host:vm"):
+            name = key.split(":", 1)[1]
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                st = json.loads((lab.hosts_dir / name / "state" / "status.json").read_text())
+                vms[name[2:]] = {"address": st.get("address"), "boot": st.get("boot")}
+    return {**facts, "healthy": not problems, "problems": problems, "vm_hosts": vms}
+
+
+# --- VM hooks -------------------------------------------------------------------------------------------
+
+
+def cloud_init_users(config: dict[str, Any], lab_key: str) -> list[dict[str, Any]]:
+    """The users a VM's cloud-init would create: ``ciuser`` (default ubuntu) with ``sshkeys``; root gets the lab key."""
+    keys_text = urllib.parse.unquote(str(config.get("sshkeys", "")))
+    keys = [k.strip() for k in keys_text.splitlines() if k.strip() and not k.strip().startswith("#")]
+    user = str(config.get("ciuser") or "ubuntu")
+    users = [{"name": "root", "keys": [lab_key, *keys] if user == "root" else [lab_key]}]
+    if user != "root":
+        users.append({"name": user, "keys": keys, "sudo": True})
+    return users
+
+
+def static_address(config: dict[str, Any]) -> str | None:
+    """The address of ``ipconfig0=ip=A/N,gw=G`` (None for ``ip=dhcp`` or no ipconfig0)."""
+    for part in str(config.get("ipconfig0", "ip=dhcp")).split(","):
+        key, _, value = part.partition("=")
+        if key.strip() == "ip" and value not in ("dhcp", ""):
+            return value.split("/")[0]
+    return None
+
+
+class NetVmHooks(VmHooks):
+    """Hooks that make each started VM a real lab host (see the module docs)."""
+
+    def __init__(self, state_dir: Path, fixture: dict[str, Any]):
+        super().__init__(fixture)
+        self.lab = Lab(state_dir)
+
+    def _running(self) -> dict[str, Any] | None:
+        facts = self.lab.facts()
+        return facts if facts and facts.get("network") == "up" else None
+
+    def vm_started(self, node: str, vmid: int, config: dict) -> None:
+        facts = self._running()
+        if facts is None:
+            return
+        name = f"vm{int(vmid)}"
+        self._stop(name)  # a start over a host that is still there is a reset
+        lab_key = (self.lab.ssh_dir / "id_ed25519.pub").read_text().strip()
+        _start_host(
+            self.lab,
+            facts,
+            name=name,
+            hostname=str(config.get("name") or name),
+            tag=_tag_of(name),
+            iface="ens18",
+            mac=net0_mac(config),
+            address=static_address(config),
+            users=cloud_init_users(config, lab_key),
+            files=_vm_files(),
+        )
+
+    def _stop(self, name: str) -> None:
+        rec = self.lab.load() or {}
+        if f"host:{name}" in rec.get("procs", {}) or f"{self.lab.id}-{_tag_of(name)}" in rec.get("netns", []):
+            _stop_host(self.lab, name)
+
+    def vm_stopped(self, node: str, vmid: int) -> None:
+        self._stop(f"vm{int(vmid)}")
+
+    def vm_destroyed(self, node: str, vmid: int) -> None:
+        name = f"vm{int(vmid)}"
+        self._stop(name)
+        shutil.rmtree(self.lab.hosts_dir / name, ignore_errors=True)  # its disk goes with it
+
+    def guest_interfaces(self, node: str, vmid: int, config: dict) -> list[dict]:
+        if self._running() is None:
+            return super().guest_interfaces(node, vmid, config)
+        ns = f"{self.lab.id}-{_tag_of(f'vm{int(vmid)}')}"
+        res = _ip("-n", ns, "-j", "-s", "addr", "show", check=False)
+        if res.returncode != 0:
+            return []
+        return agent_interfaces(json.loads(res.stdout or "[]"))
+
+
+def agent_interfaces(ip_json: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`ip -j -s addr` output in the guest agent's network-get-interfaces format."""
+    result = []
+    for link in ip_json:
+        addrs = [
+            {
+                "ip-address": a["local"],
+                "ip-address-type": "ipv4" if a.get("family") == "inet" else "ipv6",
+                "prefix": a.get("prefixlen"),
+            }
+            for a in link.get("addr_info", [])
+            if a.get("family") in ("inet", "inet6")
+        ]
+        s64 = link.get("stats64", {})
+        rx, tx = s64.get("rx", {}), s64.get("tx", {})
+        entry: dict[str, Any] = {
+            "name": link["ifname"],
+            "hardware-address": link.get("address", "00:00:00:00:00:00"),
+            "statistics": {
+                "rx-bytes": rx.get("bytes", 0),
+                "rx-dropped": rx.get("dropped", 0),
+                "rx-errs": rx.get("errors", 0),
+                "rx-packets": rx.get("packets", 0),
+                "tx-bytes": tx.get("bytes", 0),
+                "tx-dropped": tx.get("dropped", 0),
+                "tx-errs": tx.get("errors", 0),
+                "tx-packets": tx.get("packets", 0),
+            },
+        }
+        if addrs:
+            entry["ip-addresses"] = addrs
+        result.append(entry)
+    return result
+
+
+def _vm_files() -> dict[str, str]:
+    from gpulab.labsim.net import node as node_setup
+
+    return node_setup.guest_standins()
+
+
+def make_hooks(state_dir: Path, fixture: dict[str, Any]) -> VmHooks:
+    """Hooks for the PVE simulator: real VM hosts when run as root, the API-only hooks otherwise."""
+    if os.geteuid() != 0:
+        return VmHooks(fixture)
+    return NetVmHooks(state_dir, fixture)

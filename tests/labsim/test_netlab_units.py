@@ -1,0 +1,130 @@
+"""netlab's pure parts: range choice and refusal, address translation, cloud-init and agent formats."""
+
+import ipaddress
+import os
+import urllib.parse
+
+import pytest
+
+from gpulab.labsim import netlab
+from gpulab.labsim.hooks import VmHooks
+from gpulab.labsim.net import addressing
+from gpulab.labsim.net.addressing import SubnetConflict
+
+HOME_ROUTES = [
+    {"dst": "default", "gateway": "192.168.100.1", "dev": "wlan0", "protocol": "dhcp"},
+    {"dst": "192.168.100.0/24", "dev": "wlan0", "protocol": "kernel", "prefsrc": "192.168.100.23"},
+    {"type": "local", "dst": "192.168.100.23", "dev": "wlan0", "table": "local", "protocol": "kernel"},
+    {"dst": "10.8.0.0/16", "gateway": "10.9.0.1", "dev": "tun0"},
+]
+
+
+def net(text):
+    return ipaddress.ip_network(text)
+
+
+def test_configured_range_overlapping_a_route_is_refused_naming_the_route():
+    with pytest.raises(SubnetConflict) as err:
+        addressing.check_subnet(net("192.168.100.0/24"), HOME_ROUTES)
+    msg = str(err.value)
+    assert "192.168.100.0/24 dev wlan0" in msg
+    assert "network.subnet" in msg  # says how to change it
+    # the default route alone never counts as a conflict
+    addressing.check_subnet(net("10.213.0.0/24"), HOME_ROUTES[:1])
+
+
+def test_overlap_is_found_inside_a_wider_route():
+    with pytest.raises(SubnetConflict, match=r"10\.8\.0\.0/16 via 10\.9\.0\.1 dev tun0"):
+        addressing.check_subnet(net("10.8.42.0/24"), HOME_ROUTES)
+
+
+def test_chosen_range_is_private_and_free_even_when_the_first_candidates_are_taken():
+    seed = "/some/state/dir"
+    first = next(addressing.candidates(seed))
+    second = list(addressing.candidates(seed))[1]
+    routes = [*HOME_ROUTES, {"dst": str(first), "dev": "eth1"}]
+    chosen = addressing.choose_subnet(seed, routes)
+    assert chosen == second
+    assert chosen.is_private and not addressing.conflicts(chosen, routes)
+
+
+def test_a_route_covering_all_candidates_exhausts_the_choice():
+    routes = [{"dst": "10.0.0.0/8", "dev": "x"}, {"dst": "172.16.0.0/12", "dev": "y"}]
+    with pytest.raises(SubnetConflict, match="no free private"):
+        addressing.choose_subnet("seed", routes)
+
+
+def test_translate_keeps_the_host_part():
+    assert str(addressing.translate("192.168.100.53", net("10.213.7.0/24"))) == "10.213.7.53"
+    assert str(addressing.translate("192.168.100.5", net("172.20.0.0/16"))) == "172.20.100.5"
+
+
+def test_pool_is_split_around_the_labs_own_addresses():
+    ip = ipaddress.ip_address
+    ranges = addressing.pool_ranges(ip("10.0.0.2"), ip("10.0.0.254"), [ip("10.0.0.5"), ip("10.0.0.254")])
+    assert [(str(a), str(b)) for a, b in ranges] == [("10.0.0.2", "10.0.0.4"), ("10.0.0.6", "10.0.0.253")]
+
+
+def test_known_hosts_pattern_matches_lab_addresses_only():
+    assert netlab._host_pattern(net("10.213.7.0/24")) == "10.213.7.*"
+    assert netlab._host_pattern(net("172.20.0.0/16")) == "172.20.*.*"
+    assert netlab._host_pattern(net("10.1.2.0/29")) == ",".join(f"10.1.2.{i}" for i in range(1, 7))
+
+
+def test_cloud_init_users_decode_pve_url_encoded_keys():
+    keys = "ssh-ed25519 AAAAC3Nza+/x= me@laptop\nssh-rsa AAAAB3 other\n"
+    config = {"ciuser": "admin", "sshkeys": urllib.parse.quote(keys, safe="")}
+    users = netlab.cloud_init_users(config, "ssh-ed25519 LABKEY lab")
+    by_name = {u["name"]: u for u in users}
+    assert by_name["admin"]["keys"] == ["ssh-ed25519 AAAAC3Nza+/x= me@laptop", "ssh-rsa AAAAB3 other"]
+    assert by_name["admin"]["sudo"] is True
+    assert by_name["root"]["keys"] == ["ssh-ed25519 LABKEY lab"]
+    assert {u["name"] for u in netlab.cloud_init_users({}, "k")} == {"root", "ubuntu"}
+
+
+def test_ipconfig0_static_or_dhcp():
+    assert netlab.static_address({"ipconfig0": "ip=dhcp"}) is None
+    assert netlab.static_address({}) is None
+    assert netlab.static_address({"ipconfig0": "ip=10.1.2.3/24,gw=10.1.2.1"}) == "10.1.2.3"
+
+
+def test_agent_interfaces_follow_the_guest_agent_format():
+    ip_json = [
+        {
+            "ifname": "ens18",
+            "address": "bc:24:11:00:00:64",
+            "addr_info": [{"family": "inet", "local": "10.2.3.53", "prefixlen": 24}],
+            "stats64": {"rx": {"bytes": 10, "packets": 1, "errors": 0, "dropped": 2}, "tx": {"bytes": 5}},
+        }
+    ]
+    (iface,) = netlab.agent_interfaces(ip_json)
+    assert iface["name"] == "ens18" and iface["hardware-address"] == "bc:24:11:00:00:64"
+    assert iface["ip-addresses"] == [{"ip-address": "10.2.3.53", "ip-address-type": "ipv4", "prefix": 24}]
+    assert iface["statistics"]["rx-dropped"] == 2 and iface["statistics"]["tx-bytes"] == 5
+
+
+def test_lab_ids_are_short_unique_and_prefixed(tmp_path):
+    a, b = netlab.lab_id(tmp_path / "a"), netlab.lab_id(tmp_path / "b")
+    assert a != b and a.startswith("gl") and len(a) == 5
+    # the longest link name (a VM with a 9-digit id) fits the kernel's 15 characters
+    assert len(f"{a}v999999999") <= 15
+
+
+def test_without_root_up_changes_nothing_and_says_what_it_skipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+
+    def no_commands(*args, **kwargs):
+        raise AssertionError(f"no command may run without root: {args}")
+
+    monkeypatch.setattr(netlab.subprocess, "run", no_commands)
+    monkeypatch.setattr(netlab.subprocess, "Popen", no_commands)
+    facts = netlab.up(tmp_path, {"nodes": [{"name": "pve"}]})
+    assert facts["network"] == "skipped"
+    assert all("root" in s["why"] for s in facts["skipped"])
+    what = " ".join(s["what"] for s in facts["skipped"])
+    for part in ("bridge", "blackhole route", "router", "node host", "VM hosts"):
+        assert part in what
+    assert not (tmp_path / "net").exists()
+    hooks = netlab.make_hooks(tmp_path, {"nodes": [{"name": "pve"}]})
+    assert type(hooks) is VmHooks
+    netlab.down(tmp_path)  # nothing recorded: nothing to do, no error

@@ -80,12 +80,20 @@ def _index(tree: list[dict]) -> dict[str, dict]:
 
 
 def _strip(schema):
-    """Return a copy of a property schema without its prose."""
-    if isinstance(schema, dict):
-        return {k: _strip(v) for k, v in schema.items() if k not in DROPPED_PROPERTY_KEYS}
-    if isinstance(schema, list):
-        return [_strip(v) for v in schema]
-    return schema
+    """Return a copy of a property schema without its prose (names of properties and sub-keys are kept)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in DROPPED_PROPERTY_KEYS:
+            continue
+        if key in ("properties", "format") and isinstance(value, dict):
+            out[key] = {name: _strip(sub) for name, sub in value.items()}
+        elif key in ("items", "returns", "additionalProperties") and isinstance(value, dict):
+            out[key] = _strip(value)
+        else:
+            out[key] = value
+    return out
 
 
 def _method(info: dict) -> dict:

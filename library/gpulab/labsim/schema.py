@@ -224,9 +224,9 @@ def _constraints(schema: dict, value: Any) -> str | None:
         if "minLength" in schema and len(value) < int(schema["minLength"]):
             return f"value must be at least {schema['minLength']} characters long"
     if isinstance(value, (int, float)):
-        if "minimum" in schema and value < schema["minimum"]:
+        if "minimum" in schema and value < float(schema["minimum"]):
             return f"value must have a minimum value of {schema['minimum']}"
-        if "maximum" in schema and value > schema["maximum"]:
+        if "maximum" in schema and value > float(schema["maximum"]):
             return f"value must have a maximum value of {schema['maximum']}"
     enum = schema.get("enum")
     if enum and str(value) not in [str(e) for e in enum]:

@@ -1,0 +1,319 @@
+#!/usr/bin/python
+# Copyright: gpulab contributors
+# MIT License (see pyproject.toml)
+"""DHCP reservations (MAC -> IPv4 address) on the lab's router, for every router kind gpulab knows."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpulab_dhcp_reservation
+short_description: Ensure DHCP reservations (MAC to IPv4 address) on the lab's router
+description:
+  - Lists the router's leases and reservations, plans every change of the run at once, refuses
+    before any write when the request cannot work, writes the whole batch, applies it on the router
+    once and verifies it by re-reading the router's reservations.
+  - Reservations are keyed on the normalised MAC (lower case, colon separated).
+  - Refusals, all before the first write, are an address outside O(subnet), an address reserved for or
+    currently leased to another MAC, the same MAC twice (in O(reservations) or on the router),
+    an address inside the DHCP pool on a router that refuses it (pfSense), the router's reservation
+    limit (16 on the Huawei ONT), and authentication failures.
+  - Runs on the controller and needs the C(gpulab) Python package (the project's virtualenv). SSH
+    routers (V(dnsmasq), V(openwrt)) are reached with paramiko, so the router needs no Python.
+version_added: "0.1.0"
+author: gpulab contributors
+options:
+  kind:
+    description: The router's kind (the inventory's C(router_kind)).
+    type: str
+    required: true
+    choices: [dnsmasq, openwrt, kea, mikrotik, opnsense, pfsense, huawei_ont]
+  address:
+    description: The router's LAN address (C(router_address)); the default host for SSH and HTTP.
+    type: str
+    required: true
+  subnet:
+    description: The LAN subnet in CIDR form (C(router_subnet)); reservations must lie inside it.
+    type: str
+    required: true
+  pool:
+    description: The DHCP pool (C(router_dhcp_pool)), used for the pfSense in-pool refusal and messages.
+    type: dict
+    suboptions:
+      start:
+        description: First address of the pool.
+        type: str
+        required: true
+      end:
+        description: Last address of the pool.
+        type: str
+        required: true
+  user:
+    description:
+      - Login user for HTTP routers (C(router_user)); the API key for V(opnsense).
+      - For V(pfsense) with O(options.auth=api_key) it is ignored.
+    type: str
+  password:
+    description:
+      - Password for HTTP routers (C(router_password)); the API secret for V(opnsense), the API key for
+        V(pfsense) with O(options.auth=api_key). Never shown in output or errors.
+    type: str
+  url:
+    description:
+      - Base URL of HTTP routers (C(router_url)); default C(https://<address>), C(http://<address>) for
+        V(huawei_ont), C(http://<address>:8000/) for V(kea) (the control agent).
+    type: str
+  validate_certs:
+    description: Check the router's TLS certificate (C(router_validate_certs)).
+    type: bool
+    default: true
+  ssh:
+    description: How to reach SSH routers (V(dnsmasq), V(openwrt)); ignored for the others.
+    type: dict
+    suboptions:
+      host:
+        description: SSH host (default O(address)).
+        type: str
+      port:
+        description: SSH port.
+        type: int
+        default: 22
+      user:
+        description: SSH user (default O(user), then C(root)).
+        type: str
+      password:
+        description: SSH password, when no key is used.
+        type: str
+      key_file:
+        description: Private key file.
+        type: path
+      host_key_checking:
+        description: Refuse host keys that are not in known_hosts. Turn off only for throw-away labs.
+        type: bool
+        default: true
+      become:
+        description: Run the router commands through C(sudo -n) (for a non-root SSH user).
+        type: bool
+        default: false
+      local:
+        description: Run the commands on the controller itself (a router on this machine; tests).
+        type: bool
+        default: false
+  options:
+    description:
+      - Backend-specific settings. V(dnsmasq) C(hostsfile) (default C(/etc/dnsmasq.gpulab-hosts), the
+        C(--dhcp-hostsfile) dnsmasq reads), C(leasefile) (C(/var/lib/misc/dnsmasq.leases)), C(pidfile)
+        (C(/run/dnsmasq/dnsmasq.pid), SIGHUP goes to it), C(reload_command) (instead of the SIGHUP).
+      - V(openwrt) C(leasefile) (default from C(uci get dhcp.@dnsmasq[0].leasefile), else C(/tmp/dhcp.leases)),
+        C(reload_command) (C(/etc/init.d/dnsmasq reload)).
+      - V(kea) C(url) (control agent, default C(http://<address>:8000/)), C(service) (C(dhcp4); empty
+        for Kea 3 daemons listening on HTTP themselves), C(subnet_id) (default the C(subnet4) entry
+        equal to O(subnet)), C(config_write) (true).
+      - V(mikrotik) C(server) (the DHCP server's name; default the server that holds the lease).
+      - V(opnsense) C(dhcp) (V(kea) or V(dnsmasq), the DHCP service in use).
+      - V(pfsense) C(interface) (C(parent_id), default C(lan)), C(auth) (V(basic) or V(api_key)).
+      - V(huawei_ont) C(profile) (an http_form profile mapping overriding the built-in Huawei one, for
+        ISP firmware with other paths).
+    type: dict
+    default: {}
+  reservations:
+    description: The reservations to ensure (or, with O(state=absent), to remove).
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      mac:
+        description: The VM's MAC address, in any common spelling.
+        type: str
+        required: true
+      address:
+        description:
+          - The address to reserve. Omit it (or V(keep)) to keep what the MAC holds, an existing
+            reservation first, then the router's current lease, then O(reservations[].current_address).
+        type: str
+      hostname:
+        description: Host name to store with the reservation where the router has the field.
+        type: str
+      current_address:
+        description: The address the VM reports (guest agent), used in keep mode when the router has no lease.
+        type: str
+      name:
+        description: The inventory name, for messages.
+        type: str
+  state:
+    description: V(present) ensures the reservations; V(absent) removes every reservation of each MAC.
+    type: str
+    choices: [present, absent]
+    default: present
+attributes:
+  check_mode:
+    support: full
+    description: Lists and plans only; Kea additionally runs config-test on the planned configuration.
+  diff_mode:
+    support: full
+    description: The router's reservations before and after, one C(mac address [hostname]) line each.
+notes:
+  - Run it once per play with every VM in O(reservations) so the router applies the batch once.
+"""
+
+EXAMPLES = r"""
+- name: Keep the addresses the VMs hold (dnsmasq on the lab's router host)
+  gpulab_dhcp_reservation:
+    kind: dnsmasq
+    address: 192.168.100.1
+    subnet: 192.168.100.0/24
+    ssh:
+      user: root
+      key_file: ~/.ssh/id_ed25519
+    reservations:
+      - {mac: "BC:24:11:00:00:01", name: vm-1, hostname: vm-1}
+      - {mac: "BC:24:11:00:00:02", name: vm-2, hostname: vm-2}
+
+- name: Planned addresses on a Huawei ONT
+  gpulab_dhcp_reservation:
+    kind: huawei_ont
+    address: 192.168.100.1
+    subnet: 192.168.100.0/24
+    pool: {start: 192.168.100.2, end: 192.168.100.254}
+    user: admin
+    password: "{{ vault_router_password }}"
+    reservations:
+      - {mac: "bc:24:11:00:00:01", address: 192.168.100.53, name: vm-1}
+"""
+
+RETURN = r"""
+changes:
+  description: What was (or, in check mode, would be) changed.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    action:
+      description: V(create), V(update) or V(delete).
+      type: str
+    mac:
+      description: Normalised MAC.
+      type: str
+    before:
+      description: The reservation before (C(mac), C(address), C(hostname)), or null.
+      type: dict
+    after:
+      description: The reservation after, or null.
+      type: dict
+    summary:
+      description: One line in words.
+      type: str
+      sample: add bc:24:11:00:00:01 192.168.100.53 vm-1
+reservations:
+  description: Normalised MAC -> the reservation it holds after the run (C(mac), C(address), C(hostname)).
+  returned: when state is present
+  type: dict
+  sample: {"bc:24:11:00:00:01": {"mac": "bc:24:11:00:00:01", "address": "192.168.100.53", "hostname": "vm-1"}}
+error_code:
+  description: On failure, the kind of refusal (conflict, policy, limit, auth_failed, unreachable, apply_failed, verify_failed).
+  returned: failure
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+try:
+    from gpulab.routers import RouterError, make_backend
+    from gpulab.routers.http import mask
+
+    HAS_GPULAB = True
+except ImportError:  # pragma: no cover - reported by the module
+    HAS_GPULAB = False
+
+ARGUMENT_SPEC = dict(
+    kind=dict(
+        type="str",
+        required=True,
+        choices=["dnsmasq", "openwrt", "kea", "mikrotik", "opnsense", "pfsense", "huawei_ont"],
+    ),
+    address=dict(type="str", required=True),
+    subnet=dict(type="str", required=True),
+    pool=dict(
+        type="dict", options=dict(start=dict(type="str", required=True), end=dict(type="str", required=True))
+    ),
+    user=dict(type="str"),
+    password=dict(type="str", no_log=True),
+    url=dict(type="str"),
+    validate_certs=dict(type="bool", default=True),
+    ssh=dict(
+        type="dict",
+        options=dict(
+            host=dict(type="str"),
+            port=dict(type="int", default=22),
+            user=dict(type="str"),
+            password=dict(type="str", no_log=True),
+            key_file=dict(type="path", no_log=False),
+            host_key_checking=dict(type="bool", default=True),
+            become=dict(type="bool", default=False),
+            local=dict(type="bool", default=False),
+        ),
+    ),
+    options=dict(type="dict", default={}),
+    reservations=dict(
+        type="list",
+        elements="dict",
+        required=True,
+        options=dict(
+            mac=dict(type="str", required=True),
+            address=dict(type="str"),
+            hostname=dict(type="str"),
+            current_address=dict(type="str"),
+            name=dict(type="str"),
+        ),
+    ),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+)
+
+
+def run(params: dict, check_mode: bool) -> dict:
+    """Everything but Ansible: build the backend, stage, apply once. Raises RouterError/ValueError."""
+    cfg = {k: params.get(k) for k in ("kind", "address", "subnet", "pool", "user", "password", "url")}
+    cfg["validate_certs"] = params.get("validate_certs", True)
+    cfg["ssh"] = params.get("ssh") or {}
+    cfg["options"] = params.get("options") or {}
+    cfg["name"] = f"the {params['kind']} router at {params['address']}"
+    with make_backend(cfg) as router:
+        for r in params["reservations"]:
+            if params.get("state", "present") == "absent":
+                router.remove(r["mac"])
+            else:
+                router.ensure(
+                    r["mac"],
+                    r.get("address"),
+                    r.get("hostname"),
+                    hint=r.get("current_address"),
+                    name=r.get("name"),
+                )
+        result = router.apply(check_mode=check_mode)
+    out = result.as_dict()
+    out["diff"] = result.diff()
+    return out
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    if not HAS_GPULAB:
+        module.fail_json(
+            msg="the gpulab Python package is missing on the controller: run the playbook with the project's "
+            "virtualenv (make venv; ansible_python_interpreter: the venv's python)"
+        )
+    secrets = [module.params.get("password"), (module.params.get("ssh") or {}).get("password")]
+    try:
+        out = run(module.params, module.check_mode)
+    except (RouterError, ValueError) as e:
+        module.fail_json(msg=mask(str(e), secrets), error_code=getattr(e, "code", "invalid"))
+    except Exception as e:  # an unforeseen failure still must not leak a secret
+        module.fail_json(msg=mask(f"{type(e).__name__}: {e}", secrets), error_code="internal")
+    diff = out.pop("diff")
+    if module._diff:
+        out["diff"] = diff
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Stage network end to end: playbooks/network.yml against a real dnsmasq and real DHCP clients."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.root
+
+ROOT = Path(__file__).resolve().parents[2]
+MACS = {"vm-1": "BC:24:11:00:04:21", "vm-2": "BC:24:11:00:04:22"}
+
+
+def inventory(tmp: Path, lan, paths, mode="keep", addresses=None) -> Path:
+    addresses = addresses or {}
+    router = {
+        "ansible_connection": "local",
+        "router_kind": "dnsmasq",
+        "router_address": "192.168.100.1",
+        "router_subnet": lan.subnet,
+        "router_dhcp_pool": lan.pool,
+        "router_options": paths,
+    }
+    vms = {
+        name: {"vm_mac": mac, "vm_address": addresses.get(name, "192.168.100.5" + name[-1])}
+        for name, mac in MACS.items()
+    }
+    inv = {
+        "all": {
+            "children": {"router": {"hosts": {"lab-router": router}}, "vms": {"hosts": vms}},
+            "vars": {"router_dhcp_reservation_mode": mode},
+        }
+    }
+    p = tmp / "hosts.yml"
+    p.write_text(yaml.safe_dump(inv))
+    return p
+
+
+def play(inv: Path, *extra):
+    """Run the stage; return (rc, changed count on localhost, output)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    cmd = [
+        str(ROOT / ".venv/bin/ansible-playbook"),
+        "-i",
+        str(inv),
+        str(ROOT / "playbooks/network.yml"),
+        *extra,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300, check=False)
+    recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", proc.stdout)
+    assert recap, proc.stdout + proc.stderr
+    return proc.returncode, int(recap.group(1)), proc.stdout + proc.stderr
+
+
+def test_network_stage_keep_idempotent_check_and_planned(lan, dnsmasq_router, tmp_path):
+    for mac in MACS.values():
+        lan.add_client(mac)
+    held = {name: lan.dhcp(mac) for name, mac in MACS.items()}
+    hosts = Path(dnsmasq_router["hostsfile"])
+
+    rc, changed, out = play(inventory(tmp_path, lan, dnsmasq_router))
+    assert (rc, changed) == (0, 1), out
+    for name, mac in MACS.items():
+        assert f"{mac.lower()},{held[name]},{name}" in hosts.read_text()
+        assert lan.dhcp(mac) == held[name]  # each VM holds its reserved address after a renew
+
+    rc, changed, out = play(inventory(tmp_path, lan, dnsmasq_router))
+    assert (rc, changed) == (0, 0), out
+
+    before = hosts.read_text()
+    planned = inventory(tmp_path, lan, dnsmasq_router, "planned", {"vm-1": "192.168.100.71"})
+    rc, changed, out = play(planned, "--check", "--diff")
+    assert (rc, changed) == (0, 1), out
+    assert f"+{MACS['vm-1'].lower()} 192.168.100.71 vm-1" in out
+    assert f"-{MACS['vm-1'].lower()} {held['vm-1']} vm-1" in out
+    assert hosts.read_text() == before
+
+    rc, changed, out = play(planned)
+    assert (rc, changed) == (0, 1), out
+    assert lan.dhcp(MACS["vm-1"]) == "192.168.100.71"
+    assert lan.dhcp(MACS["vm-2"]) == "192.168.100.52"
+
+
+def test_network_stage_refusal_names_the_vm_and_changes_nothing(lan, dnsmasq_router, tmp_path):
+    inv = inventory(tmp_path, lan, dnsmasq_router, "planned", {"vm-1": "10.1.2.3"})
+    rc, changed, out = play(inv)
+    assert rc != 0 and changed == 0
+    assert "cannot reserve 10.1.2.3 for vm-1" in out and "outside the router's subnet" in out
+    assert '"error_code": "policy"' in out
+    assert Path(dnsmasq_router["hostsfile"]).read_text() == ""

@@ -1,0 +1,374 @@
+"""The lab's real hosts: namespaces, sshd, real DHCP (dnsmasq and Kea), VM cycles, safety and teardown.
+
+Needs root (network namespaces, veth links, mounts). Each lab lives in its own temporary state
+directory with its own ``gl...`` prefix and range, and is taken down at the end.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpulab.labsim import netlab
+from gpulab.labsim.fixture import load_fixture
+from gpulab.labsim.net import addressing
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth links and mounts"),
+]
+
+
+def ssh(facts, user, address, command, check=True, timeout=20):
+    argv = [
+        "ssh",
+        "-i", facts["ssh_private_key"],
+        "-o", f"UserKnownHostsFile={facts['ssh_known_hosts']}",
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", "BatchMode=yes",
+        "-o", "ConnectTimeout=3",
+        "-o", "LogLevel=ERROR",
+        f"{user}@{address}",
+        command,
+    ]  # fmt: skip
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert res.returncode == 0, res.stderr
+    return res
+
+
+def lab_objects(lab_id):
+    """Namespaces, links, routes and processes on the machine that carry this lab's prefix or range."""
+    links = [n for n in os.listdir("/sys/class/net") if n.startswith(lab_id)]
+    nss = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return links, [line.split()[0] for line in nss.splitlines() if line.startswith(lab_id)]
+
+
+def blackholes(subnet):
+    out = subprocess.run(
+        ["ip", "-j", "route", "show", "table", "all", "type", "blackhole"], capture_output=True, text=True
+    )
+    return [r for r in json.loads(out.stdout or "[]") if r.get("dst") == subnet]
+
+
+def vm_config(facts, name, mac, user="ubuntu"):
+    key = Path(facts["ssh_public_key"]).read_text()
+    return {
+        "name": name,
+        "net0": f"virtio={mac},bridge=vmbr0,firewall=1",
+        "ciuser": user,
+        "sshkeys": urllib.parse.quote(key, safe=""),
+        "ipconfig0": "ip=dhcp",
+    }
+
+
+def ens18(hooks, vmid, config):
+    for iface in hooks.guest_interfaces("pve", vmid, config):
+        if iface["name"] == "ens18":
+            return [a["ip-address"] for a in iface.get("ip-addresses", []) if a["ip-address-type"] == "ipv4"]
+    return []
+
+
+def lab_address(facts, host):
+    return facts["subnet"].rsplit(".", 1)[0] + f".{host}"
+
+
+@pytest.fixture(scope="module")
+def routes_before():
+    return addressing.read_routes()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, routes_before):
+    state = tmp_path_factory.mktemp("netlab")
+    fixture = load_fixture()
+    t0 = time.monotonic()
+    facts = netlab.up(state, fixture)
+    facts["_up_s"] = time.monotonic() - t0
+    yield state, fixture, facts
+    netlab.down(state)
+
+
+def test_up_builds_bridge_router_and_node_on_a_range_of_its_own(lab, routes_before):
+    state, _fixture, facts = lab
+    print(f"\nreference lab up in {facts['_up_s']:.2f} s")
+    assert facts["network"] == "up" and not facts["reused"]
+    subnet = addressing.ipaddress.ip_network(facts["subnet"])
+    assert subnet.is_private
+    # the range overlaps nothing the machine had before the lab came
+    assert not addressing.conflicts(subnet, routes_before)
+    assert facts["bridge"].startswith(facts["lab_id"])
+    assert Path("/sys/class/net", facts["bridge"]).exists()
+    assert facts["router"]["kind"] == "dnsmasq"
+    assert facts["node_host"]["address"] == lab_address(facts, 5)
+    status = netlab.status(state)
+    assert status["healthy"], status["problems"]
+
+
+def test_blackhole_route_exists_while_up(lab):
+    _state, _fixture, facts = lab
+    (route,) = blackholes(facts["subnet"])
+    assert route["metric"] == netlab.BLACKHOLE_METRIC
+
+
+def test_node_host_has_its_own_files_address_and_view(lab):
+    _state, _fixture, facts = lab
+    node = facts["node_host"]
+    out = ssh(facts, "root", node["address"], "hostname; cat /etc/kernel/cmdline; cat /proc/cmdline; "
+              "readlink /sys/bus/pci/devices/0000:02:00.0/driver; cat /sys/bus/pci/devices/0000:02:00.0/boot_vga; "
+              "ip -4 route show default | wc -l; grep -cx 'blacklist nvidiafb' /etc/modprobe.d/pve-blacklist.conf")  # fmt: skip
+    hostname, kcmd, pcmd, driver, boot_vga, default_routes, blk = out.stdout.splitlines()
+    assert hostname == "pve"
+    assert kcmd.strip() == "root=ZFS=rpool/ROOT/pve-1 boot=zfs"
+    assert pcmd.endswith("root=ZFS=rpool/ROOT/pve-1 boot=zfs") and pcmd.startswith("initrd=")
+    assert driver.endswith("/nouveau") and boot_vga == "1"
+    assert default_routes == "0"  # no way out of the lab
+    assert blk == "1"
+
+
+def test_hosts_are_isolated_from_each_other_and_from_the_machine(lab):
+    state, fixture, facts = lab
+    hooks = netlab.make_hooks(state, fixture)
+    cfg = vm_config(facts, "iso-vm", "bc:24:11:00:10:01")
+    hooks.vm_started("pve", 190, cfg)
+    try:
+        (vm_ip,) = ens18(hooks, 190, cfg)
+        marker = f"/etc/modprobe.d/gpulab-isolation-{os.getpid()}.conf"
+        ssh(facts, "root", facts["node_host"]["address"], f"mkdir -p /etc/modprobe.d && echo x > {marker}")
+        assert ssh(facts, "root", facts["node_host"]["address"], f"cat {marker}").stdout == "x\n"
+        assert not Path(marker).exists()  # not on the machine
+        assert ssh(facts, "ubuntu", vm_ip, f"test -e {marker}", check=False).returncode == 1  # not on the VM
+        upper = Path(facts["node_host"]["upper_dir"]) / marker.lstrip("/")
+        assert upper.read_text() == "x\n"  # it lives in the node's own upper directory
+    finally:
+        hooks.vm_destroyed("pve", 190)
+
+
+def test_listeners_are_bound_to_lab_addresses_only(lab):
+    state, fixture, facts = lab
+    hooks = netlab.make_hooks(state, fixture)
+    cfg = vm_config(facts, "listen-vm", "bc:24:11:00:10:02")
+    hooks.vm_started("pve", 191, cfg)
+    try:
+        rec = json.loads((state / "net" / "record.json").read_text())
+        lab_prefix = facts["subnet"].rsplit(".", 1)[0] + "."
+        for ns in rec["netns"]:
+            out = subprocess.run(
+                ["ip", "netns", "exec", ns, "ss", "-Hlntu"], capture_output=True, text=True
+            ).stdout
+            for line in out.splitlines():
+                proto, local = line.split()[0], line.split()[4]
+                addr, port = local.rsplit(":", 1)
+                if proto == "udp" and (port, ns.endswith("-r")) in (("67", True), ("68", False)):
+                    # DHCP server (router) and client (VM) must hear broadcasts, so they bind 0.0.0.0,
+                    # inside namespaces whose only link is the lab's
+                    continue
+                assert addr.startswith(lab_prefix) or addr.startswith("127."), (ns, line)
+        # and nothing of the lab listens in the machine's own namespace
+        pids = {str(p["pid"]) for p in rec["procs"].values()}
+        root_ns = subprocess.run(["ss", "-Hlntup"], capture_output=True, text=True).stdout
+        assert not any(f"pid={p}," in root_ns for p in pids)
+    finally:
+        hooks.vm_destroyed("pve", 191)
+
+
+def test_vm_gets_reserved_address_from_real_dhcp_and_moves_when_the_reservation_changes(lab):
+    state, fixture, facts = lab
+    hooks = netlab.make_hooks(state, fixture)
+    mac = "bc:24:11:00:10:03"
+    cfg = vm_config(facts, "vm-1", mac)
+    reserved, moved = lab_address(facts, 53), lab_address(facts, 63)
+    hosts_dir = Path(facts["router"]["hosts_dir"])
+    (hosts_dir / "vm192").write_text(f"{mac},{reserved}\n")
+    t0 = time.monotonic()
+    hooks.vm_started("pve", 192, cfg)
+    print(f"\nVM host up (sshd + DHCP lease) in {time.monotonic() - t0:.2f} s")
+    try:
+        assert ens18(hooks, 192, cfg) == [reserved]
+        out = ssh(facts, "ubuntu", reserved, "hostname; cat /sys/class/net/ens18/address; sudo -n id -u")
+        assert out.stdout.split() == ["vm-1", mac, "0"]
+        leases = Path(facts["router"]["leases_file"]).read_text()
+        assert f"{mac} {reserved}" in leases
+        # the guest reboots itself: new boot id, same address, back on ssh
+        boot1 = ssh(facts, "ubuntu", reserved, "cat /proc/sys/kernel/random/boot_id").stdout
+        ssh(facts, "ubuntu", reserved, "sudo -n reboot", check=False)
+        deadline = time.monotonic() + 20
+        boot2 = boot1
+        while boot2 == boot1 and time.monotonic() < deadline:
+            time.sleep(0.3)
+            res = ssh(
+                facts, "ubuntu", reserved, "cat /proc/sys/kernel/random/boot_id", check=False, timeout=5
+            )
+            boot2 = res.stdout if res.returncode == 0 else boot1
+        assert boot2 != boot1
+        # a changed reservation takes effect on the next start (the client renews its lease)
+        (hosts_dir / "vm192").write_text(f"{mac},{moved}\n")
+        time.sleep(0.3)  # dnsmasq reads the hosts dir by inotify
+        hooks.vm_stopped("pve", 192)
+        assert ens18(hooks, 192, cfg) == []
+        assert ssh(facts, "ubuntu", reserved, "true", check=False, timeout=10).returncode != 0
+        hooks.vm_started("pve", 192, cfg)
+        assert ens18(hooks, 192, cfg) == [moved]
+        assert ssh(facts, "ubuntu", moved, "hostname").stdout == "vm-1\n"
+    finally:
+        hooks.vm_destroyed("pve", 192)
+        (hosts_dir / "vm192").unlink(missing_ok=True)
+    links, nss = lab_objects(facts["lab_id"])
+    assert not [n for n in links + nss if n.endswith("v192")]
+    assert not (state / "net" / "hosts" / "vm192").exists()
+
+
+def test_node_reboot_applies_the_new_command_line_and_binds_vfio(lab):
+    _state, _fixture, facts = lab
+    node = facts["node_host"]["address"]
+    script = textwrap.dedent("""\
+        set -e
+        echo 'root=ZFS=rpool/ROOT/pve-1 boot=zfs nomodeset modprobe.blacklist=nova_core,nova_drm,nova,nouveau' \
+          > /etc/kernel/cmdline
+        printf 'options vfio-pci ids=10de:2204,10de:1aef\\nsoftdep nouveau pre: vfio-pci\\nsoftdep snd_hda_intel pre: vfio-pci\\n' \
+          > /etc/modprobe.d/vfio.conf
+        printf 'vfio\\nvfio_iommu_type1\\nvfio_pci\\n' >> /etc/modules
+        update-initramfs -u -k all
+        cat /proc/sys/kernel/random/boot_id
+        """)  # fmt: skip
+    boot1 = ssh(facts, "root", node, script).stdout.splitlines()[-1]
+    # before the reboot nothing changed in the running kernel
+    assert "nouveau" in ssh(facts, "root", node, "readlink /sys/bus/pci/devices/0000:02:00.0/driver").stdout
+    ssh(facts, "root", node, "shutdown -r now", check=False)
+    deadline = time.monotonic() + 20
+    out = None
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        res = ssh(facts, "root", node, "cat /proc/sys/kernel/random/boot_id /proc/cmdline; "
+                  "readlink /sys/bus/pci/devices/0000:02:00.0/driver /sys/bus/pci/devices/0000:02:00.1/driver",
+                  check=False, timeout=5)  # fmt: skip
+        if res.returncode == 0 and res.stdout.splitlines()[0] != boot1:
+            out = res.stdout.splitlines()
+            break
+    assert out is not None, "the node did not come back with a new boot id"
+    assert "modprobe.blacklist=nova_core,nova_drm,nova,nouveau" in out[1]
+    assert out[2].endswith("/vfio-pci") and out[3].endswith("/vfio-pci")
+    log = (Path(facts["node_host"]["standins_log"])).read_text().splitlines()
+    commands = [json.loads(line)["command"] for line in log]
+    assert commands[-2:] == ["update-initramfs", "shutdown"]
+
+
+def test_up_again_reuses_the_running_lab(lab):
+    state, fixture, facts = lab
+    again = netlab.up(state, fixture)
+    assert again["reused"] is True
+    assert again["subnet"] == facts["subnet"] and again["node_host"] == facts["node_host"]
+
+
+def test_configured_range_overlapping_a_route_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
+    fixture = load_fixture()
+    fixture["network"] = {**fixture.get("network", {}), "subnet": "10.199.77.0/24"}
+    fake = [{"dst": "10.199.0.0/16", "dev": "homenet0", "protocol": "kernel"}]
+    monkeypatch.setattr(addressing, "read_routes", lambda netns=None: fake)
+    with pytest.raises(netlab.SubnetConflict, match=r"10\.199\.0\.0/16 dev homenet0"):
+        netlab.up(tmp_path, fixture)
+    links, nss = lab_objects(netlab.lab_id(tmp_path))
+    assert links == [] and nss == []
+    assert blackholes("10.199.77.0/24") == []
+
+
+def test_kea_router_serves_reservations_set_through_its_control_agent(tmp_path):
+    fixture = load_fixture()
+    fixture["network"] = {"router": "kea", "subnet": "auto"}
+    facts = netlab.up(tmp_path, fixture)
+    try:
+        url = facts["router"]["control_agent_url"]
+        assert url.startswith(f"http://{facts['router']['address']}:")
+
+        def post(body):
+            req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return json.load(resp)
+
+        args = post({"command": "config-get", "service": ["dhcp4"]})[0]["arguments"]
+        args.pop("hash", None)
+        mac, reserved = "bc:24:11:00:10:04", lab_address(facts, 54)
+        args["Dhcp4"]["subnet4"][0]["reservations"] = [{"hw-address": mac, "ip-address": reserved}]
+        assert post({"command": "config-set", "service": ["dhcp4"], "arguments": args})[0]["result"] == 0
+        hooks = netlab.make_hooks(tmp_path, fixture)
+        cfg = vm_config(facts, "vm-2", mac)
+        hooks.vm_started("pve", 193, cfg)
+        assert ens18(hooks, 193, cfg) == [reserved]
+        assert ssh(facts, "ubuntu", reserved, "hostname").stdout == "vm-2\n"
+    finally:
+        netlab.down(tmp_path)
+    assert lab_objects(netlab.lab_id(tmp_path)) == ([], [])
+
+
+CRASHER = """
+import os, signal, sys, urllib.parse
+from pathlib import Path
+from gpulab.labsim import netlab
+from gpulab.labsim.fixture import load_fixture
+state, fixture = Path(sys.argv[1]), load_fixture()
+facts = netlab.up(state, fixture)
+key = Path(facts["ssh_public_key"]).read_text()
+cfg = {"name": "crash-vm", "net0": "virtio=bc:24:11:00:10:05,bridge=vmbr0", "sshkeys": urllib.parse.quote(key)}
+netlab.make_hooks(state, fixture).vm_started("pve", 194, cfg)
+print("started", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_down_cleans_up_after_a_killed_lab_and_up_refuses_until_then(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-c", CRASHER, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == -signal.SIGKILL and "started" in res.stdout, res.stderr
+    lab_id = netlab.lab_id(tmp_path)
+    rec = json.loads((tmp_path / "net" / "record.json").read_text())
+    subnet = rec["subnet"]
+    links, nss = lab_objects(lab_id)
+    assert len(nss) == 3 and len(links) == 4  # router, node, VM and the bridge survive the crash
+    # part of the lab dies with the crash (here: the DHCP server)
+    os.kill(rec["procs"]["router:dnsmasq"]["pid"], signal.SIGKILL)
+    time.sleep(0.2)
+    with pytest.raises(netlab.LabNetError, match="gpulab lab down"):
+        netlab.up(tmp_path, load_fixture())
+    t0 = time.monotonic()
+    netlab.down(tmp_path)
+    print(f"\ndown after a crash in {time.monotonic() - t0:.2f} s")
+    assert lab_objects(lab_id) == ([], [])
+    assert blackholes(subnet) == []
+    for proc in rec["procs"].values():
+        assert not netlab._alive(proc)
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(tmp_path) not in mounts
+    netlab.down(tmp_path)  # idempotent
+    # and a fresh lab starts again in the same state directory
+    facts = netlab.up(tmp_path, load_fixture())
+    try:
+        assert facts["reused"] is False
+    finally:
+        netlab.down(tmp_path)
+
+
+def test_down_leaves_nothing_behind(tmp_path):
+    facts = netlab.up(tmp_path, load_fixture())
+    others_before = lab_objects("gl")
+    netlab.down(tmp_path)
+    assert lab_objects(facts["lab_id"]) == ([], [])
+    assert blackholes(facts["subnet"]) == []
+    assert not Path("/sys/class/net", facts["bridge"]).exists()
+    # nothing of any other lab was touched
+    links_after, nss_after = lab_objects("gl")
+    assert set(others_before[0]) - set(links_after) == {
+        n for n in others_before[0] if n.startswith(facts["lab_id"])
+    }
+    assert set(others_before[1]) - set(nss_after) == {
+        n for n in others_before[1] if n.startswith(facts["lab_id"])
+    }
+    assert netlab.status(tmp_path) is None

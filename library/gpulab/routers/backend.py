@@ -20,6 +20,7 @@ from .model import (
     Lease,
     Plan,
     Reservation,
+    RouterError,
     VerifyError,
     make_plan,
     norm_mac,
@@ -131,15 +132,50 @@ class Backend(abc.ABC):
         return None
 
     def write(self, plan: Plan) -> None:
-        """Write all changes, then apply them on the router once."""
-        for change in plan.changes:
-            if change.action == "create":
-                self._create(change.after)
-            elif change.action == "update":
-                self._update(change.before, change.after)
-            else:
-                self._delete(change.before)
-        self._apply()
+        """Write all changes, then apply them on the router once.
+
+        Routers written one entry at a time can fail half way (a lost connection, a refusal the
+        plan could not foresee); the changes already made are then undone, so a failed run leaves
+        the router as it found it.
+        """
+        done: list[Change] = []
+        try:
+            for change in plan.changes:
+                self._one(change)
+                done.append(change)
+            self._apply()
+        except RouterError as e:
+            if not done:
+                raise
+            note = self._rollback(done)
+            raise type(e)(f"{e} ({note})") from None
+
+    def _one(self, change: Change) -> None:
+        if change.action == "create":
+            self._create(change.after)
+        elif change.action == "update":
+            self._update(change.before, change.after)
+        else:
+            self._delete(change.before)
+
+    def _rollback(self, done: list[Change]) -> str:
+        try:
+            for change in reversed(done):
+                now = {r.mac: r for r in self.list_reservations()}
+                cur = now.get((change.after or change.before).mac)
+                if change.action == "create" and cur is not None:
+                    self._delete(cur)
+                elif change.action == "update" and cur is not None:
+                    self._update(cur, change.before)
+                elif change.action == "delete" and cur is None:
+                    self._create(change.before)
+            self._apply()
+        except RouterError as e:
+            return (
+                f"undoing the {len(done)} change(s) already made failed too: {e}; check the router's "
+                "reservations by hand"
+            )
+        return f"the {len(done)} change(s) already made were undone"
 
     def _create(self, r: Reservation) -> None:
         raise NotImplementedError

@@ -1,0 +1,112 @@
+"""RouterOS v7 REST backend against the simulator built from the REST API docs."""
+
+import pytest
+import requests
+
+from gpulab.labsim.routers.base import Reply
+from gpulab.labsim.routers.mikrotik import MikroTikSim
+from gpulab.routers import make_backend
+from gpulab.routers.model import AuthError, ConflictError, PolicyError
+
+PW = "Rtr-pa55-word"
+MAC, OTHER = "bc:24:11:00:05:01", "bc:24:11:00:05:02"
+
+
+@pytest.fixture
+def sim():
+    with MikroTikSim(password=PW) as s:
+        yield s
+
+
+def router(sim, password=PW, **options):
+    return make_backend({
+        "kind": "mikrotik", "address": "127.0.0.1", "url": sim.url, "user": "admin", "password": password,
+        "subnet": "192.168.88.0/24", "pool": {"start": "192.168.88.10", "end": "192.168.88.254"}, "options": options,
+    })  # fmt: skip
+
+
+def test_sim_speaks_routeros_errors(sim):
+    r = requests.get(sim.url + "/rest/ip/dhcp-server/lease", timeout=5)
+    assert r.status_code == 401 and r.json() == {"error": 401, "message": "Unauthorized"}
+    auth = ("admin", PW)
+    r = requests.patch(sim.url + "/rest/ip/dhcp-server/lease/*99", json={}, auth=auth, timeout=5)
+    assert r.status_code == 404 and r.json()["message"] == "Not Found"
+    body = {"mac-address": MAC, "address": "192.168.88.5", "server": "nope"}
+    r = requests.put(sim.url + "/rest/ip/dhcp-server/lease", json=body, auth=auth, timeout=5)
+    assert r.status_code == 400 and r.json()["detail"] == "input does not match any value of server"
+
+
+def test_keep_pins_the_current_lease_with_make_static(sim):
+    dyn = sim.add_dynamic(MAC, "192.168.88.77", "vm-1")
+    b = router(sim)
+    b.ensure(MAC, None, "vm-1")
+    res = b.apply()
+    assert [(c.action, str(c.after.ip)) for c in res.changes] == [("create", "192.168.88.77")]
+    assert sim.count("POST", "/rest/ip/dhcp-server/lease/make-static") == 1
+    assert sim.count("PUT") == 0
+    assert dyn["dynamic"] == "false" and dyn["comment"] == "gpulab:vm-1"
+    b.ensure(MAC.upper(), None, "vm-1")
+    assert b.apply().changed is False
+
+
+def test_planned_address_put_update_remove(sim):
+    b = router(sim)
+    b.ensure(MAC, "192.168.88.5", "vm-1")
+    assert b.apply(check_mode=True).changed and sim.leases == []
+    b.ensure(MAC, "192.168.88.5", "vm-1")
+    b.apply()
+    (lease,) = sim.leases
+    assert (lease["address"], lease["mac-address"], lease["server"]) == (
+        "192.168.88.5",
+        MAC.upper(),
+        "defconf",
+    )
+    b.ensure(MAC, "192.168.88.6", "vm-1")
+    assert [c.action for c in b.apply().changes] == ["update"]
+    assert sim.leases[0]["address"] == "192.168.88.6"
+    b.remove(MAC)
+    b.apply()
+    assert sim.leases == []
+
+
+def test_refusals_before_any_write(sim):
+    sim.add_dynamic(OTHER, "192.168.88.50")
+    b = router(sim)
+    writes = sim.count("PUT") + sim.count("PATCH")
+    b.ensure(MAC, "192.168.88.50")
+    with pytest.raises(ConflictError, match=f"leased to {OTHER}"):
+        b.apply()
+    b.ensure(MAC, "10.9.9.9")
+    with pytest.raises(PolicyError):
+        b.apply()
+    assert sim.count("PUT") + sim.count("PATCH") == writes
+
+
+def test_router_refusal_is_reported_and_earlier_changes_undone(sim):
+    b = router(sim)
+    # the router refuses the second PUT (as if another admin had just taken the address)
+    real = sim.handle
+    calls = {"put": 0}
+
+    def flaky(req):
+        if req.method == "PUT":
+            calls["put"] += 1
+            if calls["put"] == 2:
+                detail = "failure: already have static lease with this IP address"
+                return Reply(400, {"error": 400, "message": "Bad Request", "detail": detail})
+        return real(req)
+
+    sim.handle = flaky
+    b.ensure(MAC, "192.168.88.5")
+    b.ensure(OTHER, "192.168.88.6")
+    with pytest.raises(ConflictError, match=r"already have static lease with this IP address.*undone"):
+        b.apply()
+    assert sim.leases == []
+
+
+def test_wrong_password_is_an_auth_error_and_masked(sim):
+    b = router(sim, password="not-the-Pa55")
+    b.ensure(MAC, "192.168.88.5")
+    with pytest.raises(AuthError) as err:
+        b.apply()
+    assert "not-the-Pa55" not in str(err.value) and "HTTP 401" in str(err.value)

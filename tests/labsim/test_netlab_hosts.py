@@ -77,6 +77,15 @@ def ens18(hooks, vmid, config):
     return []
 
 
+def reserve(facts, name, line):
+    """A reservation on the dnsmasq router host, made over SSH as the network stage does."""
+    router = facts["router"]
+    path = f"{router['hosts_dir']}/{name}"
+    cmd = f"rm -f {path}" if line is None else f"echo {line} > {path}"
+    ssh(facts, "root", router["address"], f"{cmd} && kill -HUP $(cat {router['pid_file']})")
+    time.sleep(0.2)
+
+
 def lab_address(facts, host):
     return facts["subnet"].rsplit(".", 1)[0] + f".{host}"
 
@@ -108,6 +117,15 @@ def test_up_builds_bridge_router_and_node_on_a_range_of_its_own(lab, routes_befo
     assert facts["bridge"].startswith(facts["lab_id"])
     assert Path("/sys/class/net", facts["bridge"]).exists()
     assert facts["router"]["kind"] == "dnsmasq"
+    assert facts["router"]["address"] == lab_address(facts, 1)
+    # the router is a host too: the network stage reaches it over SSH
+    out = ssh(
+        facts,
+        "root",
+        facts["router"]["address"],
+        f"hostname; test -s {facts['router']['pid_file']} && echo ok",
+    )
+    assert out.stdout.split() == ["lab-router", "ok"]
     assert facts["node_host"]["address"] == lab_address(facts, 5)
     status = netlab.status(state)
     assert status["healthy"], status["problems"]
@@ -186,8 +204,8 @@ def test_vm_gets_reserved_address_from_real_dhcp_and_moves_when_the_reservation_
     mac = "bc:24:11:00:10:03"
     cfg = vm_config(facts, "vm-1", mac)
     reserved, moved = lab_address(facts, 53), lab_address(facts, 63)
-    hosts_dir = Path(facts["router"]["hosts_dir"])
-    (hosts_dir / "vm192").write_text(f"{mac},{reserved}\n")
+    router = facts["router"]
+    reserve(facts, "vm192", f"{mac},{reserved}")
     t0 = time.monotonic()
     hooks.vm_started("pve", 192, cfg)
     print(f"\nVM host up (sshd + DHCP lease) in {time.monotonic() - t0:.2f} s")
@@ -195,7 +213,7 @@ def test_vm_gets_reserved_address_from_real_dhcp_and_moves_when_the_reservation_
         assert ens18(hooks, 192, cfg) == [reserved]
         out = ssh(facts, "ubuntu", reserved, "hostname; cat /sys/class/net/ens18/address; sudo -n id -u")
         assert out.stdout.split() == ["vm-1", mac, "0"]
-        leases = Path(facts["router"]["leases_file"]).read_text()
+        leases = (Path(router["upper_dir"]) / router["leases_file"].lstrip("/")).read_text()
         assert f"{mac} {reserved}" in leases
         # the guest reboots itself: new boot id, same address, back on ssh
         boot1 = ssh(facts, "ubuntu", reserved, "cat /proc/sys/kernel/random/boot_id").stdout
@@ -210,17 +228,16 @@ def test_vm_gets_reserved_address_from_real_dhcp_and_moves_when_the_reservation_
             boot2 = res.stdout if res.returncode == 0 else boot1
         assert boot2 != boot1
         # a changed reservation takes effect on the next start (the client renews its lease)
-        (hosts_dir / "vm192").write_text(f"{mac},{moved}\n")
-        time.sleep(0.3)  # dnsmasq reads the hosts dir by inotify
+        reserve(facts, "vm192", f"{mac},{moved}")
         hooks.vm_stopped("pve", 192)
         assert ens18(hooks, 192, cfg) == []
-        assert ssh(facts, "ubuntu", reserved, "true", check=False, timeout=10).returncode != 0
+        assert not [n for n in lab_objects(facts["lab_id"])[1] if n.endswith("v192")]  # the host is gone
         hooks.vm_started("pve", 192, cfg)
         assert ens18(hooks, 192, cfg) == [moved]
         assert ssh(facts, "ubuntu", moved, "hostname").stdout == "vm-1\n"
     finally:
         hooks.vm_destroyed("pve", 192)
-        (hosts_dir / "vm192").unlink(missing_ok=True)
+        reserve(facts, "vm192", None)
     links, nss = lab_objects(facts["lab_id"])
     assert not [n for n in links + nss if n.endswith("v192")]
     assert not (state / "net" / "hosts" / "vm192").exists()
@@ -333,8 +350,8 @@ def test_down_cleans_up_after_a_killed_lab_and_up_refuses_until_then(tmp_path):
     subnet = rec["subnet"]
     links, nss = lab_objects(lab_id)
     assert len(nss) == 3 and len(links) == 4  # router, node, VM and the bridge survive the crash
-    # part of the lab dies with the crash (here: the DHCP server)
-    os.kill(rec["procs"]["router:dnsmasq"]["pid"], signal.SIGKILL)
+    # part of the lab dies with the crash (here: the router host)
+    os.kill(rec["procs"]["host:router"]["pid"], signal.SIGKILL)
     time.sleep(0.2)
     with pytest.raises(netlab.LabNetError, match="gpulab lab down"):
         netlab.up(tmp_path, load_fixture())

@@ -156,7 +156,8 @@ class Lab:
         self.id = lab_id(self.state_dir)
         self.record_file = self.dir / "record.json"
         self.facts_file = self.dir / "facts.json"
-        self.ssh_dir = self.dir / "ssh"
+        # beside the lab description (inventory/demo reads STATE/ssh/id_ed25519.pub)
+        self.ssh_dir = self.state_dir / "ssh"
         self.hosts_dir = self.dir / "hosts"
         self.router_dir = self.dir / "router"
         self.cp_dir = self.dir / "cp"
@@ -373,9 +374,13 @@ def _start_host(
     for stale in ("status.json", "sshd.log"):
         (state / stale).unlink(missing_ok=True)
     upper = hdir / "upper"
-    first_boot = not (upper / "etc" / "gpulab-lab-host").exists()
-    if first_boot:
+    marker = upper / "etc" / "gpulab-lab-host"
+    # first boot, or the lab moved to another range since (its files would name the old one)
+    if not marker.exists() or marker.read_text().split("\n")[0] != facts["subnet"]:
         _write_first_boot_files(upper, hostname, address, files or {})
+        marker.write_text(
+            f"{facts['subnet']}\nthis host is part of a gpulab lab; its files live in its upper dir\n"
+        )
     _host_key(lab, hdir, name, subnet)
     ns, veth = _make_netns(lab, tag, iface, mac, f"{address}/{subnet.prefixlen}" if address else None)
     cfg = {
@@ -516,7 +521,8 @@ def _router_settings(fixture: dict[str, Any], subnet: ipaddress.IPv4Network) -> 
     router_ip = hosts[0] if router in (None, "auto") else addressing.translate(router, subnet)
     pool = net.get("pool", "auto")
     if pool in (None, "auto"):
-        first, last = hosts[min(99, len(hosts) - 2)], hosts[-1]
+        # the reference router's pool: every address after the router's (the lab's own are left out)
+        first, last = hosts[1], hosts[-1]
     else:
         a, b = (p.strip() for p in str(pool).split("-", 1))
         first, last = addressing.translate(a, subnet), addressing.translate(b, subnet)
@@ -530,98 +536,102 @@ def _router_settings(fixture: dict[str, Any], subnet: ipaddress.IPv4Network) -> 
     }
 
 
+ROUTER_NAME = "lab-router"
+KEA_CTRL_PORT = 8000
+# Paths inside the router host (the router_dhcp role's defaults for a dnsmasq router reached over SSH)
+DNSMASQ_HOSTS_FILE = "/etc/dnsmasq.gpulab-hosts"
+DNSMASQ_HOSTS_DIR = "/etc/dnsmasq.gpulab-hosts.d"
+DNSMASQ_LEASES = "/var/lib/misc/dnsmasq.leases"
+DNSMASQ_PID = "/run/dnsmasq/dnsmasq.pid"
+KEA_DHCP4_CONF = "/etc/kea/kea-dhcp4.conf"
+KEA_CTRL_CONF = "/etc/kea/kea-ctrl-agent.conf"
+KEA_LEASES = "/var/lib/kea/kea-leases4.csv"
+KEA_SOCKET = "/run/kea/kea4-ctrl-socket"
+
+
 def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: list) -> dict[str, Any]:
+    """The router host: its own root, sshd for root with the lab key, and the DHCP server as a service."""
     subnet = ipaddress.ip_network(facts["subnet"])
     address = str(rs["address"])
-    ns, _veth = _make_netns(lab, "r", "lan0", "02:00:00:00:00:01", f"{address}/{subnet.prefixlen}")
-    rdir = lab.router_dir
-    rdir.mkdir(parents=True, exist_ok=True)
     ranges = addressing.pool_ranges(rs["pool_first"], rs["pool_last"], static)
     if not ranges:
         raise LabNetError(f"the DHCP pool {rs['pool_first']}-{rs['pool_last']} holds no free address")
-    info: dict[str, Any] = {
+    if rs["server"] == "kea":
+        files, services, run_dirs, info = _kea_setup(subnet, address, ranges)
+    else:
+        files, services, run_dirs, info = _dnsmasq_setup(subnet, ranges)
+    lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
+    st = _start_host(
+        lab,
+        facts,
+        name="router",
+        hostname=ROUTER_NAME,
+        tag="r",
+        iface="lan0",
+        mac="02:00:00:00:00:01",
+        address=address,
+        users=[{"name": "root", "keys": [lab_key]}],
+        files=files,
+        extra={"services": services, "run_dirs": run_dirs},
+    )
+    upper = lab.hosts_dir / "router" / "upper"
+    if rs["server"] == "kea":
+        _wait_port(address, KEA_CTRL_PORT, f"Kea's control agent (see {lab.hosts_dir / 'router' / 'state'})")
+    return {
         "kind": rs["kind"],
         "server": rs["server"],
+        "name": ROUTER_NAME,
         "address": address,
-        "netns": ns,
+        "ssh_user": "root",
+        "netns": st["netns"],
         "pool": f"{rs['pool_first']}-{rs['pool_last']}",
         "pool_ranges": [f"{a}-{b}" for a, b in ranges],
-        "log_file": str(rdir / ("kea-dhcp4.log" if rs["server"] == "kea" else "dnsmasq.log")),
+        "upper_dir": str(upper),
+        **info,
     }
-    if rs["server"] == "kea":
-        info.update(_start_kea(lab, ns, rdir, subnet, address, ranges))
-    else:
-        info.update(_start_dnsmasq(lab, ns, rdir, subnet, ranges))
-    return info
 
 
-def _spawn(lab: Lab, key: str, ns: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> int:
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=fh,
-            stderr=fh,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-        )
-    lab.set_proc(key, proc.pid)
-    return proc.pid
+def _wait_port(address: str, port: int, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex((address, port)) == 0:
+                return
+        time.sleep(0.05)
+    raise LabNetError(f"{what} did not listen on {address}:{port}")
 
 
-def _start_dnsmasq(lab, ns, rdir: Path, subnet, ranges) -> dict[str, Any]:
-    hosts_file = rdir / "dhcp-hosts"
-    hosts_dir = rdir / "dhcp-hosts.d"
-    hosts_dir.mkdir(exist_ok=True)
-    hosts_file.touch()
-    leases = rdir / "dnsmasq.leases"
-    leases.touch()
-    pid_file = rdir / "dnsmasq.pid"
+def _dnsmasq_setup(subnet, ranges):
     argv = [
-        "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--user=root", "--group=root",
+        "/usr/sbin/dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--user=root", "--group=root",
         "--port=0",  # no DNS: DHCP only
         "--interface=lan0", "--except-interface=lo", "--bind-interfaces", "--dhcp-authoritative",
-        f"--dhcp-hostsfile={hosts_file}", f"--dhcp-hostsdir={hosts_dir}", f"--dhcp-leasefile={leases}",
         "--no-ping",  # answer at once (no ICMP probe of the offered address)
         "--dhcp-option=3", "--dhcp-option=6",  # no gateway, no DNS server: nothing leaves the lab
-        "--log-dhcp", f"--log-facility={rdir / 'dnsmasq.log'}", f"--pid-file={pid_file}",
+        f"--dhcp-hostsfile={DNSMASQ_HOSTS_FILE}", f"--dhcp-hostsdir={DNSMASQ_HOSTS_DIR}",
+        f"--dhcp-leasefile={DNSMASQ_LEASES}", f"--pid-file={DNSMASQ_PID}",
+        "--log-dhcp", "--log-facility=/var/log/dnsmasq.log",
     ]  # fmt: skip
     argv += [f"--dhcp-range={a},{b},{subnet.netmask},1h" for a, b in ranges]
-    pid = _spawn(lab, "router:dnsmasq", ns, argv, rdir / "dnsmasq.console.log")
-    deadline = time.monotonic() + 5
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return {
-        "hosts_file": str(hosts_file),
-        "hosts_dir": str(hosts_dir),
-        "leases_file": str(leases),
-        "pid_file": str(pid_file),
-        "pid": pid,
+    files = {DNSMASQ_HOSTS_FILE: "", f"{DNSMASQ_HOSTS_DIR}/.keep": "", DNSMASQ_LEASES: ""}
+    services = [{"name": "dnsmasq", "argv": argv, "ready_file": DNSMASQ_PID}]
+    info = {
+        "hosts_file": DNSMASQ_HOSTS_FILE,
+        "hosts_dir": DNSMASQ_HOSTS_DIR,
+        "leases_file": DNSMASQ_LEASES,
+        "pid_file": DNSMASQ_PID,
+        "log_file": "/var/log/dnsmasq.log",
     }
+    return files, services, ["/run/dnsmasq"], info
 
 
-KEA_CTRL_PORT = 8000
-
-
-def _short_socket_dir(lab: Lab, rdir: Path) -> Path:
-    """Unix socket paths are limited to 107 bytes: fall back to a recorded dir under /run when needed."""
-    if len(str(rdir / "kea4-ctrl.sock")) < 100:
-        return rdir
-    alt = Path("/run") / f"gpulab-{lab.id}"
-    lab.note("dirs", str(alt))
-    alt.mkdir(mode=0o700, exist_ok=True)
-    return alt
-
-
-def _start_kea(lab, ns, rdir: Path, subnet, address: str, ranges) -> dict[str, Any]:
-    sock_dir = _short_socket_dir(lab, rdir)
-    sock = sock_dir / "kea4-ctrl.sock"
-    leases = rdir / "kea-leases4.csv"
+def _kea_setup(subnet, address: str, ranges):
     dhcp4 = {
         "Dhcp4": {
             "interfaces-config": {"interfaces": ["lan0"], "dhcp-socket-type": "raw"},
-            "control-socket": {"socket-type": "unix", "socket-name": str(sock)},
-            "lease-database": {"type": "memfile", "persist": True, "name": str(leases), "lfc-interval": 0},
+            "control-socket": {"socket-type": "unix", "socket-name": KEA_SOCKET},
+            "lease-database": {"type": "memfile", "persist": True, "name": KEA_LEASES, "lfc-interval": 0},
             "valid-lifetime": 3600,
             "renew-timer": 1800,
             "rebind-timer": 3000,
@@ -638,7 +648,7 @@ def _start_kea(lab, ns, rdir: Path, subnet, address: str, ranges) -> dict[str, A
             "loggers": [
                 {
                     "name": "kea-dhcp4",
-                    "output_options": [{"output": str(rdir / "kea-dhcp4.log")}],
+                    "output_options": [{"output": "/var/log/kea-dhcp4.log"}],
                     "severity": "INFO",
                 }
             ],
@@ -646,52 +656,41 @@ def _start_kea(lab, ns, rdir: Path, subnet, address: str, ranges) -> dict[str, A
     }
     ctrl = {
         "Control-agent": {
-            "http-host": address,
+            "http-host": address,  # the router's lab address only
             "http-port": KEA_CTRL_PORT,
-            "control-sockets": {"dhcp4": {"socket-type": "unix", "socket-name": str(sock)}},
+            "control-sockets": {"dhcp4": {"socket-type": "unix", "socket-name": KEA_SOCKET}},
             "loggers": [
                 {
                     "name": "kea-ctrl-agent",
-                    "output_options": [{"output": str(rdir / "kea-ctrl-agent.log")}],
+                    "output_options": [{"output": "/var/log/kea-ctrl-agent.log"}],
                     "severity": "INFO",
                 }
             ],
         }
     }
-    dhcp4_conf, ctrl_conf = rdir / "kea-dhcp4.conf", rdir / "kea-ctrl-agent.conf"
-    if not dhcp4_conf.exists():  # keep reservations written with config-write across restarts
-        _write_json(dhcp4_conf, dhcp4)
-    _write_json(ctrl_conf, ctrl)
-    env = {"KEA_PIDFILE_DIR": str(rdir), "KEA_LOCKFILE_DIR": str(rdir)}
-    pid = _spawn(
-        lab, "router:kea-dhcp4", ns, ["kea-dhcp4", "-c", str(dhcp4_conf)], rdir / "kea.console.log", env
-    )
-    deadline = time.monotonic() + 10
-    while not sock.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    _spawn(
-        lab,
-        "router:kea-ctrl-agent",
-        ns,
-        ["kea-ctrl-agent", "-c", str(ctrl_conf)],
-        rdir / "kea.console.log",
-        env,
-    )
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            s.settimeout(0.2)
-            if s.connect_ex((address, KEA_CTRL_PORT)) == 0:
-                break
-        time.sleep(0.05)
-    else:
-        raise LabNetError(f"Kea's control agent did not listen on {address}:{KEA_CTRL_PORT} (see {rdir})")
-    return {
-        "control_agent_url": f"http://{address}:{KEA_CTRL_PORT}/",
-        "config_file": str(dhcp4_conf),
-        "leases_file": str(leases),
-        "control_socket": str(sock),
-        "pid": pid,
+    files = {
+        KEA_DHCP4_CONF: json.dumps(dhcp4, indent=1) + "\n",
+        KEA_CTRL_CONF: json.dumps(ctrl, indent=1) + "\n",
+        "/var/lib/kea/.keep": "",
     }
+    env = {"KEA_PIDFILE_DIR": "/run/kea", "KEA_LOCKFILE_DIR": "/run/kea"}
+    services = [
+        {
+            "name": "kea-dhcp4",
+            "argv": ["/usr/sbin/kea-dhcp4", "-c", KEA_DHCP4_CONF],
+            "env": env,
+            "ready_file": KEA_SOCKET,
+        },
+        {"name": "kea-ctrl-agent", "argv": ["/usr/sbin/kea-ctrl-agent", "-c", KEA_CTRL_CONF], "env": env},
+    ]
+    info = {
+        "control_agent_url": f"http://{address}:{KEA_CTRL_PORT}/",
+        "config_file": KEA_DHCP4_CONF,
+        "leases_file": KEA_LEASES,
+        "control_socket": KEA_SOCKET,
+        "log_file": "/var/log/kea-dhcp4.log",
+    }
+    return files, services, ["/run/kea"], info
 
 
 # --- up / down / status ---------------------------------------------------------------------------------
@@ -836,7 +835,6 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
         ssh_control_path_dir=str(lab.cp_dir),
     )
     facts["router"] = _start_router(lab, facts, rs, [rs["address"], bridge_ip, node_ip])
-    _write_json(lab.facts_file, facts)  # the VM hooks need them while the node boots
     node = fixture["nodes"][0]
     lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
     spec = node_setup.node_host_spec(node, lab.hosts_dir / "node0")

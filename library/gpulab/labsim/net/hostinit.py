@@ -53,6 +53,7 @@ class Host:
         self.sshd = None
         self.address = None
         self.skipped_views = []
+        self.services = {}
 
     # -- file system ------------------------------------------------------------------------
     def path(self, inner):
@@ -244,6 +245,33 @@ class Host:
             time.sleep(0.02)
         raise RuntimeError(f"{self.cfg['name']}: sshd does not listen on {self.address}:22")
 
+    # -- services (a DHCP server on the router host), restarted when they die, as systemd would ------
+    def start_service(self, index):
+        svc = self.cfg["services"][index]
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **svc.get("env", {})}
+        with open(os.path.join(self.cfg["state"], f"service-{svc['name']}.log"), "ab") as log:
+            proc = subprocess.Popen(
+                ["chroot", self.root, *svc["argv"]], stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env
+            )
+        self.services[index] = (proc, time.monotonic())
+        ready = svc.get("ready_file")
+        deadline = time.monotonic() + 10
+        while ready and not os.path.exists(self.path(ready)) and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return
+            time.sleep(0.02)
+
+    def start_services(self):
+        for d in self.cfg.get("run_dirs", []):
+            os.makedirs(self.path(d), exist_ok=True)
+        for index in range(len(self.cfg.get("services", []))):
+            self.start_service(index)
+
+    def watch_services(self):
+        for index, (proc, started) in list(self.services.items()):
+            if proc.poll() is not None and time.monotonic() - started > 1.0:
+                self.start_service(index)
+
     # -- boot cycle -------------------------------------------------------------------------
     def write_status(self, **extra):
         status = {"boot": self.boot, "address": self.address, "views_skipped": self.skipped_views, **extra}
@@ -267,12 +295,14 @@ class Host:
         run("ip", "link", "set", "lo", "up")
         run("ip", "link", "set", self.cfg["iface"], "up")
         self.address = self.get_address()
+        self.start_services()
         self.start_sshd()
         self.write_status()
 
     def kill_others(self):
         with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)  # as PID 1: every other process of this pid namespace
+        self.services = {}
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             try:
@@ -305,6 +335,7 @@ class Host:
                 self.kill_others()
                 self.do_boot()
                 continue
+            self.watch_services()
             if self.sshd is not None and self.sshd.poll() is not None:
                 self.start_sshd()  # sshd killed from inside (e.g. a restart): bring it back, as systemd would
             time.sleep(POLL_S)

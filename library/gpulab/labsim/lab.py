@@ -788,7 +788,8 @@ class Lab:
                 sets["ide2"] += ",media=cdrom"
         errors: dict[str, str] = {}
         allocations: list[tuple[str, dict]] = []
-        for key, value in list(sets.items()):
+        # PVE allocates the EFI vars and TPM state volumes before the other disks (disk-0, disk-1, ...).
+        for key, value in sorted(sets.items(), key=lambda kv: kv[0] not in ("efidisk0", "tpmstate0")):
             if not create and key not in LIVE_OPTIONS | {"description"}:
                 who.require(f"/vms/{vmid}", [_config_priv(key)])
             if key.startswith("hostpci"):

@@ -1,0 +1,153 @@
+"""Authentication, CSRF, privileges and the root@pam rule for raw PCI devices."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from gpulab.labsim.schema import load_schema
+
+from .conftest import Api, create_vm
+
+MAP = "node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"
+
+
+def test_no_credentials_is_401(lab):
+    r = Api(lab.url).get("/version")
+    assert r.status_code == 401
+    assert r.json()["message"].strip() == "No ticket"
+
+
+def test_wrong_token_secret_is_401(lab):
+    r = lab.token_api(secret="00000000-0000-0000-0000-000000000000").get("/version")
+    assert r.status_code == 401
+    assert r.json()["message"].strip() == "authentication failure"
+
+
+def test_token_header_with_space_form_is_accepted(lab):
+    api = Api(
+        lab.url, headers={"Authorization": f"PVEAPIToken {lab.desc['token_id']}={lab.desc['token_secret']}"}
+    )
+    assert api.data("GET", "/version")["release"] == "9.2"
+
+
+def test_password_login_gives_ticket_and_csrf(lab):
+    r = requests.post(
+        lab.url + "/api2/json/access/ticket",
+        data={"username": "root", "password": lab.desc["password"], "realm": "pam"},
+        verify=False,
+        timeout=10,
+    )
+    d = r.json()["data"]
+    assert r.status_code == 200
+    assert d["username"] == "root@pam"
+    assert d["ticket"].startswith("PVE:root@pam:")
+    assert d["CSRFPreventionToken"]
+
+
+def test_wrong_password_is_401(lab):
+    r = requests.post(
+        lab.url + "/api2/json/access/ticket",
+        data={"username": "root@pam", "password": "wrong"},
+        verify=False,
+        timeout=10,
+    )
+    assert r.status_code == 401
+    assert r.json()["message"].strip() == "authentication failure"
+
+
+def test_ticket_write_without_csrf_is_refused_but_read_works(lab, root):
+    cookie = root.session.cookies.get("PVEAuthCookie")
+    no_csrf = Api(lab.url, cookies={"PVEAuthCookie": cookie})
+    assert no_csrf.get("/version").status_code == 200
+    r = no_csrf.post("/cluster/mapping/pci", id="x1", map=MAP)
+    assert r.status_code == 401
+    assert "csrf" in r.json()["message"]
+
+
+def test_forged_ticket_is_refused(lab, root):
+    cookie = root.session.cookies.get("PVEAuthCookie")
+    forged = cookie.replace("root@pam", "admin@pam", 1)
+    assert Api(lab.url, cookies={"PVEAuthCookie": forged}).get("/version").status_code == 401
+
+
+def test_permission_denied_names_path_and_privilege(lab):
+    ro = lab.token_api("auditor@pve!ro", "ro-secret")
+    r = ro.post("/nodes/pve/qemu", vmid=150)
+    assert r.status_code == 403
+    assert r.json()["message"].strip() == "Permission check failed (/vms/150, VM.Allocate)"
+    r = ro.post("/nodes/pve/qemu/150/status/start")
+    assert r.status_code == 403
+    assert r.json()["message"].strip() == "Permission check failed (/vms/150, VM.PowerMgmt)"
+
+
+def test_privilege_separation_limits_the_token_to_its_own_acl(lab):
+    r = lab.token_api("nomap@pve!tk", "nomap-secret").post("/cluster/mapping/pci", id="nomapx", map=MAP)
+    assert r.status_code == 403
+    assert r.json()["message"].strip() == "Permission check failed (/mapping/pci, Mapping.Modify)"
+
+
+def test_listings_are_filtered_by_privilege(lab, api):
+    create_vm(api, 160)
+    ro = lab.token_api("auditor@pve!ro", "ro-secret")
+    assert [v["vmid"] for v in ro.data("GET", "/nodes/pve/qemu")] == [160]
+    assert ro.data("GET", "/nodes/pve/storage") == []  # no Datastore.Audit
+    assert ro.data("GET", "/cluster/mapping/pci") == []
+
+
+@pytest.mark.parametrize("who", ["project_token", "root_token"])
+def test_raw_hostpci_is_refused_for_every_token_even_roots(lab, who):
+    api = lab.token_api() if who == "project_token" else lab.token_api("root@pam!full", "root-token-secret")
+    r = api.post("/nodes/pve/qemu", vmid=170, hostpci0="0000:02:00,pcie=1")
+    assert r.status_code == 500
+    assert r.json()["message"].strip() == "only root can set 'hostpci0' config for non-mapped devices"
+
+
+def test_raw_hostpci_works_for_root_password_ticket(root):
+    st = root.run("POST", "/nodes/pve/qemu", vmid=171, machine="q35", hostpci0="0000:02:00,pcie=1")
+    assert st["exitstatus"] == "OK"
+    assert root.data("GET", "/nodes/pve/qemu/171/config")["hostpci0"] == "0000:02:00,pcie=1"
+
+
+def test_changing_a_raw_hostpci_needs_root_too(lab, root, api):
+    root.run("POST", "/nodes/pve/qemu", vmid=172, machine="q35", hostpci0="0000:02:00,pcie=1")
+    r = api.post("/nodes/pve/qemu/172/config", delete="hostpci0")
+    assert r.status_code == 500
+    assert "only root can set 'hostpci0'" in r.json()["message"]
+
+
+def test_mapped_hostpci_works_with_the_project_token_and_needs_mapping_use(lab, api):
+    assert api.post("/cluster/mapping/pci", id="rtx3090", map=MAP).status_code == 200
+    st = api.run("POST", "/nodes/pve/qemu", vmid=173, machine="q35", hostpci0="mapping=rtx3090,pcie=1")
+    assert st["exitstatus"] == "OK"
+    r = lab.token_api("nomap@pve!tk", "nomap-secret").post(
+        "/nodes/pve/qemu", vmid=174, hostpci0="mapping=rtx3090"
+    )
+    assert r.status_code == 403
+    assert r.json()["message"].strip() == "Permission check failed (/mapping/pci/rtx3090, Mapping.Use)"
+
+
+def test_hostpci_needs_exactly_one_of_host_and_mapping(root):
+    r = root.post("/nodes/pve/qemu", vmid=175, hostpci0="0000:02:00,mapping=rtx3090")
+    assert r.status_code == 400
+    assert r.json()["errors"] == {"hostpci0": "Cannot set both 'host' and 'mapping'."}
+    r = root.post("/nodes/pve/qemu", vmid=175, hostpci0="pcie=1")
+    assert r.status_code == 400
+    assert r.json()["errors"] == {"hostpci0": "either 'host' or 'mapping' must be set."}
+
+
+def test_every_served_method_validates_over_http(root):
+    """Conformance over HTTP: an unknown parameter is refused by every served endpoint with PVE's 400."""
+    concrete = {"node": "pve", "vmid": "100", "storage": "local", "id": "gpu", "upid": "x"}
+    for path, methods in load_schema().endpoints.items():
+        url = path
+        for k, v in concrete.items():
+            url = url.replace("{" + k + "}", v)
+        for method in methods:
+            if path == "/access/ticket" and method == "POST":
+                continue  # the login call is answered before authentication
+            r = root.request(method, url, **{"no-such-param": "1"})
+            assert r.status_code == 400, (method, path, r.text)
+            body = r.json()
+            assert body["message"].strip() == "Parameter verification failed."
+            assert "no-such-param" in body["errors"], (method, path, body)

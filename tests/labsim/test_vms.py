@@ -1,0 +1,222 @@
+"""VM lifecycle against the simulator: create, config, pending, digest, locks, power, resize, destroy."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import time
+
+from gpulab.labsim.fixture import load_fixture, network_settings
+from gpulab.labsim.tasks import UPID_RE
+
+from .conftest import create_vm
+
+
+def test_nextid_is_a_string_and_vmid_check(api):
+    nxt = api.data("GET", "/cluster/nextid")
+    assert isinstance(nxt, str)
+    create_vm(api, int(nxt))
+    assert int(api.data("GET", "/cluster/nextid")) > int(nxt)
+    r = api.get("/cluster/nextid", vmid=nxt)
+    assert r.status_code == 400
+    assert r.json()["errors"] == {"vmid": f"VM {nxt} already exists"}
+
+
+def test_create_allocates_disks_and_mac_and_locks_while_running(api, lab):
+    upid = api.data(
+        "POST",
+        "/nodes/pve/qemu",
+        vmid=200,
+        name="vm-1",
+        memory="4096",
+        cores=4,
+        scsi0="local-zfs:60,iothread=1,discard=on",
+        net0="virtio,bridge=vmbr0",
+        efidisk0="local-zfs:1,efitype=4m,pre-enrolled-keys=0",
+        bios="ovmf",
+    )
+    assert UPID_RE.match(upid)
+    assert upid.split(":")[5:8] == ["qmcreate", "200", "gpulab@pve!ansible"]
+    r = api.put("/nodes/pve/qemu/200/config", name="other")
+    assert r.status_code == 500
+    assert r.json()["message"].strip() == "VM 200 is locked (create)"
+    assert api.wait(upid)["exitstatus"] == "OK"
+    cfg = api.data("GET", "/nodes/pve/qemu/200/config")
+    assert cfg["scsi0"] == "local-zfs:vm-200-disk-1,discard=on,iothread=1,size=60G"
+    assert cfg["efidisk0"].startswith("local-zfs:vm-200-disk-0,efitype=4m,pre-enrolled-keys=0,size=")
+    assert re.fullmatch(r"virtio=BC:24:11:[0-9A-F]{2}:[0-9A-F]{2}:[0-9A-F]{2},bridge=vmbr0", cfg["net0"])
+    assert cfg["cores"] == 4 and cfg["memory"] == "4096"
+    assert re.fullmatch(r"[0-9a-f]{40}", cfg["digest"])
+    vols = {v["volid"] for v in api.data("GET", "/nodes/pve/storage/local-zfs/content")}
+    assert {"local-zfs:vm-200-disk-0", "local-zfs:vm-200-disk-1"} <= vols
+
+
+def test_existing_vmid_is_refused(api):
+    create_vm(api, 201)
+    r = api.post("/nodes/pve/qemu", vmid=201)
+    assert r.status_code == 500
+    assert r.json()["message"].strip() == "unable to create VM 201 - VM 201 already exists on node 'pve'"
+
+
+def test_drive_rules(api):
+    r = api.post("/nodes/pve/qemu", vmid=202, scsi0="60")  # the schema's volume-id format refuses a bare size
+    assert r.json()["errors"] == {
+        "scsi0": "invalid format - format error\nscsi0.file: unable to parse volume ID '60'\n"
+    }
+    r = api.post("/nodes/pve/qemu", vmid=202, scsi0="local-zfs:5,import-from=local:import/x.qcow2")
+    assert r.json()["errors"]["scsi0"].startswith("'import-from' requires special syntax")
+    r = api.post("/nodes/pve/qemu", vmid=202, scsi0="local:5")
+    assert r.status_code == 500 and "does not support content-type 'images'" in r.json()["message"]
+    r = api.post("/nodes/pve/qemu", vmid=202, ide2="local:iso/none.iso,media=cdrom")
+    assert (
+        r.status_code == 500 and r.json()["message"].strip() == "volume 'local:iso/none.iso' does not exist"
+    )
+
+
+def test_config_post_is_async_put_is_sync_and_stale_digest_is_refused(api):
+    cfg = create_vm(api, 210)
+    upid = api.data("POST", "/nodes/pve/qemu/210/config", cores=3, digest=cfg["digest"])
+    assert upid.split(":")[5] == "qmconfig"
+    assert api.wait(upid)["exitstatus"] == "OK"
+    r = api.put("/nodes/pve/qemu/210/config", cores=5, digest=cfg["digest"])
+    assert r.status_code == 500
+    assert (
+        r.json()["message"].strip()
+        == "detected modified configuration - file changed by other user? Try again."
+    )
+    r = api.put("/nodes/pve/qemu/210/config", cores=5)
+    assert r.status_code == 200 and r.json()["data"] is None
+    new = api.data("GET", "/nodes/pve/qemu/210/config")
+    assert new["cores"] == 5 and new["digest"] != cfg["digest"]
+
+
+def test_delete_turns_disk_into_unused_and_deleting_unused_destroys_it(api):
+    create_vm(api, 211)
+    api.data("PUT", "/nodes/pve/qemu/211/config", delete="scsi0")
+    cfg = api.data("GET", "/nodes/pve/qemu/211/config")
+    assert "scsi0" not in cfg and cfg["unused0"] == "local-zfs:vm-211-disk-0"
+    api.data("PUT", "/nodes/pve/qemu/211/config", delete="unused0")
+    vols = {v["volid"] for v in api.data("GET", "/nodes/pve/storage/local-zfs/content")}
+    assert "local-zfs:vm-211-disk-0" not in vols
+    r = api.put("/nodes/pve/qemu/211/config", cores=2, delete="cores")
+    assert r.status_code == 400 and "delete" in r.json()["errors"]
+
+
+def test_running_vm_keeps_cold_changes_pending_until_restart(api):
+    api.data(
+        "POST",
+        "/cluster/mapping/pci",
+        id="rtx3090",
+        map="node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881",
+    )
+    create_vm(api, 220, machine="q35")
+    assert api.run("POST", "/nodes/pve/qemu/220/status/start")["exitstatus"] == "OK"
+    api.run("POST", "/nodes/pve/qemu/220/config", cores=6, name="renamed", hostpci0="mapping=rtx3090,pcie=1")
+    current = api.data("GET", "/nodes/pve/qemu/220/config", current=1)
+    merged = api.data("GET", "/nodes/pve/qemu/220/config")
+    assert current["name"] == "renamed" and current["cores"] == 2 and "hostpci0" not in current
+    assert merged["cores"] == 6 and merged["hostpci0"] == "mapping=rtx3090,pcie=1"
+    pending = {p["key"]: p for p in api.data("GET", "/nodes/pve/qemu/220/pending")}
+    assert pending["cores"]["value"] == 2 and pending["cores"]["pending"] == 6
+    assert "pending" not in pending["name"]
+    api.run("POST", "/nodes/pve/qemu/220/status/stop")
+    api.run("POST", "/nodes/pve/qemu/220/status/start")
+    current = api.data("GET", "/nodes/pve/qemu/220/config", current=1)
+    assert current["cores"] == 6 and current["hostpci0"] == "mapping=rtx3090,pcie=1"
+    api.run("POST", "/nodes/pve/qemu/220/status/stop")
+
+
+def test_power_cycle_status_and_agent(api, lab):
+    create_vm(api, 230)
+    r = api.get("/nodes/pve/qemu/230/agent/network-get-interfaces")
+    assert r.status_code == 500 and r.json()["message"].strip() == "VM 230 is not running"
+    r = api.post("/nodes/pve/qemu/230/status/shutdown")
+    assert r.status_code == 500 and r.json()["message"].strip() == "VM 230 not running"
+    api.run("POST", "/nodes/pve/qemu/230/status/start")
+    assert api.data("GET", "/nodes/pve/qemu/230/status/current")["status"] == "running"
+    r = api.post("/nodes/pve/qemu/230/status/start")
+    assert r.status_code == 500 and r.json()["message"].strip() == "VM 230 already running"
+    r = api.delete("/nodes/pve/qemu/230")
+    assert r.status_code == 500 and "is running - destroy failed" in r.json()["message"]
+    deadline = time.monotonic() + 5
+    while True:
+        r = api.get("/nodes/pve/qemu/230/agent/network-get-interfaces")
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        assert r.json()["message"].strip() == "QEMU guest agent is not running"
+        time.sleep(0.05)
+    ifaces = r.json()["data"]["result"]
+    mac = (
+        re.search(r"=([0-9A-F:]{17})", api.data("GET", "/nodes/pve/qemu/230/config")["net0"]).group(1).lower()
+    )
+    nic = next(i for i in ifaces if i["hardware-address"] == mac)
+    addr = next(a["ip-address"] for a in nic["ip-addresses"] if a["ip-address-type"] == "ipv4")
+    net = network_settings(load_fixture(None))
+    assert (
+        ipaddress.ip_address(net["pool_first"])
+        <= ipaddress.ip_address(addr)
+        <= ipaddress.ip_address(net["pool_last"])
+    )
+    assert api.data("GET", "/nodes/pve/qemu/230/agent/network-get-interfaces") == r.json()["data"]
+    api.run("POST", "/nodes/pve/qemu/230/status/shutdown")
+    assert api.data("GET", "/nodes/pve/qemu/230/status/current")["status"] == "stopped"
+    st = api.run("DELETE", "/nodes/pve/qemu/230")
+    assert st["exitstatus"] == "OK"
+    r = api.get("/nodes/pve/qemu/230/config")
+    assert r.status_code == 500 and "does not exist" in r.json()["message"]
+
+
+def test_agent_needs_agent_option(api):
+    create_vm(api, 231, agent="0")
+    api.run("POST", "/nodes/pve/qemu/231/status/start")
+    r = api.get("/nodes/pve/qemu/231/agent/network-get-interfaces")
+    assert r.status_code == 500 and r.json()["message"].strip() == "No QEMU guest agent configured"
+    api.run("POST", "/nodes/pve/qemu/231/status/stop")
+
+
+def test_pcie_needs_q35_at_start_and_gpu_is_exclusive(root):
+    root.run("POST", "/nodes/pve/qemu", vmid=240, memory="1024", hostpci0="0000:02:00,pcie=1")
+    st = root.run("POST", "/nodes/pve/qemu/240/status/start")
+    assert st["exitstatus"] == "q35 machine model is not enabled"
+    root.data("PUT", "/nodes/pve/qemu/240/config", machine="q35")
+    assert root.run("POST", "/nodes/pve/qemu/240/status/start")["exitstatus"] == "OK"
+    root.run("POST", "/nodes/pve/qemu", vmid=241, memory="1024", machine="q35", hostpci0="0000:02:00.0")
+    st = root.run("POST", "/nodes/pve/qemu/241/status/start")
+    assert st["exitstatus"] == "PCI device '0000:02:00.0' already in use by VMID '240'"
+    root.run("POST", "/nodes/pve/qemu/240/status/stop")
+
+
+def test_memory_of_the_host_runs_out(root):
+    root.run("POST", "/nodes/pve/qemu", vmid=250, memory="24000")
+    root.run("POST", "/nodes/pve/qemu", vmid=251, memory="16384")
+    assert root.run("POST", "/nodes/pve/qemu/250/status/start")["exitstatus"] == "OK"
+    st = root.run("POST", "/nodes/pve/qemu/251/status/start")
+    assert st["exitstatus"] == "start failed: QEMU exited with code 1"
+    mem = root.data("GET", "/nodes/pve/status")["memory"]
+    assert mem["used"] >= 24000 * 2**20
+    root.run("POST", "/nodes/pve/qemu/250/status/stop")
+
+
+def test_resize_grows_only(api):
+    create_vm(api, 260)
+    assert api.run("PUT", "/nodes/pve/qemu/260/resize", disk="scsi0", size="+2G")["exitstatus"] == "OK"
+    assert ",size=10G" in api.data("GET", "/nodes/pve/qemu/260/config")["scsi0"]
+    r = api.put("/nodes/pve/qemu/260/resize", disk="scsi0", size="4G")
+    assert r.status_code == 500 and r.json()["message"].strip() == "shrinking disks is not supported"
+    r = api.put("/nodes/pve/qemu/260/resize", disk="scsi5", size="+1G")
+    assert r.status_code == 500 and r.json()["message"].strip() == "disk 'scsi5' does not exist"
+
+
+def test_cluster_resources_and_nodes(api):
+    create_vm(api, 270)
+    res = api.data("GET", "/cluster/resources", type="vm")
+    assert {"id": "qemu/270", "type": "qemu"}.items() <= next(r for r in res if r["vmid"] == 270).items()
+    assert all(r["type"] == "qemu" for r in res)
+    storages = {r["storage"]: r for r in api.data("GET", "/cluster/resources", type="storage")}
+    assert storages["local-zfs"]["maxdisk"] == 1_800_000_000_000
+    node = api.data("GET", "/nodes")[0]
+    assert node["node"] == "pve" and node["status"] == "online" and node["maxcpu"] == 20
+    st = api.data("GET", "/nodes/pve/status")
+    assert st["boot-info"]["mode"] == "efi" and st["cpuinfo"]["cores"] == 10
+    r = api.get("/nodes/nope/status")
+    assert r.status_code == 595

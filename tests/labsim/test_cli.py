@@ -1,0 +1,105 @@
+"""`gpulab lab up|status|down` as a background process, and state persisting across restarts."""
+
+from __future__ import annotations
+
+import json
+import stat
+import time
+
+import pytest
+
+from gpulab.labsim import cli
+
+from .conftest import Api, write_fast_fixture
+
+REQUIRED = {"pve_url", "node", "token_id", "token_secret", "user", "password", "fingerprint", "state_dir"}
+
+
+def run_cli(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def state(tmp_path):
+    fixture = write_fast_fixture(tmp_path / "fixture.yml")
+    yield tmp_path / "state", fixture
+    cli.down(tmp_path / "state")
+
+
+def test_up_status_down_and_persistence(state, capsys):
+    state_dir, fixture = state
+    rc, out, err = run_cli(capsys, "up", "--state", str(state_dir), "--fixture", str(fixture))
+    assert rc == 0, err
+    desc = json.loads(out)
+    assert set(desc) >= REQUIRED
+    assert desc["state_dir"] == str(state_dir.resolve())
+    assert desc["user"] == "root@pam" and desc["token_id"] == "gpulab@pve!ansible"
+    lab_json = state_dir / "lab.json"
+    assert stat.S_IMODE(lab_json.stat().st_mode) == 0o600
+    assert json.loads(lab_json.read_text()) == desc
+
+    rc, out, _ = run_cli(capsys, "status", "--state", str(state_dir))
+    assert rc == 0 and json.loads(out) == desc
+    rc, out, _ = run_cli(capsys, "up", "--state", str(state_dir))
+    assert rc == 0 and json.loads(out)["pid"] == desc["pid"], "up on a running lab reuses it"
+
+    api = Api(
+        desc["pve_url"], headers={"Authorization": f"PVEAPIToken={desc['token_id']}={desc['token_secret']}"}
+    )
+    st = api.run(
+        "POST", "/nodes/pve/qemu", vmid=100, name="vm-1", scsi0="local-zfs:4", net0="virtio,bridge=vmbr0"
+    )
+    api.data("POST", "/cluster/mapping/pci", id="gpu", map="node=pve,path=0000:02:00,id=10de:2204")
+    api.data(
+        "POST", "/nodes/pve/qemu/100/config", cores=3
+    )  # left pending? no: stopped VM, applied by the task
+    api.run("POST", "/nodes/pve/qemu/100/status/start")
+    api.run("POST", "/nodes/pve/qemu/100/config", memory="1024")  # running: memory stays pending
+    before = api.data("GET", "/nodes/pve/qemu/100/config")
+
+    rc, _, _ = run_cli(capsys, "down", "--state", str(state_dir))
+    assert rc == 0
+    assert not (state_dir / "server.pid").exists()
+    rc, _, _ = run_cli(capsys, "status", "--state", str(state_dir))
+    assert rc == 1
+    rc, _, err = run_cli(capsys, "down", "--state", str(state_dir))
+    assert rc == 0 and "nothing was running" in err
+
+    rc, out, _ = run_cli(capsys, "up", "--state", str(state_dir), "--fixture", str(fixture))
+    again = json.loads(out)
+    assert again["pid"] != desc["pid"]
+    for key in ("token_secret", "password", "fingerprint", "pve_url"):
+        assert again[key] == desc[key], key
+    assert api.data("GET", "/nodes/pve/qemu/100/config") == before
+    pending = {p["key"]: p for p in api.data("GET", "/nodes/pve/qemu/100/pending")}
+    assert pending["memory"]["pending"] == "1024"
+    assert api.data("GET", "/cluster/mapping/pci/gpu")["map"] == ["node=pve,path=0000:02:00,id=10de:2204"]
+    assert api.data("GET", f"/nodes/pve/tasks/{st['upid']}/status")["exitstatus"] == "OK"
+    assert "local-zfs:vm-100-disk-0" in {
+        v["volid"] for v in api.data("GET", "/nodes/pve/storage/local-zfs/content")
+    }
+    # The server stopped while the VM ran: it is still running for the API (the guest never stopped).
+    assert api.data("GET", "/nodes/pve/qemu/100/status/current")["status"] == "running"
+
+
+def test_down_stops_a_server_whose_lab_json_is_gone(state, capsys):
+    state_dir, fixture = state
+    rc, out, _ = run_cli(capsys, "up", "--state", str(state_dir), "--fixture", str(fixture))
+    pid = json.loads(out)["pid"]
+    (state_dir / "lab.json").unlink()
+    rc, _, _ = run_cli(capsys, "down", "--state", str(state_dir))
+    assert rc == 0
+    deadline = time.monotonic() + 5
+    while cli._pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not cli._pid_alive(pid), "the server is still running"
+
+
+def test_bad_fixture_is_reported(tmp_path, capsys):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("name: empty\n")
+    rc, _, err = run_cli(capsys, "up", "--state", str(tmp_path / "s"), "--fixture", str(bad))
+    assert rc == 1 and "did not start" in err
+    assert "defines no nodes" in (tmp_path / "s" / "server.log").read_text()

@@ -329,3 +329,66 @@ def test_generator_reproduces_the_committed_subset(tmp_path):
     committed = ROOT / "library" / "gpulab" / "labsim" / "data" / "pve-api-subset.json"
     assert json.loads(out.read_text()) == json.loads(committed.read_text())
     assert "AGPL-3.0-or-later" in json.loads(committed.read_text())["_license"]
+
+
+def invalid_variants(prop):
+    """(value, expected message) pairs that break one rule of a top-level property schema."""
+    kind = prop.get("type", "string")
+    out = []
+    if kind == "boolean":
+        out.append(("true", "type check ('boolean') failed - got 'true'"))
+    if kind == "integer":
+        out.append(("1.5", "type check ('integer') failed - got '1.5'"))
+        if "minimum" in prop:
+            out.append(
+                (
+                    str(int(float(prop["minimum"])) - 1),
+                    f"value must have a minimum value of {prop['minimum']}",
+                )
+            )
+        if "maximum" in prop:
+            out.append(
+                (
+                    str(int(float(prop["maximum"])) + 1),
+                    f"value must have a maximum value of {prop['maximum']}",
+                )
+            )
+    if kind == "number":
+        out.append(("many", "type check ('number') failed - got 'many'"))
+    if kind == "string" and prop.get("enum") and not prop.get("format"):  # a format is checked first
+        out.append(
+            (
+                "not-in-enum",
+                f"value 'not-in-enum' does not have a value in the enumeration '{', '.join(map(str, prop['enum']))}'",
+            )
+        )
+    if kind == "string" and "maxLength" in prop and not prop.get("format") and not prop.get("pattern"):
+        out.append(
+            ("a" * (int(prop["maxLength"]) + 1), f"value may only be {prop['maxLength']} characters long")
+        )
+    if kind == "string" and prop.get("pattern") and not prop.get("format") and not prop.get("enum"):
+        out.append(("\n!\n", "value does not match the regex pattern"))
+    return out
+
+
+def invalid_cases():
+    for path, by_method in sorted(load_schema().endpoints.items()):
+        for method, info in sorted(by_method.items()):
+            for key, prop in ((info.get("parameters") or {}).get("properties") or {}).items():
+                for value, message in invalid_variants(prop):
+                    yield pytest.param(
+                        info,
+                        key.replace("[n]", "0"),
+                        value,
+                        message,
+                        id=f"{method} {path} {key}={value[:12]!r}",
+                    )
+
+
+@pytest.mark.parametrize(("info", "key", "value", "message"), list(invalid_cases()))
+def test_each_kind_of_invalid_value_is_refused_on_every_endpoint(info, key, value, message):
+    params, _ = valid_params(info, include_optional=False)
+    params[key] = value
+    with pytest.raises(ParamError) as exc:
+        load_schema().validate(info, params)
+    assert exc.value.errors.get(key) == message

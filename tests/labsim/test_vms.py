@@ -220,3 +220,10 @@ def test_cluster_resources_and_nodes(api):
     assert st["boot-info"]["mode"] == "efi" and st["cpuinfo"]["cores"] == 10
     r = api.get("/nodes/nope/status")
     assert r.status_code == 595
+
+
+def test_background_delay_answers_null_when_the_task_is_done(api):
+    create_vm(api, 280)
+    r = api.post("/nodes/pve/qemu/280/config", cores=4, background_delay=5)
+    assert r.status_code == 200 and r.json()["data"] is None
+    assert api.data("GET", "/nodes/pve/qemu/280/config")["cores"] == 4

@@ -1128,7 +1128,16 @@ class Lab:
                 task.log(f"update VM {vmid}: -{k} {v}")
             apply(task)
 
-        return self.tasks.start(node, "qmconfig", str(vmid), who.userid, body)
+        upid = self.tasks.start(node, "qmconfig", str(vmid), who.userid, body)
+        if args.get("background_delay"):
+            # PVE waits up to background_delay seconds and answers null when the task ended well by then.
+            record = self.state.data["tasks"][upid]
+            deadline = time.monotonic() + int(args["background_delay"])
+            while record["status"] == "running" and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if record.get("exitstatus") == "OK":
+                return None
+        return upid
 
     def h_post_nodes_node_qemu_vmid_config(self, args, who):
         return self._update(args, who, sync=False)

@@ -227,3 +227,46 @@ def test_background_delay_answers_null_when_the_task_is_done(api):
     r = api.post("/nodes/pve/qemu/280/config", cores=4, background_delay=5)
     assert r.status_code == 200 and r.json()["data"] is None
     assert api.data("GET", "/nodes/pve/qemu/280/config")["cores"] == 4
+
+
+class _FailingHooks:
+    """Stand-in for netlab hooks whose VM host cannot start."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls = []
+
+    def vm_started(self, node, vmid, config):
+        self.calls.append(("started", vmid))
+        raise RuntimeError("no namespace for you")
+
+    def vm_stopped(self, node, vmid):
+        self.calls.append(("stopped", vmid))
+        raise RuntimeError("already gone")
+
+    def vm_destroyed(self, node, vmid):
+        self.calls.append(("destroyed", vmid))
+
+    def guest_interfaces(self, node, vmid, config):
+        raise RuntimeError("guest is silent")
+
+
+def test_hook_failures_end_the_start_task_and_leave_the_vm_stopped(lab, api):
+    create_vm(api, 290)
+    original = lab.server.lab.hooks
+    lab.server.lab.hooks = hooks = _FailingHooks(original)
+    try:
+        st = api.run("POST", "/nodes/pve/qemu/290/status/start")
+        assert st["exitstatus"] == "start failed: lab host for VM 290 did not come up: no namespace for you"
+        assert api.data("GET", "/nodes/pve/qemu/290/status/current")["status"] == "stopped"
+        lab.server.lab.hooks = original
+        api.run("POST", "/nodes/pve/qemu/290/status/start")
+        lab.server.lab.hooks = hooks
+        time.sleep(0.25)  # past agent_delay
+        r = api.get("/nodes/pve/qemu/290/agent/network-get-interfaces")
+        assert r.status_code == 500 and r.json()["message"].strip() == "QEMU guest agent is not running"
+        assert api.run("POST", "/nodes/pve/qemu/290/status/stop")["exitstatus"] == "OK"
+        assert api.run("DELETE", "/nodes/pve/qemu/290")["exitstatus"] == "OK"
+        assert hooks.calls == [("started", 290), ("stopped", 290), ("destroyed", 290)]
+    finally:
+        lab.server.lab.hooks = original

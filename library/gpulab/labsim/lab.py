@@ -1329,7 +1329,13 @@ class Lab:
             vm["pci_in_use"] = pci
             config = dict(vm["config"])
             self.state.mark()
-        self.hooks.vm_started(node, vmid, config)
+        try:
+            self.hooks.vm_started(node, vmid, config)
+        except Exception as exc:
+            with self.lock:
+                vm.update(status="stopped", started_at=None, pci_in_use=[])
+                self.state.mark()
+            raise TaskFailed(f"start failed: lab host for VM {vmid} did not come up: {exc}") from exc
 
     def h_post_nodes_node_qemu_vmid_status_start(self, args, who):
         node, vmid = args["node"], args["vmid"]
@@ -1354,7 +1360,14 @@ class Lab:
             vm["pci_in_use"] = []
             self.state.mark()
         if was_running:
-            self.hooks.vm_stopped(node, vmid)
+            self._quiet_hook(self.hooks.vm_stopped, node, vmid)
+
+    def _quiet_hook(self, hook, node: str, vmid: int) -> None:
+        """Stop/destroy hooks must not fail the PVE task: their failure goes to the server log."""
+        try:
+            hook(node, vmid)
+        except Exception as exc:
+            print(f"labsim: {hook.__name__}({node}, {vmid}) failed: {exc!r}", flush=True)
 
     def h_post_nodes_node_qemu_vmid_status_shutdown(self, args, who):
         node, vmid = args["node"], args["vmid"]
@@ -1405,7 +1418,7 @@ class Lab:
                     self.state.data["volumes"][storeid] = keep
                 self.state.data["vms"].pop(str(vmid), None)
                 self.state.mark()
-            self.hooks.vm_destroyed(node, vmid)
+            self._quiet_hook(self.hooks.vm_destroyed, node, vmid)
 
         def on_error(task, error):
             vm["lock"] = None
@@ -1421,7 +1434,11 @@ class Lab:
             raise ApiError(500, f"VM {vmid} is not running")
         if time.time() - (vm.get("started_at") or 0) < float(self.timings["agent_delay"]):
             raise ApiError(500, "QEMU guest agent is not running")
-        return {"result": self.hooks.guest_interfaces(node, vmid, dict(vm["config"]))}
+        try:
+            result = self.hooks.guest_interfaces(node, vmid, dict(vm["config"]))
+        except Exception as exc:  # the guest did not answer
+            raise ApiError(500, "QEMU guest agent is not running") from exc
+        return {"result": result}
 
     # ============================================================================ tasks
     def _task(self, args, who) -> dict:

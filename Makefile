@@ -20,6 +20,7 @@ $(VENV)/.stamp: pyproject.toml
 	@touch $@
 
 demo: venv
+	@$(BIN)/gpulab lab status >/dev/null 2>&1 || $(BIN)/gpulab lab up >/dev/null
 	$(BIN)/ansible-playbook site.yml -i inventory/demo
 
 test: venv lint unit

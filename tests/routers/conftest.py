@@ -257,3 +257,36 @@ def kea_router(lan):
         "config": str(d / "kea4.json"),
         "log": str(d / "kea4.log"),
     }
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    """A real sshd on 127.0.0.1 (a free port) that lets in one throw-away key as root."""
+    _need_root("sshd", "ssh-keygen")
+    d = Path(tempfile.mkdtemp(prefix="gt4s"))
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key"))
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "client_key"))
+    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
+    os.chmod(d, 0o700)
+    port = free_port()
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\nPidFile {d / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)
+    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],
+                            stdout=subprocess.DEVNULL, stderr=open(d / "sshd.log", "w"), start_new_session=True)  # noqa: SIM115 # fmt: skip
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail("sshd did not start: " + (d / "sshd.log").read_text())
+        yield {"host": "127.0.0.1", "port": port, "key_file": str(d / "client_key"), "dir": d}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=5)
+        shutil.rmtree(d, ignore_errors=True)

@@ -1,0 +1,83 @@
+"""gpulab_dhcp_reservation: docs match the argument spec, secrets stay hidden, run() drives a backend."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpulab.labsim.routers.mikrotik import MikroTikSim
+from gpulab.routers import OPTION_DEFAULTS, RouterError, make_backend
+
+ROOT = Path(__file__).resolve().parents[2]
+PATH = ROOT / "plugins/modules/gpulab_dhcp_reservation.py"
+spec = importlib.util.spec_from_file_location("gpulab_dhcp_reservation", PATH)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+PW = "Mod-Secret-42"
+
+
+def compare(doc: dict, arg: dict, where: str):
+    assert set(doc) == set(arg), where
+    for name, a in arg.items():
+        d = doc[name]
+        assert d.get("type", "str") == a.get("type", "str"), f"{where}.{name} type"
+        assert d.get("required", False) == a.get("required", False), f"{where}.{name} required"
+        assert d.get("default") == a.get("default"), f"{where}.{name} default"
+        assert d.get("choices") == a.get("choices"), f"{where}.{name} choices"
+        assert d.get("elements") == a.get("elements"), f"{where}.{name} elements"
+        if "options" in a:
+            compare(d["suboptions"], a["options"], f"{where}.{name}")
+
+
+def test_documentation_matches_argument_spec():
+    doc = yaml.safe_load(mod.DOCUMENTATION)
+    compare(doc["options"], mod.ARGUMENT_SPEC, "options")
+    assert mod.ARGUMENT_SPEC["password"]["no_log"] is True
+    assert mod.ARGUMENT_SPEC["ssh"]["options"]["password"]["no_log"] is True
+    assert set(doc["options"]["kind"]["choices"]) == set(OPTION_DEFAULTS)
+    yaml.safe_load(mod.EXAMPLES)
+    yaml.safe_load(mod.RETURN)
+
+
+def test_make_backend_refuses_unknown_kind_and_option():
+    with pytest.raises(RouterError, match="unknown router kind"):
+        make_backend({"kind": "tplink"})
+    with pytest.raises(RouterError, match=r"unknown option.*hostfile.*known: hostsfile"):
+        make_backend({"kind": "dnsmasq", "address": "192.0.2.1", "options": {"hostfile": "/x"}})
+
+
+def params(sim, **kw):
+    base = {"kind": "mikrotik", "address": "127.0.0.1", "subnet": "192.168.88.0/24", "pool": None, "user": "admin",
+            "password": PW, "url": sim.url, "validate_certs": True, "ssh": None, "options": {}, "state": "present",
+            "reservations": [{"mac": "BC:24:11:00:0A:01", "address": "192.168.88.9", "hostname": "vm-1",
+                              "current_address": None, "name": "vm-1"}]}  # fmt: skip
+    base.update(kw)
+    return base
+
+
+def test_run_check_then_apply_then_absent():
+    with MikroTikSim(password=PW) as sim:
+        out = mod.run(params(sim), check_mode=True)
+        assert out["changed"] and sim.leases == []
+        assert out["diff"] == {"before": "", "after": "bc:24:11:00:0a:01 192.168.88.9 vm-1\n"}
+        out = mod.run(params(sim), check_mode=False)
+        assert out["reservations"]["bc:24:11:00:0a:01"]["address"] == "192.168.88.9"
+        assert mod.run(params(sim), check_mode=False)["changed"] is False
+        out = mod.run(params(sim, state="absent"), check_mode=False)
+        assert [c["action"] for c in out["changes"]] == ["delete"] and sim.leases == []
+
+
+def test_module_process_hides_the_password_on_failure(tmp_path):
+    with MikroTikSim(password="other") as sim:
+        args = {"ANSIBLE_MODULE_ARGS": {k: v for k, v in params(sim).items() if v is not None}}
+        f = tmp_path / "args.json"
+        f.write_text(json.dumps(args))
+        proc = subprocess.run([sys.executable, str(PATH), str(f)], capture_output=True, text=True, timeout=60,
+                              check=False)  # fmt: skip
+    result = json.loads(proc.stdout)
+    assert result["failed"] and result["error_code"] == "auth_failed"
+    assert PW not in proc.stdout and PW not in proc.stderr

@@ -483,7 +483,7 @@ _part = st.one_of(st.tuples(_sub, _val).map(lambda kv: f"{kv[0]}={kv[1]}"), _val
 _value = st.lists(_part, max_size=5).map(",".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(key=st.sampled_from(KEYS_UNDER_TEST), value=_value)
 def test_normalisers_are_idempotent(key, value):
     once = normalize_value(key, value)

@@ -58,7 +58,9 @@ def render(props: Mapping[str, object], default_key: str | None = None) -> str:
     """Write `props` back as a property string, default key first without `k=`, the rest sorted."""
     parts = []
     if default_key is not None and props.get(default_key) is not None:
-        parts.append(str(props[default_key]))
+        value = str(props[default_key])
+        # An empty default-key value must stay visible, or it would vanish on the next parse.
+        parts.append(value if value else f"{default_key}=")
     for key in sorted(props):
         if key == default_key or props[key] is None:
             continue

@@ -1,0 +1,169 @@
+"""Files PVE downloads itself (`download-url`): OS images and ISOs, checked against a SHA-256/512.
+
+Idempotent without a transfer: the storage's content list says whether the file is there. With
+`verify_existing`, PVE is asked to check the existing file against the checksum (it answers "OK, got
+correct file already, no need to download" without transferring, and fails on a mismatch).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulab.pve.client import PveClient, PveTaskError
+
+ALGORITHMS = ("md5", "sha1", "sha224", "sha256", "sha384", "sha512")
+_HEX_LEN = {"md5": 32, "sha1": 40, "sha224": 56, "sha256": 64, "sha384": 96, "sha512": 128}
+_EXTENSIONS = {
+    "iso": re.compile(r"\.(iso|img)$", re.I),
+    "import": re.compile(r"\.(ova|qcow2|raw|vmdk)$"),
+    "vztmpl": re.compile(r"\.tar\.(gz|xz|zst|bz2)$|\.tgz$"),
+}
+_PERCENT_RE = re.compile(r"(\d+(?:\.\d+)?)\s*%")
+
+
+class DownloadError(Exception):
+    pass
+
+
+def normalise_filename(name: str) -> str:
+    """What PVE turns a filename into: the part after the last / or \\, other characters as `_`."""
+    base = re.split(r"[/\\]", name)[-1]
+    return re.sub(r"[^a-zA-Z0-9_.\-]", "_", base)
+
+
+def check_request(content: str, filename: str, checksum: str | None, algorithm: str | None) -> None:
+    """Refuse what PVE would refuse, with the fix."""
+    pattern = _EXTENSIONS.get(content)
+    if pattern is not None and not pattern.search(filename):
+        hint = {
+            "iso": ".iso or .img",
+            "import": ".qcow2, .raw, .vmdk or .ova (a cloud image .img is qcow2: name it .qcow2)",
+            "vztmpl": ".tar.gz/.tar.xz/.tar.zst",
+        }[content]
+        raise DownloadError(
+            f"filename {filename!r} does not fit content {content!r}: it must end with {hint}"
+        )
+    if checksum:
+        algo = (algorithm or "").lower()
+        if algo not in ALGORITHMS:
+            raise DownloadError(f"checksum_algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
+        if not re.fullmatch(rf"[0-9a-fA-F]{{{_HEX_LEN[algo]}}}", checksum):
+            raise DownloadError(f"checksum is not a {algo} digest ({_HEX_LEN[algo]} hex digits)")
+
+
+@dataclass
+class DownloadResult:
+    changed: bool = False
+    volid: str = ""
+    present_before: bool = False
+    transferred: bool = False
+    upid: str = ""
+    log: list[str] = field(default_factory=list)
+    progress: float | None = None
+    msg: str = ""
+
+
+def progress_of(lines: list[str]) -> float | None:
+    """The last percentage a download task logged, if any."""
+    for line in reversed(lines):
+        m = _PERCENT_RE.search(line)
+        if m:
+            return float(m.group(1))
+    return None
+
+
+def ensure_download(
+    client: PveClient,
+    *,
+    node: str,
+    storage: str,
+    url: str,
+    filename: str,
+    content: str = "iso",
+    checksum: str | None = None,
+    checksum_algorithm: str | None = "sha256",
+    verify_certificates: bool = True,
+    verify_existing: bool = False,
+    check_mode: bool = False,
+    wait: bool = True,
+    timeout: float = 3600,
+    on_progress: Callable[[float | None, list[str]], None] | None = None,
+) -> DownloadResult:
+    name = normalise_filename(filename)
+    check_request(content, name, checksum, checksum_algorithm)
+    res = DownloadResult(volid=f"{storage}:{content}/{name}")
+    listing = client.get(f"nodes/{node}/storage/{storage}/content", content=content) or []
+    res.present_before = any(item.get("volid") == res.volid for item in listing)
+    if res.present_before and not (verify_existing and checksum):
+        res.msg = f"{res.volid} is already there"
+        return res
+    if check_mode:
+        res.changed = not res.present_before
+        res.msg = f"would {'verify' if res.present_before else 'download'} {res.volid}"
+        return res
+    params: dict[str, Any] = {
+        "url": url,
+        "content": content,
+        "filename": name,
+        "verify-certificates": bool(verify_certificates),
+    }
+    if checksum:
+        params["checksum"] = checksum.lower()
+        params["checksum-algorithm"] = (checksum_algorithm or "sha256").lower()
+    upid = client.post(f"nodes/{node}/storage/{storage}/download-url", **params)
+    res.upid = str(upid or "")
+    if not wait:
+        res.changed = not res.present_before
+        res.msg = f"download of {res.volid} started"
+        return res
+    return finish(client, node, res, timeout, on_progress)
+
+
+def finish(
+    client: PveClient,
+    node: str,
+    res: DownloadResult,
+    timeout: float,
+    on_progress: Callable[[float | None, list[str]], None] | None = None,
+) -> DownloadResult:
+    """Wait for a started download task and fill in the result."""
+    seen: list[str] = []
+
+    def _progress(_status: dict[str, Any], lines: list[str]) -> None:
+        seen.extend(lines)
+        res.progress = progress_of(seen) if progress_of(lines) is None else progress_of(lines)
+        if on_progress is not None:
+            on_progress(res.progress, lines)
+
+    try:
+        client.wait_task(node, res.upid, timeout, what=f"download {res.volid}", on_progress=_progress)
+    except PveTaskError as exc:
+        raise DownloadError(f"PVE could not download {res.volid}: {exc.message}") from exc
+    res.log = seen[-20:]
+    reused = any("no need to download" in line for line in seen)
+    res.transferred = not reused
+    res.changed = (not reused and not res.present_before) or (res.present_before and not reused)
+    res.msg = f"{res.volid} {'was already correct' if reused else 'downloaded and verified'}"
+    return res
+
+
+def task_status(client: PveClient, node: str, upid: str) -> dict[str, Any]:
+    """One look at a download task: done?, progress, the last log lines. For polling from a playbook."""
+    status = client.get(f"nodes/{node}/tasks/{upid}/status")
+    lines = [
+        str(x.get("t", "")) for x in client.get(f"nodes/{node}/tasks/{upid}/log", start=0, limit=5000) or []
+    ]
+    done = status.get("status") == "stopped"
+    exitstatus = str(status.get("exitstatus", "")) if done else ""
+    ok = done and (exitstatus == "OK" or exitstatus.startswith("WARNINGS"))
+    return {
+        "done": done,
+        "ok": ok,
+        "exitstatus": exitstatus,
+        "progress": 100.0 if ok else progress_of(lines),
+        "reused": any("no need to download" in line for line in lines),
+        "log": lines[-20:],
+    }

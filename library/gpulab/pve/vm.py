@@ -1,0 +1,501 @@
+"""Bring one QEMU VM to a declared state: present, started, stopped or absent.
+
+`build_config` turns the friendly spec (cores, disks, NICs, GPU, cloud-init, ...) into PVE config keys.
+`ensure_vm` reads the VM (one cluster-resources call and one config call), compares with
+`vmconfig.diff`, writes only the difference in one config call (removed keys through `delete`, `digest`
+for optimistic locking), grows disks, waits for each task, re-reads and reports before/after. A new VM
+is made by one create call. Hardware changes to a running VM stay pending in PVE; the result says a
+restart is needed, and `restart=True` does it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulab.pve import propstr, vmconfig
+from gpulab.pve.client import PveClient, PveError
+
+# Options PVE applies to a running VM at once (qemu-server's "fast plug" options); anything else
+# written to a running VM may stay pending until a restart.
+IMMEDIATE_KEYS = frozenset(
+    {
+        "name",
+        "description",
+        "tags",
+        "onboot",
+        "startup",
+        "protection",
+        "shares",
+        "hookscript",
+        "vmstatestorage",
+        "lock",
+        "migrate_downtime",
+        "migrate_speed",
+        "ciuser",
+        "cipassword",
+        "ciupgrade",
+        "sshkeys",
+        "nameserver",
+        "searchdomain",
+        "citype",
+        "cicustom",
+    }
+)
+
+
+class VmError(Exception):
+    """A VM cannot be brought to the spec; the message says why and what to do."""
+
+
+@dataclass
+class VmSpec:
+    node: str
+    vmid: int
+    name: str
+    config: dict[str, Any]
+    # Indexed key families the spec owns completely: keys of these families absent from `config` are
+    # removed (net, hostpci). Disks are never removed implicitly.
+    own_families: tuple[str, ...] = ()
+
+
+def _bool01(value: Any) -> str:
+    return "1" if value in (True, 1, "1", "true", "yes", "on") else "0"
+
+
+def build_config(
+    *,
+    name: str,
+    cores: int | None = None,
+    sockets: int | None = None,
+    memory: int | None = None,
+    balloon: int | None = None,
+    machine: str | None = None,
+    bios: str | None = None,
+    cpu: str | None = None,
+    ostype: str | None = None,
+    scsihw: str | None = None,
+    agent: bool | None = None,
+    onboot: bool | None = None,
+    numa: bool | None = None,
+    efidisk: Mapping[str, Any] | None = None,
+    disks: list[Mapping[str, Any]] | None = None,
+    nets: list[Mapping[str, Any]] | None = None,
+    hostpci: list[Mapping[str, Any]] | None = None,
+    cdrom: str | None = None,
+    cdrom_slot: str = "ide2",
+    cloudinit: Mapping[str, Any] | None = None,
+    serial_console: bool | None = None,
+    boot_order: list[str] | None = None,
+    description: str | None = None,
+    tags: list[str] | None = None,
+    extra_config: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The PVE config keys for a friendly spec, and the key families it owns.
+
+    Options left at None are not managed. Disks are `{slot, storage, size_gb, import_from, iothread,
+    discard, ssd}`; NICs `{model, bridge, macaddr, firewall, tag}`; PCI devices `{mapping | host, pcie,
+    x_vga, rombar}` (a host address without `.function` passes every function of the card).
+    """
+    cfg: dict[str, Any] = {"name": name}
+    families: list[str] = []
+    for key, value in (
+        ("cores", cores),
+        ("sockets", sockets),
+        ("memory", memory),
+        ("balloon", balloon),
+        ("bios", bios),
+        ("cpu", cpu),
+        ("ostype", ostype),
+        ("scsihw", scsihw),
+        ("description", description),
+    ):
+        if value is not None:
+            cfg[key] = str(value)
+    if machine is not None:
+        cfg["machine"] = "pc" if machine in ("i440fx", "pc") else machine
+    for key, flag in (("onboot", onboot), ("numa", numa), ("agent", agent)):
+        if flag is not None:
+            cfg[key] = _bool01(flag)
+    if tags is not None:
+        cfg["tags"] = ";".join(tags) if tags else None
+    if efidisk is not None:
+        props = {
+            "file": f"{efidisk['storage']}:1",
+            "efitype": efidisk.get("efitype") or "4m",
+            "pre-enrolled-keys": _bool01(efidisk.get("pre_enrolled_keys", False)),
+        }
+        cfg["efidisk0"] = propstr.render(props, "file")
+    for disk in disks or ():
+        slot = disk.get("slot") or "scsi0"
+        props = {"file": f"{disk['storage']}:{disk['size_gb']}"}
+        for opt in ("iothread", "ssd"):
+            if disk.get(opt) is not None:
+                props[opt] = _bool01(disk[opt])
+        if disk.get("discard") is not None:
+            props["discard"] = "on" if disk["discard"] in (True, "on") else "ignore"
+        if disk.get("import_from"):
+            props["import-from"] = disk["import_from"]
+        cfg[slot] = propstr.render(props, "file")
+    if nets is not None:
+        families.append("net")
+        for index, nic in enumerate(nets):
+            props = {"model": nic.get("model") or "virtio", "bridge": nic.get("bridge") or "vmbr0"}
+            if nic.get("macaddr"):
+                props["macaddr"] = str(nic["macaddr"]).upper()
+            if nic.get("firewall") is not None:
+                props["firewall"] = _bool01(nic["firewall"])
+            if nic.get("tag") is not None:
+                props["tag"] = str(nic["tag"])
+            cfg[f"net{index}"] = propstr.render(props, "model")
+    if hostpci is not None:
+        families.append("hostpci")
+        for index, dev in enumerate(hostpci):
+            if bool(dev.get("mapping")) == bool(dev.get("host")):
+                raise VmError(f"hostpci{index}: give exactly one of mapping or host")
+            props = {"mapping": dev["mapping"]} if dev.get("mapping") else {"host": str(dev["host"]).lower()}
+            for opt, sub in (("pcie", "pcie"), ("x_vga", "x-vga"), ("rombar", "rombar")):
+                if dev.get(opt) is not None:
+                    props[sub] = _bool01(dev[opt])
+            cfg[f"hostpci{index}"] = propstr.render(props, "host")
+    if cdrom is not None:
+        cfg[cdrom_slot] = "none,media=cdrom" if cdrom in ("", "none") else f"{cdrom},media=cdrom"
+    if cloudinit is not None:
+        slot = cloudinit.get("slot") or "ide2"
+        if cdrom is not None and slot == cdrom_slot:
+            raise VmError(f"the cloud-init drive and the CD-ROM both want {slot}; give them different slots")
+        cfg[slot] = f"{cloudinit['storage']}:cloudinit"
+        if cloudinit.get("user"):
+            cfg["ciuser"] = cloudinit["user"]
+        if cloudinit.get("ssh_keys"):
+            cfg["sshkeys"] = vmconfig.encode_sshkeys(list(cloudinit["ssh_keys"]))
+        if cloudinit.get("ipconfig"):
+            cfg["ipconfig0"] = cloudinit["ipconfig"]
+        if cloudinit.get("upgrade") is not None:
+            cfg["ciupgrade"] = _bool01(cloudinit["upgrade"])
+        if cloudinit.get("password"):
+            cfg["cipassword"] = cloudinit["password"]
+    if serial_console is not None:
+        cfg["serial0"] = "socket" if serial_console else None
+        cfg["vga"] = "serial0" if serial_console else None
+    if boot_order:
+        cfg["boot"] = "order=" + ";".join(boot_order)
+    for key, value in (extra_config or {}).items():
+        cfg[key] = value
+    return cfg, tuple(families)
+
+
+@dataclass
+class VmResult:
+    changed: bool = False
+    created: bool = False
+    status: str = "absent"
+    before: dict[str, str] = field(default_factory=dict)
+    after: dict[str, str] = field(default_factory=dict)
+    set: dict[str, str] = field(default_factory=dict)
+    delete: list[str] = field(default_factory=list)
+    resize: dict[str, str] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)
+    restart_needed: bool = False
+    restarted: bool = False
+    actions: list[str] = field(default_factory=list)
+    mac: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def _find(resources: list[dict[str, Any]], vmid: int) -> dict[str, Any] | None:
+    for entry in resources or ():
+        if int(entry.get("vmid", -1)) == int(vmid):
+            return entry
+    return None
+
+
+def _mac(config: Mapping[str, str]) -> str | None:
+    net0 = config.get("net0")
+    if not net0:
+        return None
+    props = vmconfig.NET_FORMAT.parse(net0) or {}
+    mac = props.get("macaddr")
+    return mac.lower() if mac else None
+
+
+def _family_deletes(spec: VmSpec, current: Mapping[str, Any]) -> dict[str, None]:
+    out: dict[str, None] = {}
+    for key in current:
+        for fam in spec.own_families:
+            if key.startswith(fam) and key[len(fam) :].isdigit() and key not in spec.config:
+                out[key] = None
+    return out
+
+
+class VmManager:
+    """Runs `ensure` for one VM over one client. `log` receives progress lines (optional)."""
+
+    def __init__(
+        self,
+        client: PveClient,
+        spec: VmSpec,
+        *,
+        check_mode: bool = False,
+        timeout: float = 600,
+        lock_timeout: float = 60,
+        log: Callable[[str], None] | None = None,
+    ):
+        self.client = client
+        self.spec = spec
+        self.check_mode = check_mode
+        self.timeout = timeout
+        self.lock_timeout = lock_timeout
+        self.log = log or (lambda _msg: None)
+        self.base = f"nodes/{spec.node}/qemu/{spec.vmid}"
+
+    # ---------------------------------------------------------------------------------------- reads
+
+    def _lookup(self) -> dict[str, Any] | None:
+        entry = _find(self.client.get("cluster/resources", type="vm"), self.spec.vmid)
+        if entry is None:
+            return None
+        if entry.get("type") not in (None, "qemu"):
+            raise VmError(f"ID {self.spec.vmid} belongs to a {entry.get('type')} guest, not a QEMU VM")
+        if entry.get("node") not in (None, self.spec.node):
+            raise VmError(
+                f"VM {self.spec.vmid} exists on node {entry.get('node')!r}, not {self.spec.node!r}: migrate it "
+                "or correct vm_node in the inventory"
+            )
+        return entry
+
+    def _check_name(self, entry: dict[str, Any] | None) -> dict[str, Any] | None:
+        if entry is not None and entry.get("name") not in (None, self.spec.name):
+            raise VmError(
+                f"VM {self.spec.vmid} on {self.spec.node} is named {entry.get('name')!r}, the spec says "
+                f"{self.spec.name!r}: refusing to take over another VM; pick a free vm_id or rename it"
+            )
+        return entry
+
+    def _unlocked(self, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """Wait (bounded) until the VM carries no lock; return its fresh resources entry."""
+        waited = 0.0
+        while entry is not None and entry.get("lock"):
+            if waited >= self.lock_timeout:
+                raise VmError(
+                    f"VM {self.spec.vmid} is locked ({entry['lock']}) for more than {self.lock_timeout:.0f}s; "
+                    f"wait for the running task to end, or clear a stale lock with `qm unlock {self.spec.vmid}`"
+                )
+            self.log(f"VM {self.spec.vmid} is locked ({entry['lock']}), waiting")
+            time.sleep(1)
+            waited += 1
+            entry = self._lookup()
+        return entry
+
+    def _config(self) -> dict[str, Any]:
+        return self.client.get(f"{self.base}/config")
+
+    def _pending_view(self) -> tuple[dict[str, Any], list[str]]:
+        """A running VM's config as it will be after a restart, and the keys still pending.
+
+        One GET of .../pending gives both: every key with its current `value`, its `pending` value, or a
+        `delete` mark. (GET .../config would show the same values but not which of them are pending.)
+        """
+        entries = self.client.get(f"{self.base}/pending") or []
+        config: dict[str, Any] = {}
+        pending: list[str] = []
+        for e in entries:
+            key = e.get("key")
+            if not key:
+                continue
+            if int(e.get("delete") or 0) > 0:
+                pending.append(key)
+                continue
+            if "pending" in e:
+                pending.append(key)
+                config[key] = e["pending"]
+            elif "value" in e:
+                config[key] = e["value"]
+        return config, sorted(pending)
+
+    def _wait(self, upid: Any, what: str) -> None:
+        if isinstance(upid, str) and upid.startswith("UPID:"):
+            self.client.wait_task(self.spec.node, upid, self.timeout, what=what)
+
+    # --------------------------------------------------------------------------------------- writes
+
+    def _power(self, action: str, **params: Any) -> None:
+        upid = self.client.post(f"{self.base}/status/{action}", **params)
+        self._wait(upid, f"{action} VM {self.spec.vmid}")
+
+    def _shutdown(self) -> None:
+        self._power("shutdown", timeout=int(min(self.timeout, 300)), forceStop=1)
+
+    def ensure(self, state: str, restart: bool = False) -> VmResult:
+        if state not in ("present", "started", "stopped", "absent"):
+            raise ValueError(f"unknown state {state!r}")
+        spec = self.spec
+        res = VmResult()
+        entry = self._check_name(self._unlocked(self._lookup()))
+        running = bool(entry) and entry.get("status") == "running"
+        if state == "absent":
+            if entry is None:
+                return res
+            res.before = vmconfig.view(self._config())
+            res.changed = True
+            res.status = "absent"
+            res.actions.append("destroy")
+            if not self.check_mode:
+                if running:
+                    self._power("stop")
+                upid = self.client.delete(self.base, purge=1, **{"destroy-unreferenced-disks": 1})
+                self._wait(upid, f"destroy VM {spec.vmid}")
+            return res
+
+        if entry is None:
+            res.created = res.changed = True
+            res.actions.append("create")
+            desired = {k: v for k, v in spec.config.items() if v is not None}
+            params, resizes = vmconfig.create_params(desired)
+            res.set = dict(params)
+            res.resize = dict(resizes)
+            res.after = vmconfig.view(desired)
+            res.status = "stopped"
+            if not self.check_mode:
+                upid = self.client.post(f"nodes/{spec.node}/qemu", vmid=spec.vmid, **params)
+                self._wait(upid, f"create VM {spec.vmid} ({spec.name})")
+                for disk, size in resizes.items():
+                    upid = self.client.put(f"{self.base}/resize", disk=disk, size=size)
+                    self._wait(upid, f"resize {disk} of VM {spec.vmid} to {size}")
+                after = self.client.get(f"{self.base}/config")
+                res.after = vmconfig.view(after)
+                res.mac = _mac(after)
+        else:
+            if running:
+                current, pending = self._pending_view()
+            else:
+                current, pending = self._config(), []
+            desired = dict(spec.config)
+            desired.update(_family_deletes(spec, current))
+            change = vmconfig.diff(current, desired)
+            if change.refused:
+                raise VmError(f"VM {spec.vmid} ({spec.name}): " + "; ".join(change.refused))
+            res.before, res.after = change.before, change.after
+            res.set, res.delete, res.resize = change.set, change.delete, change.resize
+            res.status = "running" if running else "stopped"
+            res.mac = _mac(current)
+            res.pending = pending
+            if change.changed:
+                res.changed = True
+                if change.set or change.delete:
+                    res.actions.append("update")
+                if change.resize:
+                    res.actions.append("resize")
+                if running:
+                    touched = set(change.set) | set(change.delete)
+                    res.pending = sorted(set(pending) | (touched - IMMEDIATE_KEYS))
+                if not self.check_mode:
+                    if running:
+                        # The digest is in GET config only; diff again against exactly that config.
+                        current = self._config()
+                        desired = dict(spec.config)
+                        desired.update(_family_deletes(spec, current))
+                        change = vmconfig.diff(current, desired)
+                        if change.refused:
+                            raise VmError(f"VM {spec.vmid} ({spec.name}): " + "; ".join(change.refused))
+                    self._apply(change, current.get("digest"))
+                    if running:
+                        after, res.pending = self._pending_view()
+                    else:
+                        after = self._config()
+                    res.after = vmconfig.view(after)
+                    res.mac = _mac(after)
+            res.restart_needed = running and bool(res.pending)
+
+        if res.restart_needed and restart and state in ("present", "started"):
+            res.actions.append("restart")
+            res.restarted = res.changed = True
+            if not self.check_mode:
+                self._shutdown()
+                self._power("start")
+            res.restart_needed = False
+            res.pending = []
+            res.status = "running"
+        elif state == "started" and res.status != "running":
+            res.changed = True
+            res.actions.append("start")
+            if not self.check_mode:
+                self._power("start")
+            res.status = "running"
+        elif state == "stopped" and res.status == "running":
+            res.changed = True
+            res.actions.append("shutdown")
+            if not self.check_mode:
+                self._shutdown()
+            res.status = "stopped"
+            res.restart_needed = False
+        return res
+
+    def _apply(self, change: vmconfig.ConfigChange, digest: str | None) -> None:
+        spec = self.spec
+        if change.set or change.delete:
+            params: dict[str, Any] = dict(change.set)
+            if change.delete:
+                params["delete"] = ",".join(change.delete)
+            if digest:
+                params["digest"] = digest
+            try:
+                upid = self.client.post(f"{self.base}/config", **params)
+            except PveError as exc:
+                if "digest" in str(exc).lower() or "config file has been modified" in str(exc).lower():
+                    raise VmError(
+                        f"VM {spec.vmid} changed while gpulab was updating it ({exc}); run again"
+                    ) from exc
+                raise
+            self._wait(upid, f"update VM {spec.vmid} ({spec.name})")
+        for disk, size in change.resize.items():
+            upid = self.client.put(f"{self.base}/resize", disk=disk, size=size)
+            self._wait(upid, f"resize {disk} of VM {spec.vmid} to {size}")
+
+
+def guest_addresses(client: PveClient, node: str, vmid: int) -> list[dict[str, str]]:
+    """IPv4 addresses the guest agent reports, loopback left out: [{name, mac, address}]."""
+    data = client.get(f"nodes/{node}/qemu/{vmid}/agent/network-get-interfaces") or {}
+    out = []
+    for iface in data.get("result", []):
+        if iface.get("name") == "lo":
+            continue
+        for addr in iface.get("ip-addresses", []) or []:
+            if addr.get("ip-address-type") == "ipv4" and not str(addr.get("ip-address", "")).startswith(
+                "127."
+            ):
+                out.append(
+                    {
+                        "name": iface.get("name", ""),
+                        "mac": str(iface.get("hardware-address", "")).lower(),
+                        "address": addr["ip-address"],
+                    }
+                )
+    return out
+
+
+def wait_for_address(
+    client: PveClient, node: str, vmid: int, mac: str | None, timeout: float, poll: float = 3.0
+) -> dict[str, str]:
+    """Poll the guest agent until it reports an IPv4 address (on the NIC with `mac`, if given)."""
+    deadline = time.monotonic() + timeout
+    last_error = ""
+    while True:
+        try:
+            for entry in guest_addresses(client, node, vmid):
+                if mac is None or entry["mac"] == mac.lower():
+                    return entry
+            last_error = "the agent reports no IPv4 address yet"
+        except PveError as exc:
+            last_error = exc.message
+        if time.monotonic() >= deadline:
+            raise VmError(
+                f"VM {vmid} reported no address through the guest agent within {timeout:.0f}s "
+                f"(last answer: {last_error}); check that qemu-guest-agent runs in the guest and that the "
+                "VM option agent is on"
+            )
+        time.sleep(poll)

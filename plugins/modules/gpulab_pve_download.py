@@ -1,0 +1,275 @@
+#!/usr/bin/python
+"""Ansible module gpulab_pve_download: a file PVE downloads itself, checked against its checksum."""
+
+DOCUMENTATION = r"""
+module: gpulab_pve_download
+short_description: Have Proxmox VE download an OS image or ISO and check its SHA-256 or SHA-512
+description:
+  - Calls PVE's C(download-url) with the checksum, so the node fetches the file itself and refuses it when
+    the checksum does not match (the task fails with PVE's message, such as C(checksum mismatch)).
+  - Idempotent without a transfer. A file of that name already in the storage counts as done; with
+    O(verify_existing=true), PVE checks it against the checksum instead (no transfer when it matches).
+  - Waits for the task, or with O(wait=false) only starts it and returns RV(upid); a later call with
+    O(upid) reports how far it got (RV(progress)), so that a playbook can poll it and show progress.
+version_added: "0.1.0"
+author: gpulab
+extends_documentation_fragment:
+  - gpulab_pve
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+options:
+  node:
+    description: The node that downloads.
+    type: str
+    required: true
+  storage:
+    description: A file-based storage with the content type enabled (for V(import), such as V(local) with C(import) added).
+    type: str
+    required: true
+  url:
+    description: Where to download from (C(http) or C(https)).
+    type: str
+    required: true
+  filename:
+    description:
+      - The file name in the storage; PVE normalises it (directories dropped, other characters than
+        C([a-zA-Z0-9_.-]) turned into C(_)).
+      - For O(content=import) it must end with C(.qcow2), C(.raw), C(.vmdk) or C(.ova); Ubuntu's cloud
+        C(.img) is qcow2, so name it C(.qcow2).
+    type: str
+    required: true
+  content:
+    description: What the file is.
+    type: str
+    choices: [iso, import, vztmpl]
+    default: iso
+  checksum:
+    description: Expected checksum (hex).
+    type: str
+  checksum_algorithm:
+    description: Checksum algorithm.
+    type: str
+    choices: [md5, sha1, sha224, sha256, sha384, sha512]
+    default: sha256
+  verify_certificates:
+    description: Let PVE verify the download server's TLS certificate.
+    type: bool
+    default: true
+  verify_existing:
+    description: Ask PVE to check an existing file against O(checksum) (a write request, no transfer when it matches).
+    type: bool
+    default: false
+  wait:
+    description: Wait for the download to end.
+    type: bool
+    default: true
+  upid:
+    description: A download task started earlier (RV(upid)); the module then only reports its state.
+    type: str
+  timeout:
+    description: Seconds to wait for the download.
+    type: int
+    default: 3600
+"""
+
+EXAMPLES = r"""
+- name: Ubuntu 24.04 cloud image for import, checked against its SHA-256
+  gpulab_pve_download:
+    api_url: https://pve.example:8006
+    api_token_id: root@pam!gpulab
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    node: pve
+    storage: local
+    content: import
+    url: https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img
+    filename: noble-server-cloudimg-amd64.qcow2
+    checksum: d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac
+    checksum_algorithm: sha256
+
+- name: Start a download and poll it
+  gpulab_pve_download:
+    api_url: https://pve.example:8006
+    api_token_id: root@pam!gpulab
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    node: pve
+    storage: local
+    url: https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso
+    filename: ubuntu-24.04.3-live-server-amd64.iso
+    checksum: "{{ iso_sha256 }}"
+    wait: false
+  register: dl
+
+- name: Wait for it
+  gpulab_pve_download:
+    api_url: https://pve.example:8006
+    api_token_id: root@pam!gpulab
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    node: pve
+    storage: local
+    url: https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso
+    filename: ubuntu-24.04.3-live-server-amd64.iso
+    upid: "{{ dl.upid }}"
+  register: poll
+  until: poll.done
+  retries: 360
+  delay: 10
+  when: dl.upid | length > 0
+"""
+
+RETURN = r"""
+volid:
+  description: The volume ID of the file, such as C(local:import/noble-server-cloudimg-amd64.qcow2).
+  returned: always
+  type: str
+present_before:
+  description: Whether the file was in the storage before.
+  returned: always
+  type: bool
+transferred:
+  description: Whether PVE transferred the file in this run.
+  returned: always
+  type: bool
+upid:
+  description: The download task (empty when none was started).
+  returned: always
+  type: str
+done:
+  description: Whether the task has ended (always true unless O(wait=false) or O(upid) polling).
+  returned: always
+  type: bool
+progress:
+  description: Percentage PVE logged last (null when unknown).
+  returned: always
+  type: float
+log:
+  description: The task's last log lines.
+  returned: always
+  type: list
+  elements: str
+msg:
+  description: What happened, in words.
+  returned: always
+  type: str
+requests:
+  description: API requests this run sent (reads, writes).
+  returned: always
+  type: dict
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
+
+try:
+    from gpulab.pve import connection, download
+    from gpulab.pve.client import PveError
+except ImportError:
+    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_ERR = True, None
+
+
+def build_argument_spec(fallback=None):
+    spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
+    spec.update(
+        node={"type": "str", "required": True},
+        storage={"type": "str", "required": True},
+        url={"type": "str", "required": True},
+        filename={"type": "str", "required": True},
+        content={"type": "str", "choices": ["iso", "import", "vztmpl"], "default": "iso"},
+        checksum={"type": "str"},
+        checksum_algorithm={
+            "type": "str",
+            "choices": ["md5", "sha1", "sha224", "sha256", "sha384", "sha512"],
+            "default": "sha256",
+        },
+        verify_certificates={"type": "bool", "default": True},
+        verify_existing={"type": "bool", "default": False},
+        wait={"type": "bool", "default": True},
+        upid={"type": "str"},
+        timeout={"type": "int", "default": 3600},
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=build_argument_spec(env_fallback),
+        supports_check_mode=True,
+        **(connection.MODULE_KWARGS if HAS_GPULAB else {}),
+    )
+    if not HAS_GPULAB:
+        module.fail_json(
+            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
+        )
+    p = module.params
+    name = download.normalise_filename(p["filename"])
+    volid = f"{p['storage']}:{p['content']}/{name}"
+    result = {
+        "changed": False,
+        "volid": volid,
+        "present_before": False,
+        "transferred": False,
+        "upid": p["upid"] or "",
+        "done": True,
+        "progress": None,
+        "log": [],
+        "msg": "",
+        "requests": {"reads": 0, "writes": 0},
+    }
+    client = None
+    try:
+        client = connection.connect(p)
+        if p["upid"]:
+            state = download.task_status(client, p["node"], p["upid"])
+            result.update(done=state["done"], progress=state["progress"], log=state["log"])
+            if state["done"] and not state["ok"]:
+                raise download.DownloadError(f"PVE could not download {volid}: {state['exitstatus']}")
+            result["transferred"] = state["done"] and not state["reused"]
+            result["msg"] = f"{volid}: {'done' if state['done'] else 'downloading'}" + (
+                f", {state['progress']:.0f}%" if state["progress"] is not None else ""
+            )
+        else:
+            res = download.ensure_download(
+                client,
+                node=p["node"],
+                storage=p["storage"],
+                url=p["url"],
+                filename=p["filename"],
+                content=p["content"],
+                checksum=p["checksum"],
+                checksum_algorithm=p["checksum_algorithm"],
+                verify_certificates=p["verify_certificates"],
+                verify_existing=p["verify_existing"],
+                check_mode=module.check_mode,
+                wait=p["wait"],
+                timeout=p["timeout"],
+            )
+            result.update(
+                changed=res.changed,
+                present_before=res.present_before,
+                transferred=res.transferred,
+                upid=res.upid,
+                done=p["wait"] or not res.upid,
+                progress=res.progress,
+                log=res.log,
+                msg=res.msg,
+            )
+            if module._diff:
+                result["diff"] = {
+                    "before": f"{volid}: {'present' if res.present_before else 'absent'}\n",
+                    "after": f"{volid}: present (checksum {p['checksum_algorithm']} {p['checksum'] or 'not given'})\n",
+                }
+    except (PveError, download.DownloadError) as exc:
+        if client is not None:
+            result["requests"] = {"reads": client.reads, "writes": client.writes}
+        module.fail_json(msg=f"Downloading {p['url']} to {volid} on node {p['node']}: {exc}", **result)
+    result["requests"] = {"reads": client.reads, "writes": client.writes}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

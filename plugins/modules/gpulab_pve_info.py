@@ -1,0 +1,141 @@
+#!/usr/bin/python
+"""Ansible module gpulab_pve_info: read-only facts about a Proxmox VE node."""
+
+DOCUMENTATION = r"""
+module: gpulab_pve_info
+short_description: Node memory, PCI devices with IOMMU groups, VMs, storages and PCI mappings of a Proxmox VE node
+description:
+  - Reads what preflight checks and the end-of-run table show. Changes nothing.
+  - Each section is one GET request; ask only for the sections you need.
+version_added: "0.1.0"
+author: gpulab
+extends_documentation_fragment:
+  - gpulab_pve
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  node:
+    description: The node to describe.
+    type: str
+    required: true
+  gather:
+    description: Sections to read.
+    type: list
+    elements: str
+    choices: [version, memory, pci, vms, storages, mappings]
+    default: [version, memory, pci, vms, storages, mappings]
+"""
+
+EXAMPLES = r"""
+- name: What the node has
+  gpulab_pve_info:
+    api_url: https://pve.example:8006
+    api_token_id: root@pam!gpulab
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    node: pve
+    gather: [memory, pci, vms]
+  register: pve_facts
+
+- name: The GPU's IOMMU group holds nothing else
+  ansible.builtin.assert:
+    that: pve_facts.iommu_groups['13'] == ['0000:02:00.0', '0000:02:00.1']
+"""
+
+RETURN = r"""
+node:
+  description: The node.
+  returned: always
+  type: str
+version:
+  description: C(version), C(release) and C(repoid) of PVE.
+  returned: when V(version) is gathered
+  type: dict
+memory:
+  description: Node memory in MiB (C(total_mib), C(used_mib), C(free_mib), C(available_mib)).
+  returned: when V(memory) is gathered
+  type: dict
+pci:
+  description:
+    - PCI devices, unfiltered; C(id) (C(0000:02:00.0)), C(class) and C(vendor_device) without C(0x),
+      C(iommugroup) (-1 without IOMMU), C(subsystem_id), names.
+  returned: when V(pci) is gathered
+  type: list
+  elements: dict
+iommu_groups:
+  description: IOMMU group number (as a string) to the device IDs in it.
+  returned: when V(pci) is gathered
+  type: dict
+iommu_enabled:
+  description: Whether every device has an IOMMU group.
+  returned: when V(pci) is gathered
+  type: bool
+vms:
+  description: VMs on the node (C(vmid), C(name), C(status), C(maxmem_mib), C(cpus), C(lock)).
+  returned: when V(vms) is gathered
+  type: list
+  elements: dict
+storages:
+  description: Storages of the node (C(storage), C(type), C(content), C(active), C(total), C(avail)).
+  returned: when V(storages) is gathered
+  type: list
+  elements: dict
+mappings:
+  description: Cluster PCI resource mappings as PVE lists them.
+  returned: when V(mappings) is gathered
+  type: list
+  elements: dict
+requests:
+  description: API requests this run sent (reads, writes).
+  returned: always
+  type: dict
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
+
+try:
+    from gpulab.pve import connection, info
+    from gpulab.pve.client import PveError
+except ImportError:
+    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_ERR = True, None
+
+SECTIONS = ["version", "memory", "pci", "vms", "storages", "mappings"]
+
+
+def build_argument_spec(fallback=None):
+    spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
+    spec.update(
+        node={"type": "str", "required": True},
+        gather={"type": "list", "elements": "str", "choices": SECTIONS, "default": list(SECTIONS)},
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=build_argument_spec(env_fallback),
+        supports_check_mode=True,
+        **(connection.MODULE_KWARGS if HAS_GPULAB else {}),
+    )
+    if not HAS_GPULAB:
+        module.fail_json(
+            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
+        )
+    p = module.params
+    client = None
+    try:
+        client = connection.connect(p)
+        facts = info.gather(client, p["node"], p["gather"])
+    except PveError as exc:
+        module.fail_json(msg=f"Reading node {p['node']}: {exc}")
+    module.exit_json(changed=False, requests={"reads": client.reads, "writes": client.writes}, **facts)
+
+
+if __name__ == "__main__":
+    main()

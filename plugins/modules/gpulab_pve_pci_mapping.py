@@ -1,0 +1,163 @@
+#!/usr/bin/python
+"""Ansible module gpulab_pve_pci_mapping: a cluster PCI resource mapping (one per GPU)."""
+
+DOCUMENTATION = r"""
+module: gpulab_pve_pci_mapping
+short_description: Keep a Proxmox VE cluster PCI resource mapping, so that API tokens can attach a GPU
+description:
+  - Creates, updates or removes one entry of C(/cluster/mapping/pci). A VM then names the card with
+    C(hostpciN=mapping=<id>), which API tokens may do with C(Mapping.Use); PVE allows raw C(host=)
+    devices to root@pam (password login) only.
+  - PVE checks the map against the hardware when the VM starts; O(entries[].id),
+    O(entries[].subsystem_id) and O(entries[].iommugroup) must equal what the node reports (see
+    M(gpulab_pve_info)).
+  - The comparison ignores the order of entries and the case of hex IDs; only a difference is written.
+version_added: "0.1.0"
+author: gpulab
+extends_documentation_fragment:
+  - gpulab_pve
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+options:
+  id:
+    description: Mapping ID, C([a-z][a-z0-9_-]+), such as V(rtx3090).
+    type: str
+    required: true
+  state:
+    description: Whether the mapping exists.
+    type: str
+    choices: [present, absent]
+    default: present
+  description:
+    description: Description of the mapping; left alone when not given.
+    type: str
+  entries:
+    description: One entry per node that has the device.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      node:
+        description: Node name.
+        type: str
+        required: true
+      path:
+        description: PCI address with domain; V(0000:02:00) (no function) maps every function of the card.
+        type: str
+        required: true
+      id:
+        description: C(vendor:device) of the first function, such as V(10de:2204).
+        type: str
+        required: true
+      iommugroup:
+        description: IOMMU group of the device.
+        type: int
+      subsystem_id:
+        description: C(subsystem-vendor:subsystem-device), such as V(1462:3881).
+        type: str
+"""
+
+EXAMPLES = r"""
+- name: Map the RTX 3090 of node pve
+  gpulab_pve_pci_mapping:
+    api_url: https://pve.example:8006
+    api_token_id: root@pam!gpulab
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    id: rtx3090
+    entries:
+      - node: pve
+        path: "0000:02:00"
+        id: "10de:2204"
+        iommugroup: 13
+        subsystem_id: "1462:3881"
+"""
+
+RETURN = r"""
+id:
+  description: The mapping ID.
+  returned: always
+  type: str
+mapping:
+  description: The mapping after the run (C(map) entries normalised and sorted, C(description)); null when absent.
+  returned: always
+  type: dict
+requests:
+  description: API requests this run sent (reads, writes).
+  returned: always
+  type: dict
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
+
+try:
+    from gpulab.pve import connection, mapping
+    from gpulab.pve.client import PveError
+except ImportError:
+    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_ERR = True, None
+
+
+def build_argument_spec(fallback=None):
+    spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
+    spec.update(
+        id={"type": "str", "required": True},
+        state={"type": "str", "choices": ["present", "absent"], "default": "present"},
+        description={"type": "str"},
+        entries={
+            "type": "list",
+            "elements": "dict",
+            "default": [],
+            "options": {
+                "node": {"type": "str", "required": True},
+                "path": {"type": "str", "required": True},
+                "id": {"type": "str", "required": True},
+                "iommugroup": {"type": "int"},
+                "subsystem_id": {"type": "str"},
+            },
+        },
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=build_argument_spec(env_fallback),
+        supports_check_mode=True,
+        **(connection.MODULE_KWARGS if HAS_GPULAB else {}),
+    )
+    if not HAS_GPULAB:
+        module.fail_json(
+            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
+        )
+    p = module.params
+    result = {"changed": False, "id": p["id"], "mapping": None, "requests": {"reads": 0, "writes": 0}}
+    client = None
+    try:
+        client = connection.connect(p)
+        res = mapping.ensure_pci_mapping(
+            client,
+            mapping_id=p["id"],
+            entries=p["entries"],
+            description=p["description"],
+            state=p["state"],
+            check_mode=module.check_mode,
+        )
+        result.update(changed=res.changed, mapping=res.after)
+        if module._diff:
+            result["diff"] = {"before": res.before or {}, "after": res.after or {}}
+    except (PveError, mapping.MappingError) as exc:
+        if client is not None:
+            result["requests"] = {"reads": client.reads, "writes": client.writes}
+        module.fail_json(msg=f"PCI mapping {p['id']}: {exc}", **result)
+    result["requests"] = {"reads": client.reads, "writes": client.writes}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

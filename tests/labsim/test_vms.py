@@ -270,3 +270,32 @@ def test_hook_failures_end_the_start_task_and_leave_the_vm_stopped(lab, api):
         assert hooks.calls == [("started", 290), ("stopped", 290), ("destroyed", 290)]
     finally:
         lab.server.lab.hooks = original
+
+
+def test_cloudinit_drive_and_options(api):
+    cfg = create_vm(
+        api,
+        295,
+        ide2="local-zfs:cloudinit",
+        ciuser="ubuntu",
+        cipassword="s3cret",
+        sshkeys="ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIB%20me%40lab%0A",
+        ipconfig0="ip=dhcp",
+    )
+    assert cfg["ide2"] == "local-zfs:vm-295-cloudinit,media=cdrom"
+    assert cfg["cipassword"] == "**********" and cfg["ciuser"] == "ubuntu"
+    assert cfg["sshkeys"] == "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIB%20me%40lab%0A"
+    vols = {v["volid"] for v in api.data("GET", "/nodes/pve/storage/local-zfs/content", vmid=295)}
+    assert "local-zfs:vm-295-cloudinit" in vols
+    r = api.put("/nodes/pve/qemu/295/config", sshkeys="ssh-ed25519 AAAA me@lab")
+    assert (
+        r.status_code == 400
+        and r.json()["errors"]["sshkeys"] == "value 'ssh-ed25519 AAAA me@lab' is not urlencoded"
+    )
+    api.data("PUT", "/nodes/pve/qemu/295/config", delete="ide2")
+    assert "local-zfs:vm-295-cloudinit" not in {
+        v["volid"] for v in api.data("GET", "/nodes/pve/storage/local-zfs/content")
+    }
+    assert "unused0" not in api.data("GET", "/nodes/pve/qemu/295/config"), (
+        "a cloud-init drive is removed, not kept"
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ class ApiError(Exception):
 
 DISK_RE = re.compile(r"^(ide|sata|scsi|virtio)(\d+)$|^(efidisk0|tpmstate0)$")
 NEW_DISK_RE = re.compile(r"^(([^/:\s]+):)?(\d+(\.\d+)?)$")
+CLOUDINIT_RE = re.compile(r"^([^/:\s]+):cloudinit$")
 UNUSED_RE = re.compile(r"^unused(\d+)$")
 GiB = 2**30
 
@@ -804,6 +806,8 @@ class Lab:
                 self._check_boot(str(value), {**current, **sets}, errors)
             elif UNUSED_RE.match(key):
                 errors[key] = "unable to set unused disk directly"
+            elif key == "cipassword" and not str(value).startswith("$"):
+                sets[key] = _hash_password(str(value))
         if errors:
             raise ApiError(400, "Parameter verification failed.", errors)
         return sets, allocations
@@ -841,6 +845,13 @@ class Lab:
     ) -> dict | None:
         drive = self.schema.parse_property_string(self._drive_format(key), value, key)
         file = drive["file"]
+        ci = CLOUDINIT_RE.match(file)
+        if ci:
+            store = self._storage(node, ci.group(1))
+            if "images" not in store["content"]:
+                raise ApiError(500, f"storage '{ci.group(1)}' does not support content-type 'images'")
+            who.require(f"/storage/{ci.group(1)}", ["Datastore.AllocateSpace"])
+            return {"storage": ci.group(1), "size_gib": 0, "drive": drive, "cloudinit": True}
         m = NEW_DISK_RE.match(file)
         if m:
             storeid = m.group(2) or args.get("storage")
@@ -919,6 +930,26 @@ class Lab:
         drive = dict(alloc["drive"])
         storeid = alloc["storage"]
         store = self._storage(node, storeid)
+        if alloc.get("cloudinit"):
+            # PVE names the cloud-init image after the VM, attaches it as a CD-ROM and records no size.
+            volname = (
+                f"vm-{vmid}-cloudinit" if store["type"] != "dir" else f"{vmid}/vm-{vmid}-cloudinit.qcow2"
+            )
+            volid = f"{storeid}:{volname}"
+            if self._find_volume(volid) is None:
+                self._volumes(storeid).append(
+                    {
+                        "volid": volid,
+                        "content": "images",
+                        "format": "raw" if store["type"] != "dir" else "qcow2",
+                        "size": 4 * 2**20,
+                        "vmid": vmid,
+                        "ctime": int(time.time()),
+                    }
+                )
+            drive = {k: v for k, v in drive.items() if k not in ("file", "format", "size")}
+            drive["media"] = "cdrom"
+            return ",".join([volid, *(f"{k}={v}" for k, v in sorted(drive.items()))])
         if drive.get("import-from"):
             src = self._find_volume(drive.pop("import-from"))
             size = int(src.get("virtual_size", src["size"])) if src else GiB
@@ -1034,6 +1065,8 @@ class Lab:
                 for k in vm["pending_delete"]:
                     config.pop(k, None)
             out = {k: self._typed(k, v) for k, v in config.items()}
+            if "cipassword" in out:
+                out["cipassword"] = "**********"  # PVE never returns the (hashed) password
             out["digest"] = self._digest(vm)
             if vm.get("lock"):
                 out["lock"] = vm["lock"]
@@ -1046,9 +1079,9 @@ class Lab:
             for k in sorted(set(vm["config"]) | set(vm["pending"]) | set(vm["pending_delete"])):
                 item: dict[str, Any] = {"key": k}
                 if k in vm["config"]:
-                    item["value"] = self._typed(k, vm["config"][k])
+                    item["value"] = "**********" if k == "cipassword" else self._typed(k, vm["config"][k])
                 if k in vm["pending"]:
-                    item["pending"] = self._typed(k, vm["pending"][k])
+                    item["pending"] = "**********" if k == "cipassword" else self._typed(k, vm["pending"][k])
                 if k in vm["pending_delete"]:
                     item["delete"] = 2 if args.get("force") else 1
                 out.append(item)
@@ -1171,12 +1204,15 @@ class Lab:
     def _drop_volume(self, vm: dict, key: str, value: str, force: bool) -> None:
         """A removed disk becomes unusedN, or is destroyed (force, or removing an unusedN)."""
         volid = value.split(",")[0]
-        if not (DISK_RE.match(key) or UNUSED_RE.match(key)) or "media=cdrom" in value:
+        if not (DISK_RE.match(key) or UNUSED_RE.match(key)):
+            return
+        cloudinit = volid.endswith("-cloudinit") or volid.endswith("-cloudinit.qcow2")
+        if "media=cdrom" in value and not cloudinit:
             return
         vol = self._find_volume(volid)
         if vol is None or vol.get("content") != "images":
             return
-        if force or UNUSED_RE.match(key):
+        if force or cloudinit or UNUSED_RE.match(key):
             storeid = volid.split(":")[0]
             self.state.data["volumes"][storeid] = [v for v in self._volumes(storeid) if v["volid"] != volid]
             return
@@ -1503,6 +1539,12 @@ class Lab:
     def close(self) -> None:
         self.tasks.join(2.0)
         self.state.close()
+
+
+def _hash_password(password: str) -> str:
+    """PVE stores cloud-init passwords crypt()-hashed; a salted SHA-256 in crypt's shape stands in."""
+    salt = secrets.token_hex(8)
+    return f"$5${salt}${hashlib.sha256((salt + password).encode()).hexdigest()}"
 
 
 def _uuid_for(vmid: int, salt: str = "") -> str:

@@ -299,3 +299,40 @@ def test_cloudinit_drive_and_options(api):
     assert "unused0" not in api.data("GET", "/nodes/pve/qemu/295/config"), (
         "a cloud-init drive is removed, not kept"
     )
+
+
+def test_running_vm_takes_fast_plug_options_and_cdrom_at_once_but_not_agent(api):
+    api.wait(
+        api.data(
+            "POST",
+            "/nodes/pve/storage/local/download-url",
+            content="iso",
+            filename="u.iso",
+            url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
+        )
+    )
+    create_vm(api, 296, agent="0", ide2="none,media=cdrom")
+    api.run("POST", "/nodes/pve/qemu/296/status/start")
+    api.run(
+        "POST",
+        "/nodes/pve/qemu/296/config",
+        agent="enabled=1",
+        name="live-name",
+        ide2="local:iso/u.iso,media=cdrom",
+    )
+    current = api.data("GET", "/nodes/pve/qemu/296/config", current=1)
+    assert current["name"] == "live-name"
+    assert current["ide2"].startswith("local:iso/u.iso,media=cdrom,size=")
+    assert current["agent"] == "0", "the agent option waits for the next start"
+    api.run("POST", "/nodes/pve/qemu/296/status/stop")
+
+
+def test_config_keys_need_their_own_privilege(lab, api):
+    create_vm(api, 297)
+    limited = lab.token_api("nomap@pve!tk", "nomap-secret")
+    r = limited.put("/nodes/pve/qemu/297/config", net1="virtio,bridge=vmbr0")
+    assert r.status_code == 403
+    assert r.json()["message"].strip() == "Permission check failed (/vms/297, VM.Config.Network)"
+    r = limited.put("/nodes/pve/qemu/297/config", ciuser="ubuntu")
+    assert r.json()["message"].strip() == "Permission check failed (/vms/297, VM.Config.Cloudinit)"
+    assert limited.put("/nodes/pve/qemu/297/config", cores=3).status_code == 200

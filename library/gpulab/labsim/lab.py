@@ -40,9 +40,20 @@ CLOUDINIT_RE = re.compile(r"^([^/:\s]+):cloudinit$")
 UNUSED_RE = re.compile(r"^unused(\d+)$")
 GiB = 2**30
 
-# Keys a running VM takes at once (not via pending): options PVE applies without hotplug, and the
-# default hotplug set network,disk,usb.
-LIVE_OPTIONS = {"name", "description", "onboot", "tags", "startup", "protection", "agent", "lock"}
+# Keys a running VM takes at once (not via pending): PVE's "fast plug" options, and what the default
+# hotplug set (network,disk,usb) covers. CD-ROM media changes are live too; everything else waits.
+LIVE_OPTIONS = {
+    "name",
+    "description",
+    "onboot",
+    "tags",
+    "startup",
+    "protection",
+    "lock",
+    "shares",
+    "hookscript",
+    "vmstatestorage",
+}
 HOTPLUG_RE = re.compile(r"^(net\d+|scsi\d+|virtio\d+|sata\d+|usb\d+|unused\d+)$")
 
 CONFIG_PRIV = [
@@ -792,7 +803,11 @@ class Lab:
         allocations: list[tuple[str, dict]] = []
         # PVE allocates the EFI vars and TPM state volumes before the other disks (disk-0, disk-1, ...).
         for key, value in sorted(sets.items(), key=lambda kv: kv[0] not in ("efidisk0", "tpmstate0")):
-            if not create and key not in LIVE_OPTIONS | {"description"}:
+            if DISK_RE.match(key):
+                if not create:  # on create, the storage checks stand for these
+                    cdrom = "media=cdrom" in str(value)
+                    who.require(f"/vms/{vmid}", ["VM.Config.CDROM" if cdrom else "VM.Config.Disk"])
+            elif not (key.startswith("hostpci") or UNUSED_RE.match(key)):
                 who.require(f"/vms/{vmid}", [_config_priv(key)])
             if key.startswith("hostpci"):
                 self._check_hostpci(key, str(value), current.get(key), who, vmid, errors)
@@ -1183,7 +1198,9 @@ class Lab:
         config = vm["config"]
 
         def live(k: str) -> bool:
-            return not only_live or k in LIVE_OPTIONS or bool(HOTPLUG_RE.match(k))
+            if not only_live or k in LIVE_OPTIONS or HOTPLUG_RE.match(k):
+                return True
+            return "media=cdrom" in str(vm["pending"].get(k, config.get(k, "")))
 
         for k in list(vm["pending_delete"]):
             if not live(k):

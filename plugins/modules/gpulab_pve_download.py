@@ -266,6 +266,7 @@ def main():
     except (PveError, download.DownloadError) as exc:
         if client is not None:
             result["requests"] = {"reads": client.reads, "writes": client.writes}
+        result.pop("msg")
         module.fail_json(msg=f"Downloading {p['url']} to {volid} on node {p['node']}: {exc}", **result)
     result["requests"] = {"reads": client.reads, "writes": client.writes}
     module.exit_json(**result)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import json
 import os
 import pathlib
@@ -165,20 +168,55 @@ def own_lab(tmp_path):
         stop_lab(lab)
 
 
-def run_module(name: str, args: dict, check: bool = False, diff: bool = False) -> dict:
-    """Run a module the way Ansible does (JSON arguments on the command line) and return its result."""
-    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_diff": diff}}
-    proc = subprocess.run(
-        [sys.executable, str(MODULES / f"{name}.py"), json.dumps(payload)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+_LOADED: dict = {}
+
+
+def _load_module(name: str):
+    if name not in _LOADED:
+        spec = importlib.util.spec_from_file_location(f"pve_test_{name}", MODULES / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _LOADED[name] = mod
+    return _LOADED[name]
+
+
+def run_module(
+    name: str, args: dict, check: bool = False, diff: bool = False, subprocess_run: bool = False
+) -> dict:
+    """Run a module with JSON arguments, as Ansible does, and return its JSON result.
+
+    In this process by default (fast: the module's main() with Ansible's argument buffer set, its JSON
+    output captured); in a fresh interpreter with `subprocess_run=True`.
+    """
+    payload = json.dumps(
+        {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_diff": diff}}
     )
+    if subprocess_run:
+        proc = subprocess.run(
+            [sys.executable, str(MODULES / f"{name}.py"), payload],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        out = proc.stdout
+    else:
+        from ansible.module_utils import basic
+
+        mod = _load_module(name)
+        buf = io.StringIO()
+        saved = basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE
+        basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE = payload.encode(), "legacy"
+        try:
+            with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
+                mod.main()
+        finally:
+            basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE = saved
+        out = buf.getvalue()
     try:
-        return json.loads(proc.stdout)
+        return json.loads(out)
     except json.JSONDecodeError:
-        pytest.fail(f"module {name} printed no JSON: rc={proc.returncode} {proc.stdout!r} {proc.stderr!r}")
+        pytest.fail(f"module {name} printed no JSON: {out!r}")
 
 
 def gpu_vm_args(lab: Lab, **over) -> dict:

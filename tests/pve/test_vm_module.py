@@ -23,7 +23,8 @@ def test_check_mode_on_a_fresh_lab_shows_the_vm_and_writes_nothing(lab):
 def test_create_is_one_call_then_a_second_run_reads_twice_and_writes_nothing(lab):
     prepare_gpu_lab(lab)
     mark = lab.mark()
-    res = run_module("gpulab_pve_vm", gpu_vm_args(lab, state="started"), diff=True)
+    # this one in a fresh interpreter, as Ansible runs it
+    res = run_module("gpulab_pve_vm", gpu_vm_args(lab, state="started"), diff=True, subprocess_run=True)
     assert not res.get("failed"), res
     assert res["changed"] and res["created"] and res["status"] == "running"
     writes = [f"{w['method']} {w['path'].split('/api2/json')[1]}" for w in lab.writes(mark)]
@@ -182,7 +183,7 @@ def test_task_failure_reports_pves_message(lab):
 
 
 def test_locked_vm_is_waited_for_or_reported(own_lab):
-    lab = own_lab(qmcreate=4.0)
+    lab = own_lab(qmcreate=2.0)
     client = lab.client()
     upid = client.post("nodes/pve/qemu", vmid=100, name="vm-1", cores=4, memory=4096)
     args = {**lab.conn(), "node": "pve", "vmid": 100, "name": "vm-1", "cores": 4, "memory": 4096}

@@ -29,7 +29,7 @@ CLIENT_SCRIPT = Path(__file__).with_name("dhcp_client_hook.sh")
 
 def _need_root(*tools):
     if os.geteuid() != 0:
-        pytest.skip("needs root: creates network namespaces and runs real DHCP daemons")
+        pytest.skip("needs root: runs real daemons (network namespaces, DHCP servers and clients, sshd)")
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         pytest.skip(f"missing {', '.join(missing)}: apt-get install -y " + " ".join(missing))

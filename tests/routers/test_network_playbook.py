@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 MACS = {"vm-1": "BC:24:11:00:04:21", "vm-2": "BC:24:11:00:04:22"}

@@ -26,10 +26,10 @@ def test_dnsmasq_over_ssh_reserves_and_client_gets_it(lan, dnsmasq_router, sshd)
         b.ensure(MAC, None, "vm-1")
         assert b.apply().changed
     assert f"{MAC},{held},vm-1" in Path(dnsmasq_router["hostsfile"]).read_text()
+    assert lan.dhcp(MAC) == held
     with make_backend(cfg) as b:
-        b.ensure(MAC, "192.168.100.80", "vm-1")
-        b.apply()
-    assert lan.dhcp(MAC) == "192.168.100.80"
+        b.ensure(MAC, None, "vm-1")
+        assert b.apply().changed is False
 
 
 def test_unknown_host_key_and_wrong_key_are_refused(sshd, tmp_path):

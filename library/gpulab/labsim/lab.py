@@ -13,6 +13,7 @@ import random
 import re
 import secrets
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,16 @@ def parse_size(text: str) -> int:
         raise ValueError(text)
     factor = {"": 1, "K": 1024, "M": 2**20, "G": GiB, "T": 2**40}[m.group(2)]
     return int(float(m.group(1)) * factor)
+
+
+def _check_digest(args: dict, current: str) -> None:
+    if "digest" in args and args["digest"] != current:
+        raise ApiError(500, "detected modified configuration - file changed by other user? Try again.")
+
+
+def _print_drive(volid: str, options: dict) -> str:
+    """A drive the way PVE writes it: the volume first, then the other keys in sorted order."""
+    return ",".join([volid, *(f"{k}={v}" for k, v in sorted(options.items()))])
 
 
 def _normalise_filename(name: str) -> str:
@@ -476,8 +487,11 @@ class Lab:
         info = self.schema.endpoints["/cluster/mapping/pci"]["POST"]
         return info["parameters"]["properties"]["map"]["items"]["format"]
 
+    def _map_entries(self, mapping: dict) -> list[dict]:
+        return [self.schema.parse_property_string(self._map_format(), e, "map") for e in mapping["map"]]
+
     def _mapping_checks(self, mid: str, mapping: dict, node: str) -> list[dict]:
-        entries = [self.schema.parse_property_string(self._map_format(), e, "map") for e in mapping["map"]]
+        entries = self._map_entries(mapping)
         mine = [e for e in entries if e["node"] == node]
         if not mine:
             return [{"severity": "warning", "message": f"No mapping for node {node}."}]
@@ -582,10 +596,7 @@ class Lab:
             m = self.state.data["mappings"].get(args["id"])
             if m is None:
                 raise ApiError(500, f"PCI mapping '{args['id']}' not found")
-            if "digest" in args and args["digest"] != self._mappings_digest():
-                raise ApiError(
-                    500, "detected modified configuration - file changed by other user? Try again."
-                )
+            _check_digest(args, self._mappings_digest())
             for k in filter(None, re.split(r"[,;\s]+", args.get("delete", ""))):
                 if k == "map":
                     raise ApiError(
@@ -964,7 +975,7 @@ class Lab:
                 )
             drive = {k: v for k, v in drive.items() if k not in ("file", "format", "size")}
             drive["media"] = "cdrom"
-            return ",".join([volid, *(f"{k}={v}" for k, v in sorted(drive.items()))])
+            return _print_drive(volid, drive)
         if drive.get("import-from"):
             src = self._find_volume(drive.pop("import-from"))
             size = int(src.get("virtual_size", src["size"])) if src else GiB
@@ -999,7 +1010,7 @@ class Lab:
         )
         drive.pop("file")
         drive["size"] = format_size(size)
-        return ",".join([volid, *(f"{k}={v}" for k, v in sorted(drive.items()))])
+        return _print_drive(volid, drive)
 
     def _with_iso_size(self, key: str, value: str) -> str:
         drive = (
@@ -1011,7 +1022,7 @@ class Lab:
         if vol is not None and vol["content"] == "iso" and "size" not in drive:
             drive["size"] = f"{vol['size'] // 1024}K"
             file = drive.pop("file")
-            return ",".join([file, *(f"{k}={v}" for k, v in sorted(drive.items()))])
+            return _print_drive(file, drive)
         return value
 
     def h_post_nodes_node_qemu(self, args, who):
@@ -1033,8 +1044,8 @@ class Lab:
                 )
             sets, allocations = self._prepare_changes(node, vmid, args, who, create=True, current={})
             sets = {k: self._with_iso_size(k, str(v)) for k, v in sets.items()}
-            sets.setdefault("smbios1", f"uuid={_uuid_for(vmid)}")
-            sets.setdefault("vmgenid", _uuid_for(vmid, "gen"))
+            sets.setdefault("smbios1", f"uuid={uuid.uuid4()}")
+            sets.setdefault("vmgenid", str(uuid.uuid4()))
             sets.setdefault("meta", f"creation-qemu=10.1.2,ctime={int(time.time())}")
             vm = {
                 "node": node,
@@ -1106,10 +1117,7 @@ class Lab:
         node, vmid = args["node"], args["vmid"]
         with self.lock:
             vm = self._vm(node, vmid)
-            if "digest" in args and args["digest"] != self._digest(vm):
-                raise ApiError(
-                    500, "detected modified configuration - file changed by other user? Try again."
-                )
+            _check_digest(args, self._digest(vm))
             self._check_lock(vm, vmid, args, who)
             deletes = [k for k in re.split(r"[,;\s\0]+", args.get("delete", "")) if k]
             reverts = [k for k in re.split(r"[,;\s\0]+", args.get("revert", "")) if k]
@@ -1243,10 +1251,7 @@ class Lab:
         node, vmid, disk = args["node"], args["vmid"], args["disk"]
         with self.lock:
             vm = self._vm(node, vmid)
-            if "digest" in args and args["digest"] != self._digest(vm):
-                raise ApiError(
-                    500, "detected modified configuration - file changed by other user? Try again."
-                )
+            _check_digest(args, self._digest(vm))
             self._check_lock(vm, vmid, args, who)
             value = vm["config"].get(disk)
             if value is None:
@@ -1272,7 +1277,7 @@ class Lab:
                 drive = self.schema.parse_property_string(self._drive_format(disk), vm["config"][disk], disk)
                 drive["size"] = format_size(new)
                 file = drive.pop("file")
-                vm["config"][disk] = ",".join([file, *(f"{k}={v}" for k, v in sorted(drive.items()))])
+                vm["config"][disk] = _print_drive(file, drive)
                 self.state.mark()
 
         return self.tasks.start(node, "resize", str(vmid), who.userid, body)
@@ -1340,11 +1345,7 @@ class Lab:
                         "PCI device mapping invalid (hardware probably changed): "
                         + errors[0]["message"].strip()
                     )
-                entry = next(
-                    self.schema.parse_property_string(self._map_format(), e, "map")
-                    for e in mapping["map"]
-                    if self.schema.parse_property_string(self._map_format(), e, "map")["node"] == node
-                )
+                entry = next(e for e in self._map_entries(mapping) if e["node"] == node)
                 path = entry["path"].split(";")[0]
             else:
                 path = dev["host"].split(";")[0]
@@ -1562,9 +1563,3 @@ def _hash_password(password: str) -> str:
     """PVE stores cloud-init passwords crypt()-hashed; a salted SHA-256 in crypt's shape stands in."""
     salt = secrets.token_hex(8)
     return f"$5${salt}${hashlib.sha256((salt + password).encode()).hexdigest()}"
-
-
-def _uuid_for(vmid: int, salt: str = "") -> str:
-    import uuid
-
-    return str(uuid.uuid5(uuid.NAMESPACE_OID, f"gpulab-lab-{salt}-{vmid}-{time.time_ns()}"))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -232,13 +231,6 @@ def _constraints(schema: dict, value: Any) -> str | None:
     if enum and str(value) not in [str(e) for e in enum]:
         return f"value '{value}' does not have a value in the enumeration '{', '.join(map(str, enum))}'"
     return None
-
-
-@dataclass
-class PropertyString:
-    """A parsed property string: the sub-key values (normalised) in the order given."""
-
-    values: dict[str, Any]
 
 
 class Schema:

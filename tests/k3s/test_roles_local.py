@@ -1,0 +1,393 @@
+"""The k3s-side roles' logic run for real by ansible-playbook on this machine, against a fake `k3s` binary.
+
+The fake answers the kubectl calls the roles make (`get nodes -o json`, `get daemonsets`, `get runtimeclass`,
+`label`, `wait`, `rollout status`) from JSON files in a folder and logs every call, so the tests see what the
+roles asked, in which order, and what they concluded. The roles run unchanged: only their documented
+variables (k3s bin dir, manifests dir) point into a temporary folder.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+# Each test runs ansible-playbook once or more (a few seconds each).
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = pathlib.Path(sys.executable).parent / "ansible-playbook"
+
+UUID0 = "GPU-e1924eea-b9bb-d537-39f2-b345087fa145"
+GPU_FACTS = [{"index": 0, "uuid": UUID0, "name": "NVIDIA GeForce RTX 3090", "memory_total_mib": 24576}]
+
+FAKE_K3S = textwrap.dedent(
+    """\
+    #!/usr/bin/env python3
+    # Fake k3s: answers kubectl calls from JSON files in STATE and logs each call.
+    import json, os, pathlib, sys
+    state = pathlib.Path(__file__).resolve().parent.parent / "state"
+    args = sys.argv[1:]
+    manifests = sorted(p.name for p in (state.parent / "manifests").glob("*.yaml"))
+    with open(state / "calls.jsonl", "a") as f:
+        f.write(json.dumps({"args": args, "manifests": manifests}) + "\\n")
+    if args[:1] != ["kubectl"]:
+        sys.exit(2)
+    a = args[1:]
+    if a[:2] == ["get", "nodes"]:
+        print((state / "nodes.json").read_text())
+    elif a[:2] == ["get", "daemonsets"]:
+        print((state / "daemonsets.json").read_text())
+    elif a[:3] == ["get", "runtimeclass", "nvidia"]:
+        sys.stdout.write("nvidia")
+    elif a[:1] == ["label"]:
+        print("node/%s labeled" % a[2])
+    elif "wait" in a or "rollout" in a:
+        print("ok")
+    else:
+        sys.exit(3)
+    """
+)
+
+
+# ansible-core ships no JSON output callback: this one collects each task result and the recap, and prints
+# them as one JSON document at the end, in the shape of ansible.posix.json (plays > tasks > hosts, stats).
+JSON_CALLBACK = textwrap.dedent(
+    """\
+    import json
+    from ansible.plugins.callback import CallbackBase
+
+    class CallbackModule(CallbackBase):
+        CALLBACK_VERSION = 2.0
+        CALLBACK_TYPE = "stdout"
+        CALLBACK_NAME = "gpulab_test_json"
+
+        def __init__(self):
+            super().__init__()
+            self.tasks = []
+
+        def _add(self, result, **extra):
+            data = dict(result._result)
+            data.update(extra)
+            self.tasks.append({"task": result._task.get_name(), "hosts": {result._host.get_name(): data}})
+
+        def v2_runner_on_ok(self, result):
+            self._add(result)
+
+        def v2_runner_on_failed(self, result, ignore_errors=False):
+            self._add(result, failed=not ignore_errors)
+
+        def v2_runner_on_skipped(self, result):
+            self._add(result, skipped=True)
+
+        def v2_runner_on_unreachable(self, result):
+            self._add(result, failed=True, unreachable=True)
+
+        def v2_playbook_on_stats(self, stats):
+            recap = {h: stats.summarize(h) for h in sorted(stats.processed)}
+            print(json.dumps({"plays": [{"tasks": self.tasks}], "stats": recap}, default=str))
+    """
+)
+
+
+def node(name, ready=True, labels=None, gpus=None):
+    status = {
+        "conditions": [
+            {"type": "MemoryPressure", "status": "False"},
+            {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady"},
+        ],
+        "allocatable": {"cpu": "8", "memory": "16318796Ki", "pods": "110"},
+    }
+    if gpus is not None:
+        status["allocatable"]["nvidia.com/gpu"] = str(gpus)
+    return {"kind": "Node", "metadata": {"name": name, "labels": labels or {}}, "status": status}
+
+
+class Lab:
+    """A temporary folder with the fake k3s, its state, a manifests folder and an inventory."""
+
+    def __init__(self, root):
+        self.root = root
+        (root / "bin").mkdir()
+        (root / "state").mkdir()
+        (root / "manifests").mkdir()
+        (root / "callbacks").mkdir()
+        (root / "callbacks" / "gpulab_test_json.py").write_text(JSON_CALLBACK)
+        k3s = root / "bin" / "k3s"
+        k3s.write_text(FAKE_K3S)
+        k3s.chmod(0o755)
+        self.nodes([])
+        self.daemonsets([])
+        local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        inventory = {
+            "all": {
+                "children": {
+                    "k3s_cluster": {
+                        "children": {
+                            "k3s_server": {"hosts": {"vm-1": local}},
+                            "k3s_agent": {
+                                "hosts": {
+                                    "vm-2": local,
+                                    "vm-gpu": {**local, "vm_gpu": "rtx3090", "gpulab_gpus": GPU_FACTS},
+                                }
+                            },
+                        }
+                    }
+                }
+            }
+        }
+        (root / "hosts.yml").write_text(yaml.safe_dump(inventory))
+
+    def nodes(self, items):
+        (self.root / "state" / "nodes.json").write_text(json.dumps({"kind": "List", "items": items}))
+
+    def daemonsets(self, items):
+        (self.root / "state" / "daemonsets.json").write_text(json.dumps({"kind": "List", "items": items}))
+
+    def calls(self):
+        path = self.root / "state" / "calls.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def play(self, tasks, *, check=False, extra_vars=None):
+        playbook = [{"name": "test", "hosts": "vm-1", "gather_facts": False, "tasks": tasks}]
+        path = self.root / "play.yml"
+        path.write_text(yaml.safe_dump(playbook, sort_keys=False))
+        env = {
+            **os.environ,
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_LIBRARY": str(ROOT / "plugins" / "modules"),
+            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+            "ANSIBLE_STDOUT_CALLBACK": "gpulab_test_json",
+            "ANSIBLE_CALLBACK_PLUGINS": str(self.root / "callbacks"),
+            "ANSIBLE_LOCAL_TEMP": str(self.root / "tmp"),
+            "ANSIBLE_HOME": str(self.root / "ansible-home"),
+            "ANSIBLE_FORCE_COLOR": "0",
+        }
+        cmd = [str(ANSIBLE_PLAYBOOK), "-i", str(self.root / "hosts.yml"), str(path)]
+        if check:
+            cmd.append("--check")
+        all_vars = {
+            "bin": str(self.root / "bin"),
+            "manifests": str(self.root / "manifests"),
+            **(extra_vars or {}),
+        }
+        cmd += ["-e", json.dumps(all_vars)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+        try:
+            out = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(
+                f"ansible-playbook printed no JSON: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc.returncode, out
+
+    @staticmethod
+    def failures(out):
+        msgs = []
+        for play in out["plays"]:
+            for task in play["tasks"]:
+                for result in task["hosts"].values():
+                    if result.get("failed"):
+                        msgs.append(result.get("msg", ""))
+        return msgs
+
+
+@pytest.fixture
+def lab(tmp_path):
+    if not ANSIBLE_PLAYBOOK.exists():
+        pytest.skip(f"{ANSIBLE_PLAYBOOK} is missing (run inside the project's virtualenv)")
+    return Lab(tmp_path)
+
+
+def stats(out):
+    return out["stats"]["vm-1"]
+
+
+CLUSTER = {
+    "name": "cluster",
+    "ansible.builtin.include_role": {"name": "k3s_server", "tasks_from": "cluster"},
+    "vars": {
+        "k3s_server_bin_dir": "{{ bin }}",
+        "k3s_server_expected_nodes": ["vm-1", "vm-2", "vm-gpu"],
+        "k3s_server_gpu_nodes": ["vm-gpu"],
+        "k3s_server_ready_timeout": 1,
+        "k3s_server_poll_interval": 1,
+    },
+}
+
+
+def test_cluster_labels_a_gpu_node_once_and_checks_the_runtimeclass(lab):
+    lab.nodes([node("vm-1"), node("vm-2"), node("vm-gpu")])
+    rc, out = lab.play([CLUSTER])
+    assert rc == 0, lab.failures(out)
+    labels = [c["args"] for c in lab.calls() if c["args"][1] == "label"]
+    assert labels == [["kubectl", "label", "node", "vm-gpu", "gpu=on", "--overwrite"]]
+    assert any(c["args"][1:4] == ["get", "runtimeclass", "nvidia"] for c in lab.calls())
+    assert stats(out)["changed"] == 1
+
+    # The node now carries the label: nothing to do, nothing changed.
+    lab.nodes([node("vm-1"), node("vm-2"), node("vm-gpu", labels={"gpu": "on"})])
+    rc, out = lab.play([CLUSTER])
+    assert rc == 0 and stats(out)["changed"] == 0
+
+
+def test_cluster_waits_and_names_the_node_that_is_not_ready(lab):
+    lab.nodes([node("vm-1"), node("vm-2", ready=False), node("vm-gpu", labels={"gpu": "on"})])
+    rc, out = lab.play([CLUSTER])
+    assert rc != 0
+    (msg,) = lab.failures(out)
+    assert "Not Ready" in msg and "vm-2" in msg and "vm-gpu" not in msg.split("(")[0]
+    gets = [c for c in lab.calls() if c["args"][1:3] == ["get", "nodes"]]
+    assert len(gets) >= 2  # it retried before giving up
+
+
+def test_cluster_notices_a_node_that_never_registered(lab):
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"})])
+    rc, out = lab.play([CLUSTER])
+    assert rc != 0 and "vm-2" in lab.failures(out)[0]
+
+
+HAMI = {
+    "name": "hami",
+    "ansible.builtin.include_role": {"name": "hami"},
+    "vars": {
+        "hami_k3s_bin_dir": "{{ bin }}",
+        "hami_manifests_dir": "{{ manifests }}",
+        "hami_gpu_hosts": ["vm-gpu"],
+        "hami_ready_timeout": 1,
+        "hami_poll_interval": 1,
+    },
+}
+
+
+def device_plugin(name, image, namespace="kube-system"):
+    container = {"name": "p", "image": image}
+    return {
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"template": {"spec": {"containers": [container]}}},
+    }
+
+
+def test_hami_installs_once_and_verifies_allocatable(lab):
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=10)])
+    lab.daemonsets([device_plugin("hami-device-plugin", "docker.io/projecthami/hami:v2.10.0")])
+    rc, out = lab.play([HAMI], check=True)
+    assert rc == 0, lab.failures(out)
+    assert not (lab.root / "manifests" / "hami.yaml").exists()  # --check wrote nothing
+
+    rc, out = lab.play([HAMI])
+    assert rc == 0, lab.failures(out)
+    chart = yaml.safe_load((lab.root / "manifests" / "hami.yaml").read_text())
+    assert chart["kind"] == "HelmChart" and chart["spec"]["version"] == "2.10.0"
+    values = yaml.safe_load(chart["spec"]["valuesContent"])
+    assert values["devicePlugin"]["nvidiaNodeSelector"] == {"gpu": "on"}
+    assert stats(out)["changed"] == 1
+    waits = [" ".join(c["args"]) for c in lab.calls() if "wait" in c["args"] or "rollout" in c["args"]]
+    assert any("job/helm-install-hami" in w for w in waits)
+    assert any("daemonset/hami-device-plugin" in w for w in waits)
+
+    rc, out = lab.play([HAMI])
+    assert rc == 0 and stats(out)["changed"] == 0
+
+
+def test_hami_refuses_beside_the_nvidia_device_plugin(lab):
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=10)])
+    lab.daemonsets(
+        [device_plugin("nvidia-device-plugin-daemonset", "nvcr.io/nvidia/k8s-device-plugin:v0.17.0")]
+    )
+    rc, out = lab.play([HAMI])
+    assert rc != 0
+    assert "kube-system/nvidia-device-plugin-daemonset" in lab.failures(out)[0]
+    assert not (lab.root / "manifests" / "hami.yaml").exists()
+
+
+def test_hami_refuses_an_unknown_chart_key(lab):
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=10)])
+    task = {
+        **HAMI,
+        "vars": {**HAMI["vars"], "hami_extra_values": {"scheduler": {"kubeScheduler": {"imageTag": "x"}}}},
+    }
+    rc, out = lab.play([task])
+    assert rc != 0 and "scheduler.kubeScheduler.image.tag" in lab.failures(out)[0]
+    assert not (lab.root / "manifests" / "hami.yaml").exists()
+
+
+def test_hami_reports_the_wrong_allocatable(lab):
+    # The node still shows the physical count (another plugin, or HAMi not registered): 1, not 1 x 10.
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=1)])
+    rc, out = lab.play([HAMI])
+    assert rc != 0
+    msg = lab.failures(out)[0]
+    assert "vm-gpu: allocatable nvidia.com/gpu 1, expected 10" in msg
+
+
+WORKLOADS = {
+    "name": "workloads",
+    "ansible.builtin.include_role": {"name": "workloads"},
+    "vars": {
+        "workloads_k3s_bin_dir": "{{ bin }}",
+        "workloads_manifests_dir": "{{ manifests }}",
+        "workloads_gpu_hosts": ["vm-gpu"],
+        "workloads_k3s_version": "v1.33.5+k3s1",
+    },
+}
+
+
+def engines(*shares):
+    return [
+        {
+            "name": f"e{i}",
+            "image": "vllm/vllm-openai:v0.11.0",
+            "node": "vm-gpu",
+            "gpus": [0],
+            "gpu_memory_percent": share,
+            "cuda_disable_control": True,
+            "port": 8000,
+        }
+        for i, share in enumerate(shares)
+    ]
+
+
+def test_engines_sharing_a_card_start_one_after_the_other(lab):
+    pytest.importorskip(
+        "kubernetes_validate", reason="manifest validation needs the kubernetes-validate package"
+    )
+    rc, out = lab.play([WORKLOADS], extra_vars={"workloads_engines": engines(45, 30, 20)})
+    assert rc == 0, lab.failures(out)
+    rollouts = [c for c in lab.calls() if "rollout" in c["args"]]
+    # e0 and e1 are waited for (a later engine shares their card); e2 is the last one.
+    assert [c["args"][-2] for c in rollouts] == ["deployment/e0", "deployment/e1"]
+    # When e0 was checked, e1's manifest was not placed yet; when e1 was, e2's was not.
+    assert rollouts[0]["manifests"] == ["gpulab-workload-default-e0.yaml"]
+    assert rollouts[1]["manifests"] == ["gpulab-workload-default-e0.yaml", "gpulab-workload-default-e1.yaml"]
+    deployment = next(
+        yaml.safe_load_all((lab.root / "manifests" / "gpulab-workload-default-e0.yaml").read_text())
+    )
+    assert deployment["spec"]["template"]["metadata"]["annotations"]["nvidia.com/use-gpuuuid"] == UUID0
+    assert stats(out)["changed"] == 3
+
+    rc, out = lab.play([WORKLOADS], extra_vars={"workloads_engines": engines(45, 30, 20)})
+    assert rc == 0 and stats(out)["changed"] == 0
+
+
+def test_a_plan_above_100_percent_applies_nothing(lab):
+    rc, out = lab.play([WORKLOADS], extra_vars={"workloads_engines": engines(45, 60)})
+    assert rc != 0 and "105%" in lab.failures(out)[0]
+    assert list((lab.root / "manifests").iterdir()) == []
+
+
+def test_workloads_check_mode_places_nothing(lab):
+    rc, out = lab.play([WORKLOADS], check=True, extra_vars={"workloads_engines": engines(45, 30)})
+    assert rc == 0, lab.failures(out)
+    assert list((lab.root / "manifests").iterdir()) == []
+    assert not [c for c in lab.calls() if "rollout" in c["args"]]
+
+
+def test_fake_is_executable_python():
+    assert shutil.which("python3"), "the fake k3s runs with python3"

@@ -41,6 +41,21 @@ options:
     type: list
     elements: str
     default: []
+  allowed_drivers:
+    description:
+      - Drivers the functions of O(slots) may be bound to; a function on any other driver is listed in
+        RV(ansible_facts.gpulab_pci.binding_problems). A function on no driver is always accepted.
+      - Empty (the default) checks nothing.
+    type: list
+    elements: str
+    default: []
+  forbidden_modules:
+    description:
+      - Modules that must not be loaded; those loaded are listed in
+        RV(ansible_facts.gpulab_pci.module_problems). C(-) and C(_) count as the same character.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -133,6 +148,16 @@ ansible_facts:
               iommu_groups: [13]
               other_devices: []
               boot_vga: true
+        binding_problems:
+          description: Functions of O(slots) bound to a driver outside O(allowed_drivers), one line each.
+          type: list
+          elements: str
+          sample: ["0000:02:00.0 (slot 0000:02:00) is bound to nouveau, not vfio-pci"]
+        module_problems:
+          description: Loaded modules out of O(forbidden_modules), one line each.
+          type: list
+          elements: str
+          sample: ["nouveau is loaded"]
         warnings:
           description: What could not be read and why.
           type: list
@@ -277,6 +302,22 @@ def summarise_slot(slot, devices, groups):
     }
 
 
+def check(facts, allowed_drivers=(), forbidden_modules=()):
+    """Binding and module problems against the wanted state: (binding_problems, module_problems)."""
+    binding = []
+    if allowed_drivers:
+        wanted = " or ".join(allowed_drivers)
+        for slot, summary in facts["slots"].items():
+            if not summary["found"]:
+                binding.append(f"{slot} is not on this node")
+            for address, drv in summary["drivers"].items():
+                if drv is not None and drv not in allowed_drivers:
+                    binding.append(f"{address} (slot {slot}) is bound to {drv}, not {wanted}")
+    loaded = {m.replace("-", "_") for m in facts["modules_loaded"]}
+    modules = [f"{m} is loaded" for m in forbidden_modules if m.replace("-", "_") in loaded]
+    return binding, modules
+
+
 def gather(root="/", slots=()):
     """Everything the module returns under `gpulab_pci`, read from `root`."""
     warnings = []
@@ -328,6 +369,8 @@ def main():
         argument_spec={
             "root": {"type": "path", "default": "/"},
             "slots": {"type": "list", "elements": "str", "default": []},
+            "allowed_drivers": {"type": "list", "elements": "str", "default": []},
+            "forbidden_modules": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -338,6 +381,9 @@ def main():
             "give the root that holds the sys and proc trees (option root)"
         )
     facts = gather(root, module.params["slots"])
+    facts["binding_problems"], facts["module_problems"] = check(
+        facts, module.params["allowed_drivers"], module.params["forbidden_modules"]
+    )
     module.exit_json(changed=False, ansible_facts={"gpulab_pci": facts})
 
 

@@ -157,3 +157,31 @@ def test_module_run_returns_facts_and_never_changes(tmp_path):
 def test_module_run_fails_without_sys(tmp_path):
     result = run_module("gpulab_pci_facts", {"root": str(tmp_path)})
     assert result["failed"] is True and "is not a directory" in result["msg"]
+
+
+@pytest.mark.parametrize(
+    ("state", "binding", "modules"),
+    [
+        (
+            "stock",
+            [
+                "0000:02:00.0 (slot 0000:02:00) is bound to nouveau, not vfio-pci",
+                "0000:02:00.1 (slot 0000:02:00) is bound to snd_hda_intel, not vfio-pci",
+            ],
+            ["nouveau is loaded"],
+        ),
+        ("blacklisted", ["0000:02:00.1 (slot 0000:02:00) is bound to snd_hda_intel, not vfio-pci"], []),
+        ("vfio", [], []),
+    ],
+)
+def test_binding_and_module_checks(tmp_path, state, binding, modules):
+    root = sysfs_tree.materialise(tmp_path, state)
+    args = {
+        "root": str(root),
+        "slots": ["0000:02:00", "0000:0a:00"],
+        "allowed_drivers": ["vfio-pci"],
+        "forbidden_modules": ["nouveau", "nova-core", "nvidia", "nvidiafb"],
+    }
+    pci = run_module("gpulab_pci_facts", args)["ansible_facts"]["gpulab_pci"]
+    assert sorted(pci["binding_problems"]) == sorted([*binding, "0000:0a:00 is not on this node"])
+    assert pci["module_problems"] == modules

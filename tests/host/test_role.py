@@ -1,0 +1,166 @@
+"""Role pve_host through playbooks/host.yml against a stand-in node (real sshd, own mount namespace).
+
+Needs root (mount namespaces and overlays); every write lands in the test's directory.
+"""
+
+import os
+import shutil
+
+import pytest
+
+from .conftest import load_module
+from .nodehost import DEBIAN_GRUB, DEBIAN_MODULES, INSTALLER_CMDLINE, PVE_BLACKLIST, NodeHost
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0, reason="needs root: mount namespaces and overlays for the stand-in node"
+    ),
+    pytest.mark.skipif(
+        not shutil.which("sshd") and not os.path.exists("/usr/sbin/sshd"), reason="needs sshd"
+    ),
+]
+
+REFERENCE_CMDLINE = (
+    "root=ZFS=rpool/ROOT/pve-1 boot=zfs nomodeset modprobe.blacklist=nova_core,nova_drm,nova,nouveau\n"
+)
+REFERENCE_BLACKLIST = (
+    PVE_BLACKLIST + "blacklist nouveau\nblacklist nova_core\nblacklist nova_drm\nblacklist nova\n"
+)
+FIVE = ["nouveau", "nova_core", "nova_drm", "nova", "nvidiafb"]
+ALLOW = {"pve_host_reboot_allowed": True}
+
+
+@pytest.fixture
+def node(tmp_path, request):
+    options = getattr(request, "param", {})
+    host = NodeHost(tmp_path, **options).start()
+    yield host
+    host.stop()
+
+
+def gpu_state(node):
+    """Drivers of the GPU's functions and the loaded modules, read back from the node's stand-in tree."""
+    pci = load_module("gpulab_pci_facts").gather(str(node.sysroot), ["0000:02:00"])
+    return pci["slots"]["0000:02:00"]["drivers"], pci["modules_loaded"]
+
+
+def test_reference_node_end_to_end(node):
+    """The acceptance path on one node: pending note, VMs block, reboot, proof, changed=0, check mode, removal."""
+    # 1. Reboots not allowed: the files change, nothing reboots, the run says what is pending and why.
+    rc, out, _recap = node.play()
+    assert rc == 0, out
+    assert "did not reboot it" in out
+    assert "nomodeset is not on the running command line" in out
+    assert "0000:02:00.0 (slot 0000:02:00) is bound to nouveau, not vfio-pci" in out
+    assert "nouveau is loaded" in out
+    assert node.etc_file("kernel/cmdline") == REFERENCE_CMDLINE
+    assert node.etc_file("modprobe.d/pve-blacklist.conf") == REFERENCE_BLACKLIST
+    assert node.etc_file("modules") == DEBIAN_MODULES + "vfio\nvfio_iommu_type1\nvfio_pci\n"
+    assert "options vfio-pci ids=10de:2204,10de:1aef\n" in node.etc_file("modprobe.d/vfio.conf")
+    calls = node.calls()
+    assert calls.index("update-initramfs -u -k all") < calls.index("proxmox-boot-tool refresh")
+    assert not any(c.startswith(("shutdown", "reboot", "qm")) for c in calls)
+
+    # 2. Allowed, but VMs run: refused, naming them.
+    node.set_vms([(100, "vm-1", "running"), (101, "vm-2", "stopped"), (102, "vm-gpu", "running")])
+    rc, out, _recap = node.play(extra=ALLOW)
+    assert rc != 0
+    assert "VMs are running on it (vm-1 (100), vm-gpu (102))" in out
+    assert not any(c.startswith("shutdown") for c in node.calls())
+
+    # 3. VMs stopped: one reboot, into state vfio, and the proof passes.
+    node.set_vms([(100, "vm-1", "stopped"), (101, "vm-2", "stopped"), (102, "vm-gpu", "stopped")])
+    rc, out, recap = node.play(extra=ALLOW)
+    assert rc == 0, out
+    assert sum(c.startswith("shutdown") for c in node.calls()) == 1 and "boot vfio" in node.calls()
+    drivers, loaded = gpu_state(node)
+    assert drivers == {"0000:02:00.0": "vfio-pci", "0000:02:00.1": "vfio-pci"}
+    assert not set(FIVE) & set(loaded)
+    assert "boot_vga True" in out
+
+    # 4. Second run: changed=0, nothing run on the node but reads; check mode with diff: the same.
+    before = len(node.calls())
+    rc, out, recap = node.play(extra=ALLOW)
+    assert rc == 0 and recap["changed"] == 0, out
+    rc, out, recap = node.play("--check", "--diff", extra=ALLOW)
+    assert rc == 0 and recap["changed"] == 0, out
+    assert [c for c in node.calls()[before:] if c not in ("proxmox-boot-tool status", "qm list")] == []
+
+    # 5. Everything turned off: the node's files and its boot go back to stock.
+    off = {
+        **ALLOW,
+        "pve_host_blacklist_enabled": False,
+        "pve_host_cmdline_blacklist_enabled": False,
+        "pve_host_nomodeset": False,
+        "pve_host_vfio_enabled": False,
+    }
+    rc, out, recap = node.play(extra=off)
+    assert rc == 0, out
+    assert node.etc_file("kernel/cmdline") == "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n"
+    assert node.etc_file("modprobe.d/pve-blacklist.conf") == PVE_BLACKLIST
+    assert node.etc_file("modules") == DEBIAN_MODULES
+    assert not (node.etc / "modprobe.d/vfio.conf").exists()
+    assert node.calls()[-1] == "boot stock" or "boot stock" in node.calls()[-3:]
+    drivers, _loaded = gpu_state(node)
+    assert drivers == {"0000:02:00.0": "nouveau", "0000:02:00.1": "snd_hda_intel"}
+
+
+def test_check_diff_changes_nothing_and_shows_the_diff(node):
+    rc, out, recap = node.play("--check", "--diff", extra=ALLOW)
+    assert rc == 0, out
+    assert recap["changed"] > 0
+    assert "+blacklist nouveau" in out and "+vfio_pci" in out
+    assert "-root=ZFS=rpool/ROOT/pve-1 boot=zfs" in out
+    assert (
+        "+root=ZFS=rpool/ROOT/pve-1 boot=zfs nomodeset modprobe.blacklist=nova_core,nova_drm,nova,nouveau"
+        in out
+    )
+    assert "would be rebooted" in out
+    assert node.etc_file("kernel/cmdline") == INSTALLER_CMDLINE
+    assert node.etc_file("modprobe.d/pve-blacklist.conf") == PVE_BLACKLIST
+    assert not (node.etc / "modprobe.d/vfio.conf").exists()
+    assert [c for c in node.calls() if not c.startswith(("boot", "proxmox-boot-tool status"))] == []
+
+
+@pytest.mark.parametrize("node", [{"loader": "grub"}], indirect=True)
+def test_grub_node(node):
+    rc, out, _recap = node.play(extra=ALLOW)
+    assert rc == 0, out
+    assert not (node.etc / "kernel/cmdline").exists()
+    grub = node.etc_file("default/grub")
+    assert (
+        'GRUB_CMDLINE_LINUX_DEFAULT="quiet nomodeset modprobe.blacklist=nova_core,nova_drm,nova,nouveau"\n'
+        in grub
+    )
+    assert (
+        grub.replace("quiet nomodeset modprobe.blacklist=nova_core,nova_drm,nova,nouveau", "quiet")
+        == DEBIAN_GRUB
+    )
+    assert "update-grub " in node.calls() and "boot vfio" in node.calls()
+    assert "proxmox-boot-tool refresh" not in node.calls()
+    assert (
+        (node.sysroot / "proc/cmdline").read_text().startswith("BOOT_IMAGE=/boot/vmlinuz-6.17.2-1-pve root=")
+    )
+    rc, out, recap = node.play(extra=ALLOW)
+    assert rc == 0 and recap["changed"] == 0, out
+
+
+@pytest.mark.parametrize("node", [{"variant": {"share_group_with": "0000:03:00.0"}}], indirect=True)
+def test_shared_iommu_group_stops_the_run(node):
+    rc, out, _recap = node.play(extra=ALLOW)
+    assert rc != 0
+    assert (
+        "GPU rtx3090 (0000:02:00) shares IOMMU group 13 with 0000:03:00.0 (8086:15f3, class 0x020000" in out
+    )
+    assert node.etc_file("kernel/cmdline") == INSTALLER_CMDLINE
+    assert node.etc_file("modprobe.d/pve-blacklist.conf") == PVE_BLACKLIST
+
+
+@pytest.mark.parametrize("node", [{"variant": {"iommu": False}}], indirect=True)
+def test_iommu_off_stops_the_run_with_the_fix(node):
+    rc, out, _recap = node.play(extra=ALLOW)
+    assert rc != 0
+    assert "The IOMMU is off on pve" in out and "enable VT-d (Intel) or AMD-Vi" in out
+    assert node.etc_file("kernel/cmdline") == INSTALLER_CMDLINE

@@ -6,7 +6,7 @@ import requests
 from gpulab.labsim.routers.base import Reply
 from gpulab.labsim.routers.mikrotik import MikroTikSim
 from gpulab.routers import make_backend
-from gpulab.routers.model import AuthError, ConflictError, PolicyError
+from gpulab.routers.model import AuthError, ConflictError, ConnectError, PolicyError
 
 PW = "Rtr-pa55-word"
 MAC, OTHER = "bc:24:11:00:05:01", "bc:24:11:00:05:02"
@@ -110,3 +110,21 @@ def test_wrong_password_is_an_auth_error_and_masked(sim):
     with pytest.raises(AuthError) as err:
         b.apply()
     assert "not-the-Pa55" not in str(err.value) and "HTTP 401" in str(err.value)
+
+
+def test_planned_address_for_a_client_with_a_dynamic_lease(sim):
+    sim.add_dynamic(MAC, "192.168.88.77", "vm-1")
+    b = router(sim)
+    b.ensure(MAC, "192.168.88.5", "vm-1")
+    b.apply()
+    assert [(x["address"], x["dynamic"]) for x in sim.leases] == [("192.168.88.5", "false")]
+
+
+def test_https_certificate_is_checked_unless_told_otherwise(tmp_path):
+    with MikroTikSim(password=PW, tls_dir=tmp_path) as tls:
+        assert tls.url.startswith("https://")
+        with pytest.raises(ConnectError, match="router_validate_certs: false"):
+            router(tls).list_reservations()
+        cfg = {"kind": "mikrotik", "address": "127.0.0.1", "url": tls.url, "user": "admin", "password": PW,
+               "subnet": "192.168.88.0/24", "validate_certs": False}  # fmt: skip
+        assert make_backend(cfg).list_reservations() == []

@@ -68,7 +68,11 @@ class RouterSim:
 
     name = "router"
 
-    def __init__(self, *, log_file: str | Path | None = None):
+    def __init__(
+        self, *, log_file: str | Path | None = None, tls_dir: str | Path | None = None, port: int = 0
+    ):
+        self.tls_dir = Path(tls_dir) if tls_dir else None  # serve HTTPS with a self-signed certificate
+        self.port = port
         self.lock = threading.RLock()
         self.log: list[dict] = []
         self.log_file = Path(log_file) if log_file else None
@@ -144,8 +148,18 @@ class RouterSim:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
+        if self.tls_dir:
+            import ssl
+
+            from gpulab.labsim.certs import ensure_certificate
+
+            self.tls_dir.mkdir(parents=True, exist_ok=True)
+            cert, key = ensure_certificate(self.tls_dir, self.name)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(cert, key)
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name=f"{self.name}-sim", daemon=True
         )
@@ -155,7 +169,7 @@ class RouterSim:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls_dir else 'http'}://{host}:{port}"
 
     def stop(self) -> None:
         if self._server:

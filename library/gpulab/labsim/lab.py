@@ -101,6 +101,24 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * factor)
 
 
+_UNLOCKED_HANDLERS = {"h_get_nodes_node_qemu_vmid_agent_network_get_interfaces"}
+
+
+class _AwaitTask:
+    """PVE's background_delay: wait (without the state lock) up to `seconds` for the task; answer null
+    when it ended well by then, else its UPID."""
+
+    def __init__(self, record: dict, seconds: int):
+        self.record = record
+        self.seconds = seconds
+
+    def wait(self) -> str | None:
+        deadline = time.monotonic() + self.seconds
+        while self.record["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return None if self.record.get("exitstatus") == "OK" else self.record["upid"]
+
+
 def _check_digest(args: dict, current: str) -> None:
     if "digest" in args and args["digest"] != current:
         raise ApiError(500, "detected modified configuration - file changed by other user? Try again.")
@@ -164,7 +182,15 @@ class Lab:
             raise ApiError(501, f"Method '{method} {path}' not implemented")
         if "node" in args and args["node"] not in self.nodes:
             raise ApiError(595, f"no such cluster node '{args['node']}'")
-        result = handler(args, who)
+        # Handlers run one at a time under the state lock (they only touch memory); the two that wait
+        # for something else (a guest's agent, a task) take the lock themselves and wait without it.
+        if handler.__name__ in _UNLOCKED_HANDLERS:
+            result = handler(args, who)
+        else:
+            with self.lock:
+                result = handler(args, who)
+        if isinstance(result, _AwaitTask):
+            result = result.wait()
         if isinstance(result, tuple):
             return result
         return result, {}
@@ -1186,13 +1212,7 @@ class Lab:
 
         upid = self.tasks.start(node, "qmconfig", str(vmid), who.userid, body)
         if args.get("background_delay"):
-            # PVE waits up to background_delay seconds and answers null when the task ended well by then.
-            record = self.state.data["tasks"][upid]
-            deadline = time.monotonic() + int(args["background_delay"])
-            while record["status"] == "running" and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if record.get("exitstatus") == "OK":
-                return None
+            return _AwaitTask(self.state.data["tasks"][upid], int(args["background_delay"]))
         return upid
 
     def h_post_nodes_node_qemu_vmid_config(self, args, who):
@@ -1481,15 +1501,17 @@ class Lab:
 
     def h_get_nodes_node_qemu_vmid_agent_network_get_interfaces(self, args, who):
         node, vmid = args["node"], args["vmid"]
-        vm = self._vm(node, vmid)
-        if not self._agent_enabled(vm["config"]):
-            raise ApiError(500, "No QEMU guest agent configured")
-        if vm["status"] != "running":
-            raise ApiError(500, f"VM {vmid} is not running")
-        if time.time() - (vm.get("started_at") or 0) < float(self.timings["agent_delay"]):
-            raise ApiError(500, "QEMU guest agent is not running")
+        with self.lock:
+            vm = self._vm(node, vmid)
+            if not self._agent_enabled(vm["config"]):
+                raise ApiError(500, "No QEMU guest agent configured")
+            if vm["status"] != "running":
+                raise ApiError(500, f"VM {vmid} is not running")
+            if time.time() - (vm.get("started_at") or 0) < float(self.timings["agent_delay"]):
+                raise ApiError(500, "QEMU guest agent is not running")
+            config = dict(vm["config"])
         try:
-            result = self.hooks.guest_interfaces(node, vmid, dict(vm["config"]))
+            result = self.hooks.guest_interfaces(node, vmid, config)
         except Exception as exc:  # the guest did not answer
             raise ApiError(500, "QEMU guest agent is not running") from exc
         return {"result": result}

@@ -150,6 +150,8 @@ def test_node_host_has_its_own_files_address_and_view(lab):
     assert driver.endswith("/nouveau") and boot_vga == "1"
     assert default_routes == "0"  # no way out of the lab
     assert blk == "1"
+    # its home directories are its own: none of the machine's dotfiles, caches or keys show there
+    assert ssh(facts, "root", node["address"], "ls -A /root; ls -A /home").stdout.split() == [".ssh"]
 
 
 def test_hosts_are_isolated_from_each_other_and_from_the_machine(lab):
@@ -389,3 +391,45 @@ def test_down_leaves_nothing_behind(tmp_path):
         n for n in others_before[1] if n.startswith(facts["lab_id"])
     }
     assert netlab.status(tmp_path) is None
+
+
+def test_gpu_vm_installs_the_driver_and_toolkit_from_the_lab_archive(lab):
+    state, fixture, facts = lab
+    hooks = netlab.make_hooks(state, fixture)
+    cfg = {**vm_config(facts, "vm-gpu", "bc:24:11:00:10:06"), "hostpci0": "0000:02:00,pcie=1"}
+    hooks.vm_started("pve", 195, cfg)
+    try:
+        (addr,) = ens18(hooks, 195, cfg)
+        router = facts["router"]
+        query = (
+            "nvidia-smi --query-gpu=uuid,name,memory.total,driver_version,pci.bus_id --format=csv,noheader"
+        )
+        script = textwrap.dedent(f"""\
+            set -e
+            export DEBIAN_FRONTEND=noninteractive
+            sudo -n apt-get update -q >/dev/null
+            sudo -n apt-get install -y -q nvidia-driver-580-server linux-headers-$(uname -r) >/dev/null
+            {query} || echo "rc=$?"
+            sudo -n mkdir -p /etc/apt/keyrings
+            curl -fsS {router['nvidia_key_url']} | sudo -n tee /etc/apt/keyrings/nvidia.asc >/dev/null
+            echo 'deb [signed-by=/etc/apt/keyrings/nvidia.asc] {router['nvidia_repo_url']} /' \\
+              | sudo -n tee /etc/apt/sources.list.d/nvidia-container-toolkit.list >/dev/null
+            sudo -n apt-get update -q >/dev/null
+            sudo -n apt-get install -y -q nvidia-container-toolkit >/dev/null
+            nvidia-ctk --version | head -1
+            """)  # fmt: skip
+        out = ssh(facts, "ubuntu", addr, script, timeout=120).stdout.splitlines()
+        # installed but not loaded until the guest reboots
+        assert out[0].startswith("NVIDIA-SMI has failed") and out[1] == "rc=9"
+        assert out[2] == "NVIDIA Container Toolkit CLI version 1.18.1"
+        hooks.vm_stopped("pve", 195)  # a restart through the API
+        hooks.vm_started("pve", 195, cfg)
+        (addr,) = ens18(hooks, 195, cfg)
+        (line,) = ssh(facts, "ubuntu", addr, query).stdout.splitlines()
+        uuid, name, memory, driver, bus = line.split(", ")
+        assert (name, memory, bus) == ("NVIDIA GeForce RTX 3090", "24576 MiB", "00000000:01:00.0")
+        assert driver.startswith("580.") and uuid.startswith("GPU-")
+        # nothing of it reached the machine itself
+        assert not Path("/usr/bin/nvidia-ctk").exists() and not Path("/etc/apt/keyrings/nvidia.asc").exists()
+    finally:
+        hooks.vm_destroyed("pve", 195)

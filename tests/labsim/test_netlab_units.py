@@ -128,3 +128,51 @@ def test_without_root_up_changes_nothing_and_says_what_it_skipped(tmp_path, monk
     hooks = netlab.make_hooks(tmp_path, {"nodes": [{"name": "pve"}]})
     assert type(hooks) is VmHooks
     netlab.down(tmp_path)  # nothing recorded: nothing to do, no error
+
+
+def test_vm_gpus_follow_hostpci_and_the_fixture():
+    from gpulab.labsim.fixture import load_fixture
+
+    fixture = load_fixture()
+    assert netlab.vm_gpus({"name": "vm-1"}, fixture, "pve") == []
+    (gpu,) = netlab.vm_gpus({"hostpci0": "0000:02:00,pcie=1"}, fixture, "pve")
+    assert gpu["name"] == "NVIDIA GeForce RTX 3090" and gpu["memory_mib"] == 24576
+    assert gpu["host_address"] == "0000:02:00.0" and gpu["pci_bus_id"] == "00000000:01:00.0"
+    assert len(gpu["uuid"]) == 40 and gpu["uuid"].startswith("GPU-")
+    # stable across starts, and a resource mapping passes the card too
+    assert netlab.vm_gpus({"hostpci0": "mapping=rtx3090,pcie=1"}, fixture, "pve") == [gpu]
+    assert netlab.vm_gpus({"hostpci0": "0000:03:00"}, fixture, "pve") == []
+
+
+def test_lab_archive_has_the_real_package_names_and_a_signed_nvidia_repository(tmp_path):
+    import subprocess
+
+    from gpulab.labsim.net import repo
+
+    paths = repo.build(tmp_path / "srv", tmp_path / "gnupg", kernel="6.8.0-90-generic")
+    ubuntu = (tmp_path / "srv" / paths["ubuntu"] / "Packages").read_text()
+    for name in ("nvidia-driver-580-server", "dkms", "linux-headers-6.8.0-90-generic", "qemu-guest-agent"):
+        assert f"Package: {name}\n" in ubuntu
+    nvidia_dir = tmp_path / "srv" / "nvidia/stable/deb/amd64"
+    assert "Package: nvidia-container-toolkit\n" in (nvidia_dir / "Packages").read_text()
+    # the InRelease signature verifies with the key the archive publishes, and only with it
+    keyring = tmp_path / "key.gpg"
+    subprocess.run(
+        ["gpg", "--batch", "--dearmor", "-o", str(keyring), str(tmp_path / "srv" / paths["nvidia_key"])],
+        check=True,
+    )
+    ok = subprocess.run(
+        ["gpgv", "--keyring", str(keyring), str(nvidia_dir / "InRelease")], capture_output=True
+    )
+    assert ok.returncode == 0, ok.stderr
+    tampered = tmp_path / "InRelease"
+    tampered.write_text(
+        (nvidia_dir / "InRelease").read_text().replace("Origin: gpulab-lab", "Origin: elsewhere")
+    )
+    bad = subprocess.run(["gpgv", "--keyring", str(keyring), str(tampered)], capture_output=True)
+    assert bad.returncode != 0
+    # no gpg-agent is left running for the lab's key
+    agents = subprocess.run(
+        ["pgrep", "-f", f"gpg-agent --homedir {tmp_path}"], capture_output=True, text=True
+    )
+    assert agents.stdout.strip() == ""

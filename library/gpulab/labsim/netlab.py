@@ -381,6 +381,7 @@ def _start_host(
         marker.write_text(
             f"{facts['subnet']}\nthis host is part of a gpulab lab; its files live in its upper dir\n"
         )
+    _own_dirs(upper)
     _host_key(lab, hdir, name, subnet)
     ns, veth = _make_netns(lab, tag, iface, mac, f"{address}/{subnet.prefixlen}" if address else None)
     cfg = {
@@ -450,6 +451,24 @@ def _start_host(
     raise LabNetError(
         f"lab host {name} was not up after {HOST_TIMEOUT_S:.0f} s (see {state / 'console.log'})"
     )
+
+
+#: directories of the machine a lab host must not see: its home directories are its own (the machine's
+#: shell start-up files, tool caches and their locks would otherwise run and pile up in every host)
+PRIVATE_DIRS = ("root", "home")
+
+
+def _own_dirs(upper: Path) -> None:
+    """Mark the host's /root and /home opaque in its upper dir, so the machine's copies stay hidden."""
+    for name in PRIVATE_DIRS:
+        d = upper / name
+        d.mkdir(mode=0o700 if name == "root" else 0o755, exist_ok=True)
+        try:
+            if os.getxattr(d, "trusted.overlay.opaque") == b"y":
+                continue
+        except OSError:
+            pass
+        os.setxattr(d, "trusted.overlay.opaque", b"y")
 
 
 def _write_first_boot_files(upper: Path, hostname: str, address: str | None, files: dict[str, str]) -> None:
@@ -547,6 +566,7 @@ KEA_DHCP4_CONF = "/etc/kea/kea-dhcp4.conf"
 KEA_CTRL_CONF = "/etc/kea/kea-ctrl-agent.conf"
 KEA_LEASES = "/var/lib/kea/kea-leases4.csv"
 KEA_SOCKET = "/run/kea/kea4-ctrl-socket"
+ARCHIVE_DIR = "/srv/gpulab-lab"
 
 
 def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: list) -> dict[str, Any]:
@@ -560,6 +580,26 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
         files, services, run_dirs, info = _kea_setup(subnet, address, ranges)
     else:
         files, services, run_dirs, info = _dnsmasq_setup(subnet, ranges)
+    # the lab's package archive, served by the router host (built while the router is down)
+    from gpulab.labsim.net import repo
+
+    archive = lab.hosts_dir / "router" / "upper" / ARCHIVE_DIR.lstrip("/")
+    repo.build(archive, lab.dir / "gnupg")
+    services.append(
+        {
+            "name": "archive",
+            "argv": [
+                "/usr/bin/python3",
+                "-m",
+                "http.server",
+                "80",
+                "--bind",
+                address,
+                "--directory",
+                ARCHIVE_DIR,
+            ],
+        }
+    )
     lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
     st = _start_host(
         lab,
@@ -575,6 +615,12 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
         extra={"services": services, "run_dirs": run_dirs},
     )
     upper = lab.hosts_dir / "router" / "upper"
+    _wait_port(address, 80, "the lab's package archive")
+    info.update(
+        archive_url=f"http://{address}/ubuntu",
+        nvidia_repo_url=f"http://{address}/nvidia/stable/deb/$(ARCH)",
+        nvidia_key_url=f"http://{address}/nvidia/gpgkey",
+    )
     if rs["server"] == "kea":
         _wait_port(address, KEA_CTRL_PORT, f"Kea's control agent (see {lab.hosts_dir / 'router' / 'state'})")
     return {
@@ -823,7 +869,7 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
         "bridge": lab.bridge,
         "bridge_address": str(bridge_ip),
         "blackhole_route": f"blackhole {subnet} metric {BLACKHOLE_METRIC}",
-        "state_dir": str(lab.dir),
+        "net_state_dir": str(lab.dir),
     }
     _make_bridge(lab, f"{bridge_ip}/{subnet.prefixlen}")
     _add_blackhole(lab, str(subnet))
@@ -968,6 +1014,10 @@ class NetVmHooks(VmHooks):
         name = f"vm{int(vmid)}"
         self._stop(name)  # a start over a host that is still there is a reset
         lab_key = (self.lab.ssh_dir / "id_ed25519.pub").read_text().strip()
+        gpus = vm_gpus(config, self.fixture, node)
+        gpus_file = self.lab.hosts_dir / name / "upper" / "etc" / "gpulab-sim" / "gpus.json"
+        gpus_file.parent.mkdir(parents=True, exist_ok=True)
+        gpus_file.write_text(json.dumps(gpus, indent=1) + "\n")  # the passed-through cards of this start
         _start_host(
             self.lab,
             facts,
@@ -978,7 +1028,8 @@ class NetVmHooks(VmHooks):
             mac=net0_mac(config),
             address=static_address(config),
             users=cloud_init_users(config, lab_key),
-            files=_vm_files(),
+            files=_vm_files(facts["router"]["address"]),
+            extra={"boot_hook": VM_BOOT_HOOK},
         )
 
     def _stop(self, name: str) -> None:
@@ -1039,10 +1090,65 @@ def agent_interfaces(ip_json: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
-def _vm_files() -> dict[str, str]:
+# at each boot of a VM: the NVIDIA kernel module "loads" when the driver package installed it
+VM_BOOT_HOOK = [
+    "sh",
+    "-c",
+    'if [ -e "$GPULAB_HOST_ROOT/usr/lib/gpulab-sim/nvidia-module-installed" ]; then'
+    ' : > "$GPULAB_HOST_ROOT/run/gpulab/nvidia-loaded"; fi',
+]
+
+
+def _vm_files(router: str) -> dict[str, str]:
+    """A VM's image: power stand-ins, and apt pointed at the lab's archive (the machine's sources hidden)."""
     from gpulab.labsim.net import node as node_setup
 
-    return node_setup.guest_standins()
+    files = node_setup.guest_standins()
+    files["/etc/apt/sources.list"] = f"deb [trusted=yes] http://{router}/ubuntu ./\n"
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/etc/apt/sources.list.d"):
+            files[f"/etc/apt/sources.list.d/{entry}"] = ""  # the machine's own sources are not the VM's
+    files["/etc/apt/apt.conf.d/99gpulab-lab"] = (
+        f'Acquire::http::Proxy::{router} "DIRECT";\nAcquire::Retries "0";\n'
+    )
+    files["/usr/bin/cloud-init"] = node_setup.CLOUD_INIT_STANDIN
+    return files
+
+
+GPU_MEMORY_MIB = {"0x2204": 24576, "0x2230": 49140, "0x2684": 24564, "0x20b5": 81920}
+
+
+def vm_gpus(config: dict[str, Any], fixture: dict[str, Any], node: str) -> list[dict[str, Any]]:
+    """The GPUs a VM's ``hostpciN`` entries pass through, as the guest's nvidia-smi sees them."""
+    import uuid
+
+    wanted = [str(v) for k, v in sorted(config.items()) if k.startswith("hostpci")]
+    if not wanted:
+        return []
+    nodes = {n["name"]: n for n in fixture.get("nodes", [])}
+    pci = (nodes.get(node) or fixture["nodes"][0]).get("pci", [])
+    gpus = []
+    for dev in pci:
+        if str(dev.get("vendor")) != "0x10de" or not str(dev.get("class", "")).startswith("0x03"):
+            continue
+        base = dev["id"].rsplit(".", 1)[0]
+        by_address = any(w.split(",")[0].removeprefix("host=") in (dev["id"], base, base[5:]) for w in wanted)
+        by_mapping = any("mapping=" in w for w in wanted)
+        if not (by_address or by_mapping):
+            continue
+        name = str(dev.get("device_name", "GPU"))
+        if "[" in name:
+            name = name[name.index("[") + 1 : name.rindex("]")]
+        gpus.append(
+            {
+                "uuid": f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'gpulab-lab:{node}:{dev["id"]}')}",
+                "name": name if name.startswith("NVIDIA") else f"NVIDIA {name}",
+                "memory_mib": int(dev.get("memory_mib") or GPU_MEMORY_MIB.get(str(dev.get("device")), 0)),
+                "pci_bus_id": f"00000000:{len(gpus) + 1:02X}:00.0",
+                "host_address": dev["id"],
+            }
+        )
+    return gpus
 
 
 def make_hooks(state_dir: Path, fixture: dict[str, Any]) -> VmHooks:

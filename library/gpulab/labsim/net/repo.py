@@ -1,0 +1,363 @@
+"""The lab's package archive: stand-in packages with the real names, served by the router host.
+
+Packages that cannot exist on this machine (the NVIDIA driver, its DKMS prerequisites, the
+container toolkit, the guest agent) are built here as small ``.deb`` files with the real package
+names and the real commands, whose behaviour follows the fixture's hardware:
+
+* ``http://ROUTER/ubuntu ./`` — the "Ubuntu archive" every lab VM's ``/etc/apt/sources.list``
+  points at (part of the VM image, like a mirror setting): ``nvidia-driver-580-server`` (and
+  ``-open``, ``nvidia-headless-580-server``, ``nvidia-utils-580-server``, ``nvidia-dkms-580-server``),
+  ``dkms``, ``linux-headers-generic``, ``linux-headers-<running kernel>``, ``qemu-guest-agent``;
+* ``http://ROUTER/nvidia/stable/deb/$(ARCH) /`` — NVIDIA's container toolkit repository, signed
+  with the lab's own OpenPGP key (``http://ROUTER/nvidia/gpgkey``), so a role adds it exactly as it
+  adds NVIDIA's (only the inventory's URL differs).
+
+``nvidia-smi`` prints what the VM's passed-through GPU would (``/etc/gpulab-sim/gpus.json``, written
+by the VM hooks from ``hostpciN``), in nvidia-smi's own formats, and only once the kernel module
+"loaded", i.e. after a reboot that followed the driver's installation; ``nvidia-ctk`` configures
+containerd's config as the real one does in outline. Every stand-in command records its calls in
+``/var/log/gpulab-standins.log``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import gzip
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+DRIVER_VERSION = "580.173.02"
+DRIVER_DEB_VERSION = f"{DRIVER_VERSION}-0ubuntu0.24.04.1"
+TOOLKIT_VERSION = "1.18.1-1"
+NVIDIA_MODULE_MARKER = "/usr/lib/gpulab-sim/nvidia-module-installed"
+NVIDIA_LOADED = "/run/gpulab/nvidia-loaded"
+
+_LOG_SNIPPET = """
+import json, os, sys, time
+def _log(rc):
+    try:
+        os.makedirs("/var/log", exist_ok=True)
+        with open("/var/log/gpulab-standins.log", "a") as f:
+            f.write(json.dumps({"time": time.time(), "command": os.path.basename(sys.argv[0]),
+                                "argv": sys.argv[1:], "rc": rc}) + "\\n")
+    except OSError:
+        pass
+"""
+
+NVIDIA_SMI = (
+    "#!/usr/bin/python3\n"
+    '"""gpulab lab stand-in for nvidia-smi: the GPUs passed through to this VM, in nvidia-smi\'s formats."""\n'
+    + _LOG_SNIPPET
+    + f"""
+DRIVER = "{DRIVER_VERSION}"
+FIELDS = {{
+    "uuid": ("uuid", ""), "name": ("name", ""), "memory.total": ("memory_mib", " MiB"),
+    "driver_version": ("driver", ""), "pci.bus_id": ("pci_bus_id", ""), "index": ("index", ""),
+    "memory.used": ("zero", " MiB"), "memory.free": ("memory_mib", " MiB"), "count": ("count", ""),
+}}
+
+def main(argv):
+    if not os.path.exists("{NVIDIA_LOADED}"):
+        print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+              "Make sure that the latest NVIDIA driver is installed and running.")
+        return 9
+    try:
+        with open("/etc/gpulab-sim/gpus.json") as f:
+            gpus = json.load(f)
+    except (OSError, ValueError):
+        gpus = []
+    if not gpus:
+        print("No devices were found")
+        return 6
+    for i, g in enumerate(gpus):
+        g.update(index=i, driver=DRIVER, zero=0, count=len(gpus))
+    if "-L" in argv or "--list-gpus" in argv:
+        for g in gpus:
+            print(f"GPU {{g['index']}}: {{g['name']}} (UUID: {{g['uuid']}})")
+        return 0
+    query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
+    if query is None and "--query-gpu" in argv:
+        query = argv[argv.index("--query-gpu") + 1]
+    if query:
+        fmt = next((a.split("=", 1)[1] for a in argv if a.startswith("--format=")), "csv")
+        opts = fmt.split(",")
+        keys = [k.strip() for k in query.split(",")]
+        for k in keys:
+            if k not in FIELDS:
+                print(f'Field "{{k}}" is not a valid field to query.')
+                return 2
+        if "noheader" not in opts:
+            print(", ".join(k + (" [MiB]" if FIELDS[k][1] else "") for k in keys))
+        for g in gpus:
+            vals = []
+            for k in keys:
+                attr, unit = FIELDS[k]
+                vals.append(f"{{g[attr]}}{{'' if 'nounits' in opts else unit}}")
+            print(", ".join(vals))
+        return 0
+    print(f"NVIDIA-SMI {{DRIVER}}    Driver Version: {{DRIVER}}    CUDA Version: 13.0")
+    for g in gpus:
+        print(f"|   {{g['index']}}  {{g['name']}}  |  {{g['pci_bus_id']}}  |  0MiB / {{g['memory_mib']}}MiB |")
+    return 0
+
+if __name__ == "__main__":
+    rc = main(sys.argv[1:])
+    _log(rc)
+    sys.exit(rc)
+"""
+)
+
+NVIDIA_CTK = (
+    "#!/usr/bin/python3\n"
+    '"""gpulab lab stand-in for nvidia-ctk (NVIDIA Container Toolkit CLI)."""\n'
+    + _LOG_SNIPPET
+    + f"""
+VERSION = "{TOOLKIT_VERSION.split("-")[0]}"
+
+def main(argv):
+    if "--version" in argv or "-v" in argv:
+        print(f"NVIDIA Container Toolkit CLI version {{VERSION}}")
+        print("commit: 0000000000000000000000000000000000000000")
+        return 0
+    args = [a for a in argv if not a.startswith("--quiet")]
+    if args[:2] == ["runtime", "configure"]:
+        runtime = next((a.split("=", 1)[1] for a in args if a.startswith("--runtime=")), "docker")
+        path = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
+        path = path or {{"containerd": "/etc/containerd/config.toml", "docker": "/etc/docker/daemon.json"}}.get(
+            runtime, "/etc/containerd/config.toml")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        text = open(path).read() if os.path.exists(path) else ""
+        if "nvidia-container-runtime" not in text:
+            with open(path, "a") as f:
+                f.write('\\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\\n'
+                        '  runtime_type = "io.containerd.runc.v2"\\n'
+                        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\\n'
+                        '  BinaryName = "/usr/bin/nvidia-container-runtime"\\n')
+        print(f"INFO[0000] Wrote updated config to {{path}}")
+        return 0
+    if args[:1] == ["config"]:
+        os.makedirs("/etc/nvidia-container-runtime", exist_ok=True)
+        path = "/etc/nvidia-container-runtime/config.toml"
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write('[nvidia-container-runtime]\\nmode = "auto"\\n')
+        return 0
+    if args[:2] == ["cdi", "generate"]:
+        print("INFO[0000] Generated CDI spec with version 0.8.0")
+        return 0
+    print("NAME:\\n   NVIDIA Container Toolkit CLI")
+    return 0
+
+if __name__ == "__main__":
+    rc = main(sys.argv[1:])
+    _log(rc)
+    sys.exit(rc)
+"""
+)
+
+RECORDING_TOOL = (
+    "#!/usr/bin/python3\n"
+    '"""gpulab lab stand-in: records the call and succeeds."""\n'
+    + _LOG_SNIPPET
+    + """
+if __name__ == "__main__":
+    _log(0)
+"""
+)
+
+
+def _packages(kernel: str) -> dict[str, list[dict]]:
+    """Stand-in packages per archive: name, version, depends, files {path: (mode, text)}, postinst."""
+    drv = DRIVER_DEB_VERSION
+    marker = {NVIDIA_MODULE_MARKER: (0o644, "installed by the lab's nvidia-dkms stand-in\n")}
+    ubuntu = [
+        {"name": "dkms", "version": "3.0.11-1ubuntu13", "files": {"/usr/sbin/dkms": (0o755, RECORDING_TOOL)}},
+        {"name": "linux-headers-generic", "version": "6.8.0-90.91", "depends": f"linux-headers-{kernel}"},
+        {"name": f"linux-headers-{kernel}", "version": "1.0-gpulab1"},
+        {
+            "name": "qemu-guest-agent",
+            "version": "1:8.2.2+ds-0ubuntu1.4",
+            "files": {"/usr/sbin/qemu-ga": (0o755, RECORDING_TOOL)},
+        },
+        {"name": "nvidia-dkms-580-server", "version": drv, "depends": "dkms", "files": marker},
+        {"name": "nvidia-dkms-580-server-open", "version": drv, "depends": "dkms", "files": marker},
+        {
+            "name": "nvidia-utils-580-server",
+            "version": drv,
+            "files": {"/usr/bin/nvidia-smi": (0o755, NVIDIA_SMI)},
+        },
+        {"name": "nvidia-compute-utils-580-server", "version": drv},
+        {
+            "name": "nvidia-driver-580-server",
+            "version": drv,
+            "depends": f"nvidia-dkms-580-server (= {drv}), nvidia-utils-580-server (= {drv}), "
+            f"nvidia-compute-utils-580-server (= {drv})",
+        },
+        {
+            "name": "nvidia-driver-580-server-open",
+            "version": drv,
+            "depends": f"nvidia-dkms-580-server-open (= {drv}), nvidia-utils-580-server (= {drv})",
+        },
+        {
+            "name": "nvidia-headless-580-server",
+            "version": drv,
+            "depends": f"nvidia-dkms-580-server (= {drv}), nvidia-compute-utils-580-server (= {drv})",
+        },
+    ]
+    tk = TOOLKIT_VERSION
+    nvidia = [
+        {"name": "libnvidia-container1", "version": tk},
+        {"name": "libnvidia-container-tools", "version": tk, "depends": f"libnvidia-container1 (= {tk})"},
+        {
+            "name": "nvidia-container-toolkit-base",
+            "version": tk,
+            "files": {
+                "/usr/bin/nvidia-ctk": (0o755, NVIDIA_CTK),
+                "/usr/bin/nvidia-container-runtime": (0o755, RECORDING_TOOL),
+                "/usr/bin/nvidia-cdi-hook": (0o755, RECORDING_TOOL),
+            },
+            "postinst": "nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml --in-place",
+        },
+        {
+            "name": "nvidia-container-toolkit",
+            "version": tk,
+            "depends": f"nvidia-container-toolkit-base (= {tk}), libnvidia-container-tools (= {tk})",
+            "files": {"/usr/bin/nvidia-container-runtime-hook": (0o755, RECORDING_TOOL)},
+        },
+    ]
+    return {"ubuntu": ubuntu, "nvidia/stable/deb/amd64": nvidia}
+
+
+def _build_deb(pkg: dict, out_dir: Path, work: Path) -> Path:
+    root = work / pkg["name"]
+    (root / "DEBIAN").mkdir(parents=True)
+    for path, (mode, text) in pkg.get("files", {}).items():
+        dest = root / path.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+        dest.chmod(mode)
+    control = [
+        f"Package: {pkg['name']}",
+        f"Version: {pkg['version']}",
+        "Architecture: amd64",
+        "Maintainer: gpulab lab <lab@gpulab.invalid>",
+        "Section: misc",
+        "Priority: optional",
+    ]
+    if pkg.get("depends"):
+        control.append(f"Depends: {pkg['depends']}")
+    control.append(f"Description: gpulab lab stand-in for {pkg['name']}\n records what it is asked to do")
+    (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
+    if pkg.get("postinst"):
+        post = root / "DEBIAN" / "postinst"
+        post.write_text(f"#!/bin/sh\nset -e\n{pkg['postinst']}\n")
+        post.chmod(0o755)
+    # file names leave the epoch out, as Debian's do
+    deb = out_dir / f"{pkg['name']}_{pkg['version'].split(':', 1)[-1]}_amd64.deb"
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
+        check=True,
+        capture_output=True,
+    )
+    return deb
+
+
+def _index(repo: Path, debs: list[Path], pkgs: list[dict]) -> None:
+    entries = []
+    for deb, pkg in zip(debs, pkgs, strict=True):
+        data = deb.read_bytes()
+        lines = [
+            f"Package: {pkg['name']}",
+            f"Version: {pkg['version']}",
+            "Architecture: amd64",
+            "Maintainer: gpulab lab <lab@gpulab.invalid>",
+            "Priority: optional",
+            "Section: misc",
+        ]
+        if pkg.get("depends"):
+            lines.append(f"Depends: {pkg['depends']}")
+        lines += [
+            f"Filename: ./{deb.name}",
+            f"Size: {len(data)}",
+            f"MD5sum: {hashlib.md5(data).hexdigest()}",
+            f"SHA256: {hashlib.sha256(data).hexdigest()}",
+            f"Description: gpulab lab stand-in for {pkg['name']}",
+        ]
+        entries.append("\n".join(lines) + "\n")
+    packages = "\n".join(entries).encode()
+    (repo / "Packages").write_bytes(packages)
+    (repo / "Packages.gz").write_bytes(gzip.compress(packages, mtime=0))
+    date = email.utils.formatdate(usegmt=True)
+    release = [
+        "Origin: gpulab-lab",
+        "Label: gpulab-lab",
+        "Suite: ./",
+        f"Date: {date}",
+        "Architectures: amd64",
+    ]
+    release.append("SHA256:")
+    for name in ("Packages", "Packages.gz"):
+        data = (repo / name).read_bytes()
+        release.append(f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}")
+    (repo / "Release").write_text("\n".join(release) + "\n")
+
+
+def _gpg(gnupghome: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["gpg", "--batch", "--quiet", "--homedir", str(gnupghome), *args], check=True, capture_output=True
+    )
+
+
+def ensure_signing_key(gnupghome: Path) -> None:
+    """The lab's OpenPGP key that signs the NVIDIA-style repository (made once per state directory)."""
+    if (gnupghome / "lab.fpr").exists():
+        return
+    gnupghome.mkdir(parents=True, exist_ok=True)
+    os.chmod(gnupghome, 0o700)
+    _gpg(
+        gnupghome,
+        "--passphrase",
+        "",
+        "--quick-gen-key",
+        "gpulab lab archive <lab@gpulab.invalid>",
+        "ed25519",
+        "sign",
+        "never",
+    )
+    out = _gpg(gnupghome, "--with-colons", "--list-secret-keys").stdout.decode()
+    fpr = next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
+    (gnupghome / "lab.fpr").write_text(fpr + "\n")
+
+
+def build(dest: Path, gnupghome: Path, kernel: str | None = None) -> dict[str, str]:
+    """Build the lab's archives under ``dest`` (replacing an earlier build); return their relative paths."""
+    kernel = kernel or os.uname().release
+    try:
+        return _build(dest, gnupghome, kernel)
+    finally:
+        # gpg starts an agent for the key's home; the lab leaves no process behind
+        subprocess.run(
+            ["gpgconf", "--homedir", str(gnupghome), "--kill", "all"], capture_output=True, check=False
+        )
+
+
+def _build(dest: Path, gnupghome: Path, kernel: str) -> dict[str, str]:
+    ensure_signing_key(gnupghome)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="gpulab-repo-") as tmp:
+        for rel, pkgs in _packages(kernel).items():
+            repo = dest / rel
+            repo.mkdir(parents=True)
+            debs = [_build_deb(p, repo, Path(tmp) / rel.replace("/", "_")) for p in pkgs]
+            _index(repo, debs, pkgs)
+    nvidia = dest / "nvidia/stable/deb/amd64"
+    _gpg(gnupghome, "--yes", "--pinentry-mode", "loopback", "--passphrase", "", "--clearsign",
+         "-o", str(nvidia / "InRelease"), str(nvidia / "Release"))  # fmt: skip
+    _gpg(gnupghome, "--yes", "--armor", "--export", "-o", str(dest / "nvidia" / "gpgkey"))
+    return {"ubuntu": "ubuntu", "nvidia": "nvidia/stable/deb/$(ARCH)", "nvidia_key": "nvidia/gpgkey"}

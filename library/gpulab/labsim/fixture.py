@@ -99,7 +99,8 @@ def network_settings(fixture: dict[str, Any]) -> dict[str, Any]:
     router_ip = hosts[0] if router in (None, "auto") else ipaddress.ip_address(router)
     pool = net.get("pool", "auto")
     if pool in (None, "auto"):
-        first, last = hosts[min(99, len(hosts) - 2)], hosts[-1]
+        # as the reference router (and netlab): every address after the router's
+        first, last = hosts[1], hosts[-1]
     else:
         a, b = (p.strip() for p in str(pool).split("-", 1))
         first, last = ipaddress.ip_address(a), ipaddress.ip_address(b)

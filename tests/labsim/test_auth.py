@@ -151,3 +151,14 @@ def test_every_served_method_validates_over_http(root):
             body = r.json()
             assert body["message"].strip() == "Parameter verification failed."
             assert "no-such-param" in body["errors"], (method, path, body)
+
+
+def test_world_readable_call_needs_no_credentials(lab):
+    r = Api(lab.url).get("/access/ticket")
+    assert r.status_code == 200 and r.json() == {"data": None}
+
+
+def test_unknown_path_is_501(api):
+    r = api.get("/nodes/pve/no-such-thing")
+    assert r.status_code == 501
+    assert r.json()["message"].strip() == "Method 'GET /nodes/pve/no-such-thing' not implemented"

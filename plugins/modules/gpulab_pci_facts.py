@@ -37,7 +37,7 @@ options:
     description:
       - PCI slots (C(dddd:bb:dd), all functions) or single functions (C(dddd:bb:dd.f)) to summarise
         under RV(ansible_facts.gpulab_pci.slots).
-      - A slot given without its domain (C(02:00)) gets domain C(0000).
+      - A slot given without its domain (C(02:00)) gets domain C(0000); results are keyed by the slot as given.
     type: list
     elements: str
     default: []
@@ -140,6 +140,7 @@ ansible_facts:
           type: dict
           sample:
             "0000:02:00":
+              slot: "0000:02:00"
               found: true
               functions: ["0000:02:00.0", "0000:02:00.1"]
               vendor_devices: ["10de:2204", "10de:1aef"]
@@ -262,8 +263,9 @@ def normalise_slot(slot):
     return slot
 
 
-def summarise_slot(slot, devices, groups):
-    slot = normalise_slot(slot)
+def summarise_slot(given, devices, groups):
+    """(the slot as given, its summary); the summary's `slot` is the normalised full address."""
+    slot = normalise_slot(given)
     if "." in slot:
         functions = [slot] if slot in devices else []
     else:
@@ -290,7 +292,8 @@ def summarise_slot(slot, devices, groups):
     modules = []
     for address in functions:
         modules.extend(m for m in devices[address]["modules"] if m not in modules)
-    return slot, {
+    return given, {
+        "slot": slot,
         "found": bool(functions),
         "functions": functions,
         "vendor_devices": [devices[a]["vendor_device"] for a in functions],

@@ -48,7 +48,7 @@ def state_root(request, tmp_path_factory):
 
 def test_drivers_and_modules_match_lspci(state_root, facts_mod):
     state, root = state_root
-    facts = facts_mod.gather(str(root), ["02:00"])
+    facts = facts_mod.gather(str(root), ["0000:02:00"])
     expected = lspci_kernel_lines(lspci_sample()[(state, "lspci -nnk -s 02:00")])
     assert set(expected) == {"0000:02:00.0", "0000:02:00.1"}
     for address, (drv, modules) in expected.items():
@@ -114,7 +114,8 @@ def test_iommu_off(facts_mod, tmp_path):
 
 def test_shared_group_names_the_other_device(facts_mod, tmp_path):
     root = sysfs_tree.materialise(tmp_path, "stock", share_group_with="0000:03:00.0")
-    slot = facts_mod.gather(str(root), ["02:00"])["slots"]["0000:02:00"]
+    slot = facts_mod.gather(str(root), ["02:00"])["slots"]["02:00"]
+    assert slot["slot"] == "0000:02:00"
     assert slot["other_devices"] == [
         {
             "address": "0000:03:00.0",
@@ -139,7 +140,7 @@ def test_single_function_and_missing_slot(facts_mod, tmp_path):
 def test_missing_modules_alias_is_a_warning(facts_mod, tmp_path):
     root = sysfs_tree.materialise(tmp_path, "vfio")
     (root / f"lib/modules/{sysfs_tree.KERNEL_RELEASE}/modules.alias").unlink()
-    facts = facts_mod.gather(str(root), ["02:00"])
+    facts = facts_mod.gather(str(root), ["0000:02:00"])
     assert facts["devices"]["0000:02:00.0"]["modules"] == []
     assert "modules.alias" in facts["warnings"][0]
 

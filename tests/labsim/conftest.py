@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -16,8 +15,6 @@ import yaml
 
 from gpulab.labsim.fixture import reference_fixture_path
 
-# The simulator's own tests never start real lab hosts, even as root.
-os.environ["GPULAB_LAB_API_ONLY"] = "1"
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
 FAST_TIMINGS = {
@@ -153,7 +150,7 @@ class LabHandle:
 def start_lab(state_dir: Path, fixture_path: Path):
     from gpulab.labsim.server import build
 
-    server, desc = build(state_dir, str(fixture_path), 0)
+    server, desc = build(state_dir, str(fixture_path), 0, api_only=True)  # never real lab hosts here
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     return server, desc, thread

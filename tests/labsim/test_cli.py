@@ -22,7 +22,8 @@ def run_cli(capsys, *argv):
 
 
 @pytest.fixture
-def state(tmp_path):
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv(cli.API_ONLY_ENV, "1")  # the simulator's tests never start real lab hosts
     fixture = write_fast_fixture(tmp_path / "fixture.yml")
     yield tmp_path / "state", fixture
     cli.down(tmp_path / "state")
@@ -97,7 +98,8 @@ def test_down_stops_a_server_whose_lab_json_is_gone(state, capsys):
     assert not cli._pid_alive(pid), "the server is still running"
 
 
-def test_bad_fixture_is_reported(tmp_path, capsys):
+def test_bad_fixture_is_reported(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(cli.API_ONLY_ENV, "1")
     bad = tmp_path / "bad.yml"
     bad.write_text("name: empty\n")
     rc, _, err = run_cli(capsys, "up", "--state", str(tmp_path / "s"), "--fixture", str(bad))

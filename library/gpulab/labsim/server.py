@@ -261,8 +261,12 @@ def load_or_create_credentials(state_dir: Path, lab: Lab) -> dict[str, Any]:
         return creds
 
 
-def make_hooks(state_dir: Path, fixture: dict[str, Any]) -> tuple[VmHooks, str | None]:
+def make_hooks(
+    state_dir: Path, fixture: dict[str, Any], api_only: bool = False
+) -> tuple[VmHooks, str | None]:
     """The hooks netlab offers when running as root, else the API-only ones (with the reason)."""
+    if api_only:
+        return VmHooks(fixture), "API-only lab: VMs get API-only hooks"
     if os.environ.get("GPULAB_LAB_API_ONLY"):
         return VmHooks(fixture), "GPULAB_LAB_API_ONLY is set: VMs get API-only hooks"
     if os.geteuid() != 0:
@@ -299,14 +303,14 @@ def lab_description(
     }
 
 
-def build(state_dir: Path, fixture_path: str | None, port: int = 0):
+def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bool = False):
     """Create the server (bound and ready to serve) and the lab description."""
     state_dir.mkdir(parents=True, exist_ok=True)
     fixture = load_fixture(fixture_path)
     cert, key = ensure_certificate(state_dir, fixture["nodes"][0]["name"])
     fp = fingerprint(cert)
     fixture["_fingerprint"] = fp
-    hooks, hooks_note = make_hooks(state_dir, fixture)
+    hooks, hooks_note = make_hooks(state_dir, fixture, api_only)
     lab = Lab(state_dir, fixture, load_schema(), hooks)
     creds = load_or_create_credentials(state_dir, lab)
     access = Access(creds, (fixture.get("access") or {}).get("tokens"))

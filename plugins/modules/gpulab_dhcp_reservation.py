@@ -14,7 +14,7 @@ description:
     before any write when the request cannot work, writes the whole batch, applies it on the router
     once and verifies it by re-reading the router's reservations.
   - Reservations are keyed on the normalised MAC (lower case, colon separated).
-  - Refusals, all before the first write, are an address outside O(subnet), an address reserved for or
+  - Refusals, all before the first write, are the router's own address, an address outside O(subnet), an address reserved for or
     currently leased to another MAC, the same MAC twice (in O(reservations) or on the router),
     an address inside the DHCP pool on a router that refuses it (pfSense), the router's reservation
     limit (16 on the Huawei ONT), and authentication failures.
@@ -103,7 +103,8 @@ options:
     description:
       - Backend-specific settings. V(dnsmasq) C(hostsfile) (default C(/etc/dnsmasq.gpulab-hosts), the
         C(--dhcp-hostsfile) dnsmasq reads), C(leasefile) (C(/var/lib/misc/dnsmasq.leases)), C(pidfile)
-        (C(/run/dnsmasq/dnsmasq.pid), SIGHUP goes to it), C(reload_command) (instead of the SIGHUP).
+        (C(/run/dnsmasq/dnsmasq.pid), SIGHUP goes to it), C(reload_command) (instead of the SIGHUP),
+        C(check_wiring) (true; refuse when the running dnsmasq does not read C(hostsfile)).
       - V(openwrt) C(leasefile) (default from C(uci get dhcp.@dnsmasq[0].leasefile), else C(/tmp/dhcp.leases)),
         C(reload_command) (C(/etc/init.d/dnsmasq reload)).
       - V(kea) C(url) (control agent, default C(http://<address>:8000/)), C(service) (C(dhcp4); empty

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.routers.dnsmasq import DnsmasqBackend
-from gpulab.routers.model import ConflictError
+from gpulab.routers.model import ApplyError, ConflictError
 from gpulab.routers.shell import LocalShell
 
 pytestmark = pytest.mark.root
@@ -92,3 +92,16 @@ def test_hand_written_lines_survive(lan, dnsmasq_router):
     assert f"{MAC},192.168.100.30,vm-1\n" in text
     log = (lan.dir / "dnsmasq.log").read_text()
     assert "read " + str(hosts) in log  # dnsmasq re-read the file on SIGHUP
+
+
+def test_refuses_a_hostsfile_dnsmasq_does_not_read(lan, dnsmasq_router, tmp_path):
+    other = tmp_path / "not-read-by-dnsmasq"
+    b = backend(lan, {**dnsmasq_router, "hostsfile": str(other)})
+    b.ensure(MAC, "192.168.100.30")
+    with pytest.raises(ApplyError, match=f"does not read {other}.*dhcp-hostsfile={other}"):
+        b.apply()
+    assert not other.exists()
+    b = backend(lan, {**dnsmasq_router, "pidfile": str(tmp_path / "no.pid")})
+    b.ensure(MAC, "192.168.100.30")
+    with pytest.raises(ApplyError, match="no running dnsmasq"):
+        b.apply(check_mode=True)

@@ -162,3 +162,8 @@ def test_plan_then_replan_is_idempotent(hosts):
     first = plan(want)
     assert len(first.changes) == len(hosts)
     assert plan(want, first.after).changes == []
+
+
+def test_the_routers_own_address_is_refused():
+    with pytest.raises(PolicyError, match="router's own address"):
+        plan([Desired.make(A, "192.168.100.1")], own_address=IP("192.168.100.1"))

@@ -59,6 +59,7 @@ OPTION_DEFAULTS = {
         "leasefile": "/var/lib/misc/dnsmasq.leases",
         "pidfile": "/run/dnsmasq/dnsmasq.pid",
         "reload_command": None,
+        "check_wiring": True,
     },
     "openwrt": {"leasefile": None, "reload_command": "/etc/init.d/dnsmasq reload"},
     "kea": {"url": None, "service": "dhcp4", "subnet_id": None, "config_write": True},
@@ -104,6 +105,7 @@ def make_backend(cfg: dict) -> Backend:
         "subnet": cfg.get("subnet"),
         "pool": cfg.get("pool"),
         "name": cfg.get("name") or f"{kind} router",
+        "address": cfg.get("address"),
     }
     address = cfg.get("address")
     url = cfg.get("url") or (f"https://{address}" if address else None)

@@ -72,7 +72,8 @@ class Backend(abc.ABC):
     supports_hostname = True
     max_reservations: int | None = None
 
-    def __init__(self, *, subnet=None, pool=None, name: str | None = None):
+    def __init__(self, *, subnet=None, pool=None, name: str | None = None, address=None):
+        self.address = ipaddress.IPv4Address(str(address)) if address else None  # the router's own
         self.subnet = ipaddress.IPv4Network(subnet, strict=False) if subnet else None
         self.pool = None
         if pool:
@@ -111,6 +112,7 @@ class Backend(abc.ABC):
             max_reservations=self.max_reservations,
             supports_hostname=self.supports_hostname,
             router=self.name,
+            own_address=self.address,
             now=time.time(),
         )
 

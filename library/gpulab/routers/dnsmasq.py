@@ -83,6 +83,7 @@ class DnsmasqBackend(Backend):
         leasefile: str = "/var/lib/misc/dnsmasq.leases",
         pidfile: str = "/run/dnsmasq/dnsmasq.pid",
         reload_command: str | None = None,
+        check_wiring: bool = True,
         **kw,
     ):
         super().__init__(**kw)
@@ -91,6 +92,7 @@ class DnsmasqBackend(Backend):
         self.leasefile = leasefile
         self.pidfile = pidfile
         self.reload_command = reload_command
+        self.wiring_check = check_wiring
         self._lines: list[str] | None = None
 
     def _read_hosts(self) -> list[str]:
@@ -126,7 +128,42 @@ class DnsmasqBackend(Backend):
         lines.extend(format_host_line(c.after) for c in plan.changes if c.action == "create")
         return "\n".join(lines) + "\n"
 
+    def check_wiring(self) -> None:
+        """Refuse to write a hostsfile that the running dnsmasq does not read (it would change nothing).
+
+        Looks for `dhcp-hostsfile=<hostsfile>` in dnsmasq's command line, then in the config files it
+        names (--conf-file, --conf-dir) and the Debian defaults (/etc/dnsmasq.conf, /etc/dnsmasq.d).
+        """
+        pf, hf = shlex.quote(self.pidfile), shlex.quote(self.hostsfile)
+        script = (
+            f'p=$(cat {pf} 2>/dev/null); [ -n "$p" ] && [ "$(cat /proc/$p/comm 2>/dev/null)" = dnsmasq ] || exit 3; '
+            f"args=$(tr '\\0' '\\n' < /proc/$p/cmdline); "
+            f'printf "%s\\n" "$args" | grep -qF -- "dhcp-hostsfile="{hf} && exit 0; '
+            "files=$(printf '%s\\n' \"$args\" | sed -n 's/^--conf-file=//p; s/^--conf-dir=\\([^,]*\\).*/\\1/p'); "
+            f'grep -rsqxE -- "[[:space:]]*dhcp-hostsfile="{hf}"[[:space:]]*" $files /etc/dnsmasq.conf /etc/dnsmasq.d '
+            "&& exit 0; exit 4"
+        )
+        res = self.shell.run(script)
+        if res.rc == 3:
+            raise ApplyError(
+                f"no running dnsmasq behind {self.pidfile} on {self.shell.where}: start dnsmasq (with "
+                f"--pid-file={self.pidfile}) or set router_options.pidfile, then run again"
+            )
+        if res.rc != 0:
+            raise ApplyError(
+                f"the dnsmasq on {self.shell.where} does not read {self.hostsfile}, so reservations written "
+                f"there would never be handed out: add the line `dhcp-hostsfile={self.hostsfile}` to "
+                "/etc/dnsmasq.d/gpulab.conf and restart dnsmasq once (or set router_options.hostsfile to the "
+                "file it reads), then run again"
+            )
+
+    def dry_run(self, plan: Plan) -> None:
+        if self.wiring_check:
+            self.check_wiring()
+
     def write(self, plan: Plan) -> None:
+        if self.wiring_check:
+            self.check_wiring()
         self.shell.write_atomic(self.hostsfile, self.render(plan))
         self._apply()
 

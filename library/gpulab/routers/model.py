@@ -172,6 +172,7 @@ def make_plan(
     max_reservations: int | None = None,
     supports_hostname: bool = True,
     router: str = "router",
+    own_address: ipaddress.IPv4Address | None = None,
     now: float | None = None,
 ) -> Plan:
     """Compare the lab's wishes with the router's tables; return the changes or raise a RouterError.
@@ -248,6 +249,8 @@ def make_plan(
             raise PolicyError(
                 f"cannot reserve {ip} for {d.label()}: it is the network or broadcast address of {subnet}"
             )
+        if own_address is not None and ip == own_address:
+            raise PolicyError(f"cannot reserve {ip} for {d.label()}: it is the router's own address")
         if not in_pool_allowed and _in_pool(ip, pool):
             raise PolicyError(
                 f"cannot reserve {ip} for {d.label()}: {router} refuses static mappings inside its DHCP "

@@ -336,3 +336,11 @@ def test_config_keys_need_their_own_privilege(lab, api):
     r = limited.put("/nodes/pve/qemu/297/config", ciuser="ubuntu")
     assert r.json()["message"].strip() == "Permission check failed (/vms/297, VM.Config.Cloudinit)"
     assert limited.put("/nodes/pve/qemu/297/config", cores=3).status_code == 200
+
+
+def test_skiplock_is_root_only(api, root):
+    create_vm(api, 298)
+    r = api.post("/nodes/pve/qemu/298/status/start", skiplock=1)
+    assert r.status_code == 400 and r.json()["errors"] == {"skiplock": "Only root may use this option."}
+    assert root.run("POST", "/nodes/pve/qemu/298/status/start", skiplock=1)["exitstatus"] == "OK"
+    root.run("POST", "/nodes/pve/qemu/298/status/stop")

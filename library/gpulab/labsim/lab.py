@@ -282,10 +282,12 @@ class Lab:
         return value
 
     def _check_lock(self, vm: dict, vmid: int, args: dict, who: Principal) -> None:
-        if vm.get("lock") and not (args.get("skiplock") and who.is_root_ticket):
-            raise ApiError(500, f"VM {vmid} is locked ({vm['lock']})")
         if args.get("skiplock") and not who.is_root_ticket:
-            raise ApiError(500, "Only root may use this option.")
+            raise ApiError(
+                400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
+            )
+        if vm.get("lock") and not args.get("skiplock"):
+            raise ApiError(500, f"VM {vmid} is locked ({vm['lock']})")
 
     def _sleep(self, kind: str) -> None:
         time.sleep(float(self.timings.get(kind, 0.2)))
@@ -1135,7 +1137,7 @@ class Lab:
                 if k in vm["pending"]:
                     item["pending"] = "**********" if k == "cipassword" else self._typed(k, vm["pending"][k])
                 if k in vm["pending_delete"]:
-                    item["delete"] = 2 if args.get("force") else 1
+                    item["delete"] = 1
                 out.append(item)
         return out
 

@@ -101,3 +101,23 @@ def test_wrong_password_is_an_auth_error_that_hides_it(lan, kea_router):
     assert "HTTP 401" in str(err.value) and "wrong-Pa55word" not in str(err.value)
     r = requests.post(kea_router["url"], data="not json", headers={"Content-Type": "text/plain"}, timeout=5)
     assert r.status_code in (400, 401)
+
+
+def test_failed_config_set_reloads_the_saved_configuration(lan, kea_router, monkeypatch):
+    lan.add_client(MAC)
+    b = backend(lan, kea_router)
+    sent = []
+    real = b.command
+
+    def spy(command, arguments=None, **kw):
+        sent.append(command)
+        if command == "config-set":  # as if Kea had refused it after all
+            return {"result": 1, "text": "simulated refusal"}
+        return real(command, arguments, **kw)
+
+    monkeypatch.setattr(b, "command", spy)
+    b.ensure(MAC, "192.168.100.63")
+    with pytest.raises(ApplyError, match="simulated refusal; its configuration file was reloaded"):
+        b.apply()
+    assert sent[-2:] == ["config-set", "config-reload"]
+    assert lan.dhcp(MAC) is not None

@@ -6,7 +6,7 @@ import requests
 from gpulab.labsim.routers.base import Reply
 from gpulab.labsim.routers.mikrotik import MikroTikSim
 from gpulab.routers import make_backend
-from gpulab.routers.model import AuthError, ConflictError, ConnectError, PolicyError
+from gpulab.routers.model import AuthError, ConflictError, ConnectError, PolicyError, RouterError
 
 PW = "Rtr-pa55-word"
 MAC, OTHER = "bc:24:11:00:05:01", "bc:24:11:00:05:02"
@@ -128,3 +128,31 @@ def test_https_certificate_is_checked_unless_told_otherwise(tmp_path):
         cfg = {"kind": "mikrotik", "address": "127.0.0.1", "url": tls.url, "user": "admin", "password": PW,
                "subnet": "192.168.88.0/24", "validate_certs": False}  # fmt: skip
         assert make_backend(cfg).list_reservations() == []
+
+
+def test_injected_server_error_mid_batch_is_undone(sim):
+    sim.add_dynamic(OTHER, "192.168.88.40")
+    b = router(sim)
+    b.ensure(MAC, "192.168.88.5", "vm-1")
+    b.ensure(OTHER, None, "vm-2")
+    real = sim.handle
+
+    def fail_on_make_static(req):
+        if req.path.endswith("/make-static"):
+            return Reply(500, {"error": 500, "message": "Internal Server Error"})
+        return real(req)
+
+    sim.handle = fail_on_make_static
+    # the first write (PUT) succeeds; make-static answers 500: the PUT is undone
+    with pytest.raises(RouterError, match=r"HTTP 500.*1 change\(s\) already made were undone"):
+        b.apply()
+    assert [(x["mac-address"], x["dynamic"]) for x in sim.leases] == [(OTHER.upper(), "true")]
+
+
+def test_fault_injection_answers_the_next_requests(sim):
+    sim.fail_next(2, 503, {"error": 503, "message": "Service Unavailable"})
+    b = router(sim)
+    for _ in range(2):
+        with pytest.raises(RouterError, match="HTTP 503"):
+            b.list_reservations()
+    assert b.list_reservations() == []

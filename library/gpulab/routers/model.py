@@ -235,7 +235,7 @@ def make_plan(
             raise RouterError(
                 f"cannot keep the address of {d.label()}: {router} has no lease for it and the VM reported "
                 "no address; start the VM and let it get a DHCP lease (stage vms), or plan an address "
-                "with vm_address and router_reservation_mode: planned"
+                "with vm_address and router_dhcp_reservation_mode: planned"
             )
 
     for d in desired:
@@ -255,7 +255,7 @@ def make_plan(
             raise PolicyError(
                 f"cannot reserve {ip} for {d.label()}: {router} refuses static mappings inside its DHCP "
                 f"pool {pool[0]}-{pool[1]}; plan an address outside the pool (vm_address with "
-                "router_reservation_mode: planned) or shrink the pool on the router"
+                "router_dhcp_reservation_mode: planned) or shrink the pool on the router"
             )
     # Address clashes with other MACs: reservations not being changed by this run, other targets,
     # and live leases of MACs this run does not move.
@@ -275,8 +275,9 @@ def make_plan(
     for lease in lease_by_mac.values():
         owner = final_owner.get(lease.ip)
         if owner is not None and owner != lease.mac and lease.mac not in seen:
+            who = seen[owner].label() if owner in seen else owner
             raise ConflictError(
-                f"cannot reserve {lease.ip} for {owner}: it is leased to {lease.mac} right now, so "
+                f"cannot reserve {lease.ip} for {who}: it is leased to {lease.mac} right now, so "
                 f"{router} would not hand it out; release that lease (or wait until it expires) or "
                 "choose another address"
             )

@@ -146,3 +146,19 @@ def test_profile_override_for_other_firmware(sim):
         ) as b,
     ):
         b.list_reservations()
+
+
+def test_probe_and_profile_override_from_a_yaml_file(sim, tmp_path):
+    from gpulab.routers import probe
+
+    sim.add_client(*VMS["vm-1"])
+    cfg = {"kind": "huawei_ont", "address": "127.0.0.1", "url": sim.url, "user": "admin", "password": PW,
+           "subnet": "192.168.100.0/24"}  # fmt: skip
+    assert probe(cfg) == {"kind": "huawei_ont", "reservations": 0, "leases": 1}
+    assert sim.sessions == {}
+    f = tmp_path / "isp.yml"
+    f.write_text(
+        "leases:\n  request: {method: GET, url: /no/such/page.asp}\n  rows: 'x(y)'\n  fields: [ref]\n"
+    )
+    with pytest.raises(RouterError, match="HTTP 404"):
+        probe({**cfg, "options": {"profile": str(f)}})

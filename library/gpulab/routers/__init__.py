@@ -50,6 +50,7 @@ __all__ = [
     "VerifyError",
     "make_backend",
     "norm_mac",
+    "probe",
 ]
 
 # Backend-specific options (the `options` mapping), with their defaults; documented in the module.
@@ -140,3 +141,15 @@ def make_backend(cfg: dict) -> Backend:
 
     url = cfg.get("url") or f"http://{address}"  # these ONTs serve their admin page over plain HTTP
     return HuaweiOntBackend(url, user=user, password=password, validate_certs=verify, **opts, **common)
+
+
+def probe(cfg: dict) -> dict:
+    """Reach the router read-only (for preflight): log in, list reservations and leases.
+
+    Returns {"kind", "reservations": n, "leases": n}; raises RouterError (AuthError, ConnectError...)
+    with the same messages a real run would give.
+    """
+    with make_backend(cfg) as router:
+        reservations = router.list_reservations()
+        leases = router.list_leases()
+    return {"kind": cfg["kind"], "reservations": len(reservations), "leases": len(leases)}

@@ -5,8 +5,8 @@ base64 password; the "DHCP Static IP Configuration" page (html/bbsp/dhcpstatic/d
 lists `new stDhcp(path, enable, ip, mac)` rows and carries a fresh `onttoken` for each write;
 add.cgi / set.cgi / del.cgi post forms against the TR-098 DHCPStaticAddress table and answer with
 the page re-rendered; current clients come from html/bbsp/common/GetLanUserDhcpInfo.asp. At most 16
-entries; no host name field. ISP firmware may move pages: pass `router_options.profile` with the keys
-to override (see gpulab.routers.httpform for the profile format).
+entries; no host name field. ISP firmware may move pages: pass `router_options.profile`, a mapping or
+the path of a YAML file, with the keys to override (see gpulab.routers.httpform for the format).
 """
 
 from __future__ import annotations
@@ -89,4 +89,9 @@ class HuaweiOntBackend(HttpFormBackend):
     kind = "huawei_ont"
 
     def __init__(self, url, *, profile=None, **kw):
+        if isinstance(profile, str):  # a YAML file with the keys to override
+            import yaml
+
+            with open(profile, encoding="utf-8") as fh:
+                profile = yaml.safe_load(fh) or {}
         super().__init__(url, {**HUAWEI_ONT, **(profile or {})}, **kw)

@@ -4,6 +4,7 @@ Needs root (network namespaces, veth links, mounts). Each lab lives in its own t
 directory with its own ``gl...`` prefix and range, and is taken down at the end.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -99,6 +100,8 @@ def routes_before():
 def lab(tmp_path_factory, routes_before):
     state = tmp_path_factory.mktemp("netlab")
     fixture = load_fixture()
+    # VM hosts without systemd here (faster); test_systemd_vm_* covers the systemd ones
+    fixture["network"] = {**fixture.get("network", {}), "vm_init": "simple"}
     t0 = time.monotonic()
     facts = netlab.up(state, fixture)
     facts["_up_s"] = time.monotonic() - t0
@@ -366,6 +369,8 @@ def test_down_cleans_up_after_a_killed_lab_and_up_refuses_until_then(tmp_path):
         assert not netlab._alive(proc)
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(tmp_path) not in mounts
+    cgroups = netlab.cgroup2_mount()
+    assert cgroups is None or not (cgroups / f"gpulab-{lab_id}").exists()
     netlab.down(tmp_path)  # idempotent
     # and a fresh lab starts again in the same state directory
     facts = netlab.up(tmp_path, load_fixture())
@@ -433,3 +438,47 @@ def test_gpu_vm_installs_the_driver_and_toolkit_from_the_lab_archive(lab):
         assert not Path("/usr/bin/nvidia-ctk").exists() and not Path("/etc/apt/keyrings/nvidia.asc").exists()
     finally:
         hooks.vm_destroyed("pve", 195)
+
+
+@pytest.mark.skipif(netlab.systemd_hosts_possible() is not None, reason=str(netlab.systemd_hosts_possible()))
+def test_systemd_vm_runs_services_and_reboots_through_systemd(tmp_path):
+    fixture = load_fixture()
+    fixture["network"] = {**fixture.get("network", {}), "vm_init": "systemd"}
+    facts = netlab.up(tmp_path, fixture)
+    try:
+        assert facts["vm_init"] == "systemd"
+        hooks = netlab.make_hooks(tmp_path, fixture)
+        cfg = vm_config(facts, "vm-sd", "bc:24:11:00:10:07")
+        t0 = time.monotonic()
+        hooks.vm_started("pve", 196, cfg)
+        print(f"\nsystemd VM host up in {time.monotonic() - t0:.2f} s")
+        (addr,) = ens18(hooks, 196, cfg)
+        out = ssh(facts, "ubuntu", addr, "cat /proc/1/comm; systemctl is-system-running --wait; "
+                  "systemctl is-active gpulab-sshd; cat /proc/sys/kernel/random/boot_id")  # fmt: skip
+        comm, state, sshd, boot1 = out.stdout.split()
+        assert (comm, state, sshd) == ("systemd", "running", "active")
+        # a package's service, started by systemd
+        install = "sudo -n apt-get update -q >/dev/null && sudo -n apt-get install -y -q qemu-guest-agent >/dev/null"
+        ssh(facts, "ubuntu", addr, f"{install} && sudo -n systemctl start qemu-guest-agent", timeout=60)
+        assert ssh(facts, "ubuntu", addr, "systemctl is-active qemu-guest-agent").stdout == "active\n"
+        # systemd's own reboot: the host comes back with a new boot id, its address and its disk
+        ssh(facts, "ubuntu", addr, "sudo -n systemctl reboot", check=False)
+        deadline, boot2 = time.monotonic() + 30, boot1
+        while boot2 == boot1 and time.monotonic() < deadline:
+            time.sleep(0.3)
+            res = ssh(facts, "ubuntu", addr, "cat /proc/sys/kernel/random/boot_id", check=False, timeout=5)
+            boot2 = res.stdout.strip() if res.returncode == 0 else boot1
+        assert boot2 != boot1
+        assert (
+            ssh(facts, "ubuntu", addr, "dpkg -s qemu-guest-agent >/dev/null && echo kept").stdout == "kept\n"
+        )
+        # no systemd of the lab runs in the machine's own namespaces
+        own_pid_ns = os.readlink("/proc/self/ns/pid")
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd":
+                    assert os.readlink(f"/proc/{pid}/ns/pid") != own_pid_ns or pid == "1"
+    finally:
+        netlab.down(tmp_path)
+    cgroups = netlab.cgroup2_mount()
+    assert not (cgroups / f"gpulab-{netlab.lab_id(tmp_path)}").exists()

@@ -351,6 +351,48 @@ def _host_key(lab: Lab, hdir: Path, name: str, subnet: ipaddress.IPv4Network) ->
 # --- hosts ----------------------------------------------------------------------------------------------
 
 
+def cgroup2_mount() -> Path | None:
+    """Where this machine mounts the cgroup2 hierarchy (``/sys/fs/cgroup`` or ``.../unified``), if anywhere."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            if right.split(" ", 1)[0] == "cgroup2":
+                return Path(left.split()[4])
+    return None
+
+
+def systemd_hosts_possible() -> str | None:
+    """None when VM hosts can boot systemd here, else why not."""
+    if not Path("/lib/systemd/systemd").exists():
+        return "systemd is not installed on this machine (apt package systemd)"
+    if cgroup2_mount() is None:
+        return "this machine has no cgroup2 hierarchy mounted"
+    return None
+
+
+def _host_cgroup(lab: Lab, name: str) -> Path:
+    mnt = cgroup2_mount()
+    if mnt is None:
+        raise LabNetError("a systemd lab host needs the cgroup2 hierarchy, and this machine mounts none")
+    top = mnt / f"gpulab-{lab.id}"
+    lab.note("cgroups", str(top))
+    cg = top / name
+    _remove_cgroup(cg)
+    cg.mkdir(parents=True, exist_ok=True)
+    return cg
+
+
+def _remove_cgroup(path: Path) -> None:
+    """Remove a cgroup and its children, deepest first, once their processes are gone."""
+    deadline = time.monotonic() + 5
+    while path.is_dir() and time.monotonic() < deadline:
+        for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -t[0].count("/")):
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+        if path.is_dir():
+            time.sleep(0.05)
+
+
 def _start_host(
     lab: Lab,
     facts: dict[str, Any],
@@ -401,6 +443,11 @@ def _start_host(
     }
     cfg_file = state / "init.json"
     _write_json(cfg_file, cfg)
+    prefix: list[str] = []
+    if cfg.get("init") == "systemd":
+        # the host's own cgroup, joined before `ip netns exec` (which hides /sys/fs/cgroup)
+        cg = _host_cgroup(lab, name)
+        prefix = ["sh", "-c", 'echo 0 > "$1/cgroup.procs" && shift && exec "$@"', "sh", str(cg)]
     console = open(state / "console.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         unshare = [
@@ -415,6 +462,7 @@ def _start_host(
         ]
         proc = subprocess.Popen(
             [
+                *prefix,
                 "ip",
                 "netns",
                 "exec",
@@ -486,9 +534,18 @@ def _write_first_boot_files(upper: Path, hostname: str, address: str | None, fil
     hook.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(NET_PACKAGE / "dhcp-hook.sh", hook)
     hook.chmod(0o755)
-    for path, content in files.items():
+    for path, content in sorted(files.items(), key=lambda kv: kv[1] != "@opaque"):
         dest = upper / path.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
+        if content == "@opaque":  # a directory whose lower (machine) entries the host does not see
+            dest.mkdir(exist_ok=True)
+            os.setxattr(dest, "trusted.overlay.opaque", b"y")
+            continue
+        if content.startswith("@symlink:"):
+            if dest.is_symlink() or dest.exists():
+                dest.unlink()
+            dest.symlink_to(content.removeprefix("@symlink:"))
+            continue
         dest.write_text(content)
         if path.startswith(("/usr/sbin/", "/usr/bin/", "/usr/local/")):
             dest.chmod(0o755)
@@ -504,6 +561,9 @@ def _stop_host(lab: Lab, name: str) -> None:
     lab.drop_proc(f"host:{name}")
     tag = _tag_of(name)
     _remove_netns(lab, f"{lab.id}-{tag}", f"{lab.id}{tag}")
+    mnt = cgroup2_mount()
+    if mnt is not None:
+        _remove_cgroup(mnt / f"gpulab-{lab.id}" / name)
 
 
 def _tag_of(name: str) -> str:
@@ -770,11 +830,16 @@ def _health(lab: Lab, rec: dict[str, Any]) -> list[str]:
         problems.append(f"a start that did not finish (state {rec.get('state')!r})")
     if not _link_exists(lab.bridge):
         problems.append(f"bridge {lab.bridge} is gone")
+    # a VM host may end by itself (the guest powered off); the lab's own hosts may not
     for key, proc in rec.get("procs", {}).items():
-        if not _alive(proc):
+        if not key.startswith("host:vm") and not _alive(proc):
             problems.append(f"process {key} (pid {proc['pid']}) is dead")
     present = set(_netns_list())
-    problems += [f"namespace {ns} is gone" for ns in rec.get("netns", []) if ns not in present]
+    problems += [
+        f"namespace {ns} is gone"
+        for ns in rec.get("netns", [])
+        if ns not in present and "-v" not in ns[len(lab.id) :]
+    ]
     return problems
 
 
@@ -880,6 +945,13 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
         ssh_known_hosts=str(lab.ssh_dir / "known_hosts"),
         ssh_control_path_dir=str(lab.cp_dir),
     )
+    wanted_init = str(net.get("vm_init") or "auto")
+    why_not = systemd_hosts_possible()
+    if wanted_init == "systemd" and why_not:
+        raise LabNetError(f"network.vm_init is systemd, but {why_not}")
+    facts["vm_init"] = "simple" if wanted_init == "simple" or why_not else "systemd"
+    if why_not and wanted_init == "auto":
+        facts["vm_init_note"] = f"VM hosts run without systemd: {why_not}"
     facts["router"] = _start_router(lab, facts, rs, [rs["address"], bridge_ip, node_ip])
     node = fixture["nodes"][0]
     lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
@@ -943,6 +1015,8 @@ def down(state_dir: Path) -> None:
     for route in rec.get("routes", []):
         _ip("route", "del", route["type"], route["dst"], "metric", str(route["metric"]), check=False)
         lab.forget("routes", route)
+    for cg in rec.get("cgroups", []):
+        _remove_cgroup(Path(cg))
     for d in rec.get("dirs", []):
         shutil.rmtree(d, ignore_errors=True)
     lab.record_file.unlink(missing_ok=True)
@@ -1028,8 +1102,8 @@ class NetVmHooks(VmHooks):
             mac=net0_mac(config),
             address=static_address(config),
             users=cloud_init_users(config, lab_key),
-            files=_vm_files(facts["router"]["address"]),
-            extra={"boot_hook": VM_BOOT_HOOK},
+            files=_vm_files(facts["router"]["address"], systemd=facts.get("vm_init") == "systemd"),
+            extra={"boot_hook": VM_BOOT_HOOK, "init": facts.get("vm_init", "simple")},
         )
 
     def _stop(self, name: str) -> None:
@@ -1099,11 +1173,52 @@ VM_BOOT_HOOK = [
 ]
 
 
-def _vm_files(router: str) -> dict[str, str]:
+SSHD_UNIT = """[Unit]
+Description=OpenSSH server of this gpulab lab host (listens on the lab address only)
+After=network.target
+
+[Service]
+ExecStart=/usr/sbin/sshd -D -e -f /etc/ssh/gpulab_sshd_config
+ExecReload=/bin/kill -HUP $MAINPID
+RuntimeDirectory=sshd
+RuntimeDirectoryMode=0755
+Restart=always
+
+[Install]
+WantedBy=multi-user.target
+"""
+#: units of the machine's own installation that a lab VM must not run (network is set up from outside,
+#: /dev/console is /dev/null, udev has no devices to manage, the machine's daemons are not the VM's)
+MASKED_UNITS = (
+    "systemd-networkd.service", "systemd-networkd.socket", "systemd-networkd-wait-online.service",
+    "systemd-resolved.service", "console-getty.service", "getty@tty1.service", "serial-getty@ttyS0.service",
+    "systemd-udevd.service", "systemd-udev-trigger.service", "systemd-udev-settle.service",
+    "systemd-udevd-control.socket", "systemd-udevd-kernel.socket", "ssh.service", "ssh.socket",
+    "networking.service", "ifupdown-pre.service",
+)  # fmt: skip
+
+
+def _systemd_files() -> dict[str, str]:
+    """A systemd VM's units: our sshd, the machine's own wants hidden (opaque), noisy units masked."""
+    files: dict[str, str] = {"/etc/systemd/system/gpulab-sshd.service": SSHD_UNIT}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/etc/systemd/system"):
+            if entry.endswith(".wants"):
+                files[f"/etc/systemd/system/{entry}"] = "@opaque"
+    files["/etc/systemd/system/multi-user.target.wants"] = "@opaque"
+    files["/etc/systemd/system/multi-user.target.wants/gpulab-sshd.service"] = (
+        "@symlink:../gpulab-sshd.service"
+    )
+    for unit in MASKED_UNITS:
+        files[f"/etc/systemd/system/{unit}"] = "@symlink:/dev/null"
+    return files
+
+
+def _vm_files(router: str, systemd: bool = False) -> dict[str, str]:
     """A VM's image: power stand-ins, and apt pointed at the lab's archive (the machine's sources hidden)."""
     from gpulab.labsim.net import node as node_setup
 
-    files = node_setup.guest_standins()
+    files = _systemd_files() if systemd else node_setup.guest_standins()
     files["/etc/apt/sources.list"] = f"deb [trusted=yes] http://{router}/ubuntu ./\n"
     with contextlib.suppress(OSError):
         for entry in os.listdir("/etc/apt/sources.list.d"):

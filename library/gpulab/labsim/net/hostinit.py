@@ -54,6 +54,9 @@ class Host:
         self.address = None
         self.skipped_views = []
         self.services = {}
+        self.systemd = cfg.get("init") == "systemd"
+        self.inner = None
+        self.reaped = {}
 
     # -- file system ------------------------------------------------------------------------
     def path(self, inner):
@@ -272,6 +275,74 @@ class Host:
             if proc.poll() is not None and time.monotonic() - started > 1.0:
                 self.start_service(index)
 
+    # -- systemd as PID 1 of an inner pid namespace (the host's service manager) ---------------------
+    def cgroup_root(self):
+        """Mount the cgroup2 hierarchy aside (ip netns exec hid /sys/fs/cgroup); return our own cgroup dir."""
+        mnt = os.path.join(self.cfg["state"], "cgroup")
+        os.makedirs(mnt, exist_ok=True)
+        if not os.path.ismount(mnt):
+            mount("-t", "cgroup2", "cgroup2", mnt)
+        with open("/proc/self/cgroup") as f:
+            own = next(line.split("::", 1)[1].strip() for line in f if line.startswith("0::"))
+        return os.path.join(mnt, own.lstrip("/"))
+
+    def start_systemd(self):
+        base = self.cgroup_root()
+        payload = os.path.join(base, "host")
+        remove_cgroup_tree(payload)
+        os.makedirs(payload, exist_ok=True)
+
+        def into_payload():
+            with open(os.path.join(payload, "cgroup.procs"), "w") as f:
+                f.write("0")
+
+        unshare = [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--cgroup",
+            "--mount",
+            "--propagation",
+            "private",
+        ]
+        with open(os.path.join(self.cfg["state"], "systemd.log"), "ab") as log:
+            self.inner = subprocess.Popen(
+                [*unshare, "--", sys.executable, os.path.abspath(__file__), "--inner", self.cfg["_path"]],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=into_payload,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                s.settimeout(0.2)
+                if s.connect_ex((self.address, 22)) == 0:
+                    return
+            if self.inner.poll() is not None:
+                raise RuntimeError(f"{self.cfg['name']}: systemd exited with {self.inner.returncode}")
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.cfg['name']}: systemd did not start sshd on {self.address}:22")
+
+    def inner_main(self):
+        """In the inner pid and mount namespace: fresh /proc and cgroup2, the views again, then systemd."""
+        mount("-t", "proc", "proc", self.path("/proc"))
+        mount("-t", "cgroup2", "cgroup2", self.path("/sys/fs/cgroup"))
+        for src, inner in self.views():
+            target = self.path(inner)
+            if os.path.exists(src) and os.path.lexists(target) and inner.startswith("/proc/"):
+                mount("--bind", src, target)
+        console = self.path("/dev/console")
+        if not os.path.exists(console):
+            open(console, "w").close()
+        mount("--bind", "/dev/null", console)
+        os.execv(
+            "/usr/sbin/chroot",
+            ["chroot", self.root, "/usr/bin/env", "-i", "container=gpulab", "TERM=dumb",
+             "/lib/systemd/systemd", "--log-target=console"],
+        )  # fmt: skip
+
     # -- boot cycle -------------------------------------------------------------------------
     def write_status(self, **extra):
         status = {"boot": self.boot, "address": self.address, "views_skipped": self.skipped_views, **extra}
@@ -295,8 +366,12 @@ class Host:
         run("ip", "link", "set", "lo", "up")
         run("ip", "link", "set", self.cfg["iface"], "up")
         self.address = self.get_address()
-        self.start_services()
-        self.start_sshd()
+        if self.systemd:
+            self.write_sshd_config()  # the gpulab-sshd unit reads it
+            self.start_systemd()
+        else:
+            self.start_services()
+            self.start_sshd()
         self.write_status()
 
     def kill_others(self):
@@ -314,13 +389,16 @@ class Host:
         self.sshd = None
 
     def reap(self):
+        """Collect every exited child (PID 1 adopts orphans); keep the status of the inner systemd's."""
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if self.inner is not None and pid == self.inner.pid:
+                self.reaped[pid] = status
 
     def loop(self):
         run_dir = self.path("/run/gpulab")
@@ -335,15 +413,44 @@ class Host:
                 self.kill_others()
                 self.do_boot()
                 continue
+            status = self.reaped.pop(self.inner.pid, None) if self.inner is not None else None
+            if status is not None:
+                # systemd ended: killed by SIGHUP means a reboot, anything else a power-off (as in a container)
+                if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGHUP):
+                    return
+                self.inner = None
+                self.kill_others()
+                self.do_boot()
+                continue
             self.watch_services()
             if self.sshd is not None and self.sshd.poll() is not None:
                 self.start_sshd()  # sshd killed from inside (e.g. a restart): bring it back, as systemd would
             time.sleep(POLL_S)
 
 
+def remove_cgroup_tree(path):
+    """Remove a cgroup directory and its children, deepest first (each must be empty of processes)."""
+    if not os.path.isdir(path):
+        return
+    for _ in range(50):
+        for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -t[0].count("/")):
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+        if not os.path.isdir(path):
+            return
+        time.sleep(0.05)
+
+
 def main(argv):
+    if argv[1] == "--inner":
+        with open(argv[2]) as f:
+            cfg = json.load(f)
+        cfg["_path"] = argv[2]
+        Host(cfg).inner_main()
+        return 1
     with open(argv[1]) as f:
         cfg = json.load(f)
+    cfg["_path"] = argv[1]
     # hostname of this UTS namespace only
     run("hostname", cfg["name"])
     host = Host(cfg)

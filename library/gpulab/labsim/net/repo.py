@@ -170,6 +170,30 @@ if __name__ == "__main__":
 )
 
 
+GUEST_AGENT = (
+    "#!/usr/bin/python3\n"
+    '"""gpulab lab stand-in for qemu-ga: runs until stopped (the lab answers the agent API itself)."""\n'
+    + _LOG_SNIPPET
+    + """
+import signal
+if __name__ == "__main__":
+    _log(0)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.pause()
+"""
+)
+GUEST_AGENT_UNIT = """[Unit]
+Description=QEMU Guest Agent (gpulab lab stand-in)
+
+[Service]
+ExecStart=/usr/sbin/qemu-ga
+Restart=always
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def _packages(kernel: str) -> dict[str, list[dict]]:
     """Stand-in packages per archive: name, version, depends, files {path: (mode, text)}, postinst."""
     drv = DRIVER_DEB_VERSION
@@ -181,7 +205,10 @@ def _packages(kernel: str) -> dict[str, list[dict]]:
         {
             "name": "qemu-guest-agent",
             "version": "1:8.2.2+ds-0ubuntu1.4",
-            "files": {"/usr/sbin/qemu-ga": (0o755, RECORDING_TOOL)},
+            "files": {
+                "/usr/sbin/qemu-ga": (0o755, GUEST_AGENT),
+                "/usr/lib/systemd/system/qemu-guest-agent.service": (0o644, GUEST_AGENT_UNIT),
+            },
         },
         {"name": "nvidia-dkms-580-server", "version": drv, "depends": "dkms", "files": marker},
         {"name": "nvidia-dkms-580-server-open", "version": drv, "depends": "dkms", "files": marker},

@@ -1,7 +1,9 @@
 """gpulab_gpu_facts: nvidia-smi parsing on real and constructed output, failure classification, diagnosis."""
 
+import json
 import os
 import stat
+import sys
 
 import pytest
 from hypothesis import given
@@ -331,3 +333,35 @@ def test_module_finds_nvidia_smi_on_path(tmp_path):
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
     result = run_ansible_module("gpulab_gpu_facts", {}, env=env)
     assert result["gpu_count"] == 1, result
+
+
+def test_module_reads_the_labs_nvidia_smi_stand_in(tmp_path):
+    """The lab's nvidia-smi stand-in (gpulab.labsim.net.repo) answers the module's query in a form it parses."""
+    repo = pytest.importorskip(
+        "gpulab.labsim.net.repo", reason="the lab's package archive is not in this tree"
+    )
+    loaded, gpus_json = tmp_path / "nvidia-loaded", tmp_path / "gpus.json"
+    script = repo.NVIDIA_SMI.replace(repo.NVIDIA_LOADED, str(loaded)).replace(
+        "/etc/gpulab-sim/gpus.json", str(gpus_json)
+    )
+    script = script.replace("/var/log/gpulab-standins.log", str(tmp_path / "standins.log"))
+    script = script.replace('os.makedirs("/var/log", exist_ok=True)', "pass")
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(script.replace("#!/usr/bin/python3", f"#!{sys.executable}", 1))
+    smi.chmod(0o755)
+
+    before = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": str(smi)})
+    assert before["failed"] and before["error"] == "driver_not_loaded"
+
+    loaded.write_text("")
+    card = {
+        "uuid": "GPU-e1924eea-b9bb-d537-39f2-b345087fa145",
+        "name": "NVIDIA GeForce RTX 3090",
+        "memory_mib": 24576,
+        "pci_bus_id": "00000000:01:00.0",
+    }
+    gpus_json.write_text(json.dumps([card]))
+    after = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": str(smi)})
+    assert not after.get("failed"), after
+    assert after["uuids"] == [card["uuid"]] and after["gpus"][0]["memory_total_mib"] == 24576
+    assert after["driver_version"] == repo.DRIVER_VERSION

@@ -311,3 +311,36 @@ def test_files_for_a_lab_host():
     }
     assert "/usr/bin/python3 /usr/local/lib/gpulab/k3s_standin.py k3s" in files["/usr/local/bin/k3s"][1]
     assert all(mode == 0o755 for mode, _ in files.values())
+
+
+def test_roles_drive_the_stand_in_cluster(cluster, hosts, tmp_path):
+    """cluster check -> hami -> workloads, from the roles, against the stand-in server and its joined agents."""
+    from .test_roles_local import CLUSTER, HAMI, WORKLOADS, Lab, engines
+
+    server, port, token = cluster
+    join(hosts, "vm-2", port, token)
+    join(hosts, "vm-gpu", port, token, gpu=True)  # no node-label: the cluster check labels it
+    assert wait_for(lambda: {"vm-1", "vm-2", "vm-gpu"} <= set(nodes(server)))
+    (tmp_path / "controller").mkdir()
+    lab = Lab(tmp_path / "controller")
+    where = {
+        "bin": str(server.root / "usr/local/bin"),
+        "manifests": str(server.root / "var/lib/rancher/k3s/server/manifests"),
+    }
+
+    rc, out = lab.play([CLUSTER], extra_vars=where)
+    assert rc == 0, lab.failures(out)
+    assert nodes(server)["vm-gpu"]["metadata"]["labels"]["gpu"] == "on"
+
+    rc, out = lab.play([HAMI], extra_vars=where)
+    assert rc == 0, lab.failures(out)
+    assert nodes(server)["vm-gpu"]["status"]["allocatable"]["nvidia.com/gpu"] == "10"
+
+    pytest.importorskip(
+        "kubernetes_validate", reason="manifest validation needs the kubernetes-validate package"
+    )
+    rc, out = lab.play([WORKLOADS], extra_vars={**where, "workloads_engines": engines(45, 45)})
+    assert rc == 0, lab.failures(out)
+
+    rc, out = lab.play([CLUSTER, HAMI, WORKLOADS], extra_vars={**where, "workloads_engines": engines(45, 45)})
+    assert rc == 0 and out["stats"]["vm-1"]["changed"] == 0

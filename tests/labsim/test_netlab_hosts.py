@@ -171,8 +171,16 @@ def test_hosts_are_isolated_from_each_other_and_from_the_machine(lab):
         assert ssh(facts, "ubuntu", vm_ip, f"test -e {marker}", check=False).returncode == 1  # not on the VM
         upper = Path(facts["node_host"]["upper_dir"]) / marker.lstrip("/")
         assert upper.read_text() == "x\n"  # it lives in the node's own upper directory
+        # the node knows the VM runs on it (`qm list`, read before a reboot)
+        rows = ssh(facts, "root", facts["node_host"]["address"], "qm list").stdout.splitlines()
+        assert rows[0].split() == ["VMID", "NAME", "STATUS", "MEM(MB)", "BOOTDISK(GB)", "PID"]
+        assert rows[1].split()[:3] == ["190", "iso-vm", "running"]
+        hooks.vm_stopped("pve", 190)
+        rows = ssh(facts, "root", facts["node_host"]["address"], "qm list").stdout.splitlines()
+        assert rows[1].split()[:3] == ["190", "iso-vm", "stopped"]
     finally:
         hooks.vm_destroyed("pve", 190)
+    assert ssh(facts, "root", facts["node_host"]["address"], "qm list").stdout == ""
 
 
 def test_listeners_are_bound_to_lab_addresses_only(lab):

@@ -176,3 +176,10 @@ def test_lab_archive_has_the_real_package_names_and_a_signed_nvidia_repository(t
         ["pgrep", "-f", f"gpg-agent --homedir {tmp_path}"], capture_output=True, text=True
     )
     assert agents.stdout.strip() == ""
+
+
+def test_bootdisk_size_from_the_vm_config():
+    assert netlab._bootdisk_gb({"scsi0": "local-zfs:vm-100-disk-0,size=60G"}) == 60.0
+    assert netlab._bootdisk_gb({"virtio0": "local-zfs:vm-1-disk-0,iothread=1,size=1T"}) == 1024.0
+    assert netlab._bootdisk_gb({"scsi0": "local-zfs:vm-100-disk-0,size=512M"}) == 0.5
+    assert netlab._bootdisk_gb({"name": "x"}) == 0.0

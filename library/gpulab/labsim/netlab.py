@@ -1105,6 +1105,7 @@ class NetVmHooks(VmHooks):
             files=_vm_files(facts["router"]["address"], systemd=facts.get("vm_init") == "systemd"),
             extra={"boot_hook": VM_BOOT_HOOK, "init": facts.get("vm_init", "simple")},
         )
+        self._node_vm(vmid, config, status="running")
 
     def _stop(self, name: str) -> None:
         rec = self.lab.load() or {}
@@ -1113,11 +1114,38 @@ class NetVmHooks(VmHooks):
 
     def vm_stopped(self, node: str, vmid: int) -> None:
         self._stop(f"vm{int(vmid)}")
+        self._node_vm(vmid, status="stopped")
 
     def vm_destroyed(self, node: str, vmid: int) -> None:
         name = f"vm{int(vmid)}"
         self._stop(name)
         shutil.rmtree(self.lab.hosts_dir / name, ignore_errors=True)  # its disk goes with it
+        self._node_vm(vmid, remove=True)
+
+    def _node_vm(self, vmid: int, config: dict | None = None, status: str = "", remove: bool = False) -> None:
+        """Keep the node host's view of its VMs (``qm list``) in step with the simulator."""
+        path = self.lab.hosts_dir / "node0" / "state" / "pve" / "vms.json"
+        if not path.parent.is_dir():
+            return
+        with self.lab.locked():
+            try:
+                vms = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                vms = {}
+            key = str(int(vmid))
+            if remove:
+                vms.pop(key, None)
+            else:
+                vm = vms.setdefault(key, {})
+                if config is not None:
+                    vm.update(
+                        name=str(config.get("name") or f"VM {key}"), mem_mb=int(config.get("memory") or 2048)
+                    )
+                    vm["bootdisk_gb"] = _bootdisk_gb(config)
+                vm["status"] = status
+                rec = self.lab.load() or {}
+                vm["pid"] = rec.get("procs", {}).get(f"host:vm{key}", {}).get("pid", 0)
+            _write_json(path, vms)
 
     def guest_interfaces(self, node: str, vmid: int, config: dict) -> list[dict]:
         if self._running() is None:
@@ -1127,6 +1155,20 @@ class NetVmHooks(VmHooks):
         if res.returncode != 0:
             return []
         return agent_interfaces(json.loads(res.stdout or "[]"))
+
+
+def _bootdisk_gb(config: dict[str, Any]) -> float:
+    """Size of the boot disk from ``scsi0``/``virtio0``/... ``size=60G`` (0 when not given)."""
+    units = {"K": 1 / 2**20, "M": 1 / 2**10, "G": 1, "T": 2**10}
+    for key in ("scsi0", "virtio0", "sata0", "ide0"):
+        for part in str(config.get(key, "")).split(","):
+            k, _, v = part.partition("=")
+            if k == "size" and v:
+                with contextlib.suppress(ValueError):
+                    return (
+                        float(v[:-1]) * units.get(v[-1].upper(), 1) if v[-1].isalpha() else float(v) / 2**30
+                    )
+    return 0.0
 
 
 def agent_interfaces(ip_json: list[dict[str, Any]]) -> list[dict[str, Any]]:

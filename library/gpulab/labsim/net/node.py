@@ -31,6 +31,7 @@ NODE_COMMANDS = (
     "proxmox-boot-tool",
     "update-grub",
     "update-initramfs",
+    "qm",
 )
 GUEST_COMMANDS = ("reboot", "poweroff", "halt", "shutdown")
 
@@ -105,8 +106,9 @@ def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
             'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX root=ZFS=rpool/ROOT/pve-1 boot=zfs"\n'
         )
     state = hdir / "state"
-    view, real_sys = state / "view", state / "realsys"
+    view, real_sys, pve = state / "view", state / "realsys", state / "pve"
     real_sys.mkdir(parents=True, exist_ok=True)
+    pve.mkdir(parents=True, exist_ok=True)
     views = [
         (str(view / "sys"), "/sys"),
         (str(real_sys / "class" / "net"), "/sys/class/net"),
@@ -115,6 +117,8 @@ def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
         (str(view / "proc" / "modules"), "/proc/modules"),
         (str(view / "proc" / "sys" / "kernel" / "osrelease"), "/proc/sys/kernel/osrelease"),
         (str(view / "lib" / "modules"), "/lib/modules"),
+        # the VMs the lab runs on this node, kept up to date by the VM hooks (read by the qm stand-in)
+        (str(pve), f"{standin.SIM}/pve"),
     ]
     hook = [sys.executable, "-m", "gpulab.labsim.net.node", str(view), json.dumps(_sysfs_options(node))]
     return {"files": files, "init": {"boot_hook": hook, "views": views, "real_sys": str(real_sys)}}

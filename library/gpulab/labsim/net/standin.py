@@ -198,7 +198,31 @@ def cmd_update_initramfs(argv):
     return 0
 
 
+def cmd_qm(argv):
+    """``qm list`` from the VMs the lab's hooks saw start and stop (the only qm subcommand stood in)."""
+    if argv[:1] != ["list"]:
+        err(f"qm {' '.join(argv)}: not available in the gpulab lab (its stand-in answers 'qm list' only)")
+        return 255
+    try:
+        with open(f"{SIM}/pve/vms.json") as f:
+            vms = json.load(f)
+    except (OSError, ValueError):
+        vms = {}
+    if not vms:
+        return 0
+    print(f"{'VMID':>10} {'NAME':<20} {'STATUS':<10} {'MEM(MB)':<10} {'BOOTDISK(GB)':>12} {'PID':<10}")
+    for vmid in sorted(vms, key=int):
+        vm = vms[vmid]
+        pid = vm.get("pid", 0) if vm.get("status") == "running" else 0
+        disk = f"{float(vm.get('bootdisk_gb', 0)):.2f}"
+        print(
+            f"{vmid:>10} {vm.get('name', ''):<20} {vm.get('status', ''):<10} {vm.get('mem_mb', 0):<10} {disk:>12} {pid:<10}"
+        )
+    return 0
+
+
 COMMANDS = {
+    "qm": cmd_qm,
     "reboot": cmd_reboot,
     "poweroff": cmd_poweroff,
     "halt": cmd_poweroff,

@@ -153,6 +153,10 @@ def test_node_host_has_its_own_files_address_and_view(lab):
     assert driver.endswith("/nouveau") and boot_vga == "1"
     assert default_routes == "0"  # no way out of the lab
     assert blk == "1"
+    # the hardware view as one tree too, /proc/modules included (some kernels have no /proc/modules)
+    hw = facts["node_host"]["hardware_root"]
+    out = ssh(facts, "root", node["address"], f"grep -c '^nouveau ' {hw}/proc/modules; cat {hw}/proc/cmdline")
+    assert out.stdout.splitlines() == ["1", pcmd]
     # its home directories are its own: none of the machine's dotfiles, caches or keys show there
     assert ssh(facts, "root", node["address"], "ls -A /root; ls -A /home").stdout.split() == [".ssh"]
 

@@ -976,6 +976,9 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
         "netns": st["netns"],
         "upper_dir": str(lab.hosts_dir / "node0" / "upper"),
         "standins_log": str(lab.hosts_dir / "node0" / "upper" / node_setup.STANDINS_LOG.lstrip("/")),
+        # inside the node: sys/, proc/ and lib/modules/ of its simulated hardware in one tree
+        "hardware_root": node_setup.HW_ROOT,
+        "views_skipped": st.get("views_skipped", []),
     }
     return facts
 

@@ -33,6 +33,7 @@ NODE_COMMANDS = (
     "update-initramfs",
     "qm",
 )
+HW_ROOT = "/var/lib/gpulab-sim/hw"
 GUEST_COMMANDS = ("reboot", "poweroff", "halt", "shutdown")
 
 CLOUD_INIT_STANDIN = """#!/bin/sh
@@ -119,6 +120,9 @@ def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
         (str(view / "lib" / "modules"), "/lib/modules"),
         # the VMs the lab runs on this node, kept up to date by the VM hooks (read by the qm stand-in)
         (str(pve), f"{standin.SIM}/pve"),
+        # the whole hardware view in one tree (sys, proc, lib/modules), for readers that take a root
+        # directory: a kernel without module support has no /proc/modules to lay the view over
+        (str(view), HW_ROOT),
     ]
     hook = [sys.executable, "-m", "gpulab.labsim.net.node", str(view), json.dumps(_sysfs_options(node))]
     return {"files": files, "init": {"boot_hook": hook, "views": views, "real_sys": str(real_sys)}}

@@ -407,14 +407,14 @@ def diagnose(error, rc, out, err, root="/"):
     }
 
 
+ARGUMENT_SPEC = {
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "min_gpus": {"type": "int", "default": 1},
+}
+
+
 def run_module():
-    module = AnsibleModule(
-        argument_spec={
-            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-            "min_gpus": {"type": "int", "default": 1},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     smi = module.params["nvidia_smi"]
     min_gpus = module.params["min_gpus"]
     if min_gpus < 0:

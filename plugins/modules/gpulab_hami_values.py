@@ -15,7 +15,7 @@ description:
     returns the C(helm.cattle.io/v1) C(HelmChart) manifest for k3s's auto-deploy manifests directory.
   - Refuses a key the chart version does not have, because Helm silently ignores it.
   - Refuses a node selector value that is not a string (YAML 1.1 reads a bare C(on) as V(true)).
-  - Runs on the controller (C(delegate_to: localhost)) and imports the gpulab package; it writes nothing.
+  - Runs on the controller (delegate it to V(localhost)) and imports the gpulab package; it writes nothing.
 version_added: "0.1.0"
 author: gpulab contributors
 requirements:
@@ -135,29 +135,32 @@ else:
     HAS_GPULAB, GPULAB_ERR = True, None
 
 
+ARGUMENT_SPEC = {
+    "chart_version": {"type": "str", "required": True},
+    "device_split_count": {"type": "int", "default": 10},
+    "device_memory_scaling": {"type": "float", "default": 1},
+    "runtime_class_name": {"type": "str", "default": "nvidia"},
+    "node_selector": {"type": "dict", "default": {"gpu": "on"}},
+    "kube_scheduler_image": {
+        "type": "dict",
+        "default": {},
+        "options": {
+            "registry": {"type": "str"},
+            "repository": {"type": "str"},
+            "tag": {"type": "str"},
+        },
+    },
+    "extra_values": {"type": "dict", "default": {}},
+    "name": {"type": "str", "default": "hami"},
+    "namespace": {"type": "str", "default": "kube-system"},
+    "repo": {"type": "str", "default": "https://project-hami.github.io/HAMi/"},
+    "timeout": {"type": "str", "default": "10m0s"},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "chart_version": {"type": "str", "required": True},
-            "device_split_count": {"type": "int", "default": 10},
-            "device_memory_scaling": {"type": "float", "default": 1},
-            "runtime_class_name": {"type": "str", "default": "nvidia"},
-            "node_selector": {"type": "dict", "default": {"gpu": "on"}},
-            "kube_scheduler_image": {
-                "type": "dict",
-                "default": {},
-                "options": {
-                    "registry": {"type": "str"},
-                    "repository": {"type": "str"},
-                    "tag": {"type": "str"},
-                },
-            },
-            "extra_values": {"type": "dict", "default": {}},
-            "name": {"type": "str", "default": "hami"},
-            "namespace": {"type": "str", "default": "kube-system"},
-            "repo": {"type": "str", "default": "https://project-hami.github.io/HAMi/"},
-            "timeout": {"type": "str", "default": "10m0s"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     if not HAS_GPULAB:

@@ -12,12 +12,12 @@ short_description: Plan GPU engines as HAMi workloads pinned to cards by UUID
 description:
   - Turns the inventory's engines into a Deployment (and a Service when a port is served) each. Cards are
     pinned by UUID (C(nvidia.com/use-gpuuuid)) from the GPU facts of the guests stage, with a number of cards
-    (C(nvidia.com/gpu)) and a share of each (C(nvidia.com/gpumem-percentage)), C(runtimeClassName: nvidia),
+    (C(nvidia.com/gpu)) and a share of each (C(nvidia.com/gpumem-percentage)), the C(nvidia) RuntimeClass,
     and C(CUDA_DISABLE_CONTROL=true) for engines that size their own memory (vLLM).
   - Refuses a plan that puts a card above 100 % before anything is applied.
   - Returns the engines in start order; an engine that shares a card with a later one is marked
     RV(engines[].wait_ready) so that the next one starts only once it is Ready.
-  - Runs on the controller (C(delegate_to: localhost)) and imports the gpulab package; it writes nothing.
+  - Runs on the controller (delegate it to V(localhost)) and imports the gpulab package; it writes nothing.
 version_added: "0.1.0"
 author: gpulab contributors
 requirements:
@@ -118,15 +118,15 @@ else:
     HAS_GPULAB, GPULAB_ERR = True, None
 
 
+ARGUMENT_SPEC = {
+    "engines": {"type": "list", "elements": "dict", "required": True},
+    "gpus_by_node": {"type": "dict", "required": True},
+    "k3s_version": {"type": "str"},
+}
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "engines": {"type": "list", "elements": "dict", "required": True},
-            "gpus_by_node": {"type": "dict", "required": True},
-            "k3s_version": {"type": "str"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     if not HAS_GPULAB:
         module.fail_json(
             msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gpulab.labsim.routers import openwrt_uci
 from gpulab.labsim.routers.openwrt_uci import parse
 from gpulab.routers.model import ApplyError, ConflictError
 from gpulab.routers.openwrt import OpenWrtBackend, parse_show
@@ -38,7 +39,12 @@ def router(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     uci = bindir / "uci"
-    uci.write_text(f'#!/bin/sh\nexec {sys.executable} -m gpulab.labsim.routers.openwrt_uci "$@"\n')
+    # -S and a direct path: a Python start per uci call, as cheap as it gets
+    lib = Path(openwrt_uci.__file__).parents[3]
+    uci.write_text(
+        f'#!/bin/sh\nexec {sys.executable} -S -c \'import sys; sys.path.insert(0, "{lib}"); '
+        'from gpulab.labsim.routers.openwrt_uci import main; sys.exit(main(sys.argv[1:]))\' "$@"\n'
+    )
     uci.chmod(0o755)
     reload_log = tmp_path / "reloads"
     env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", GPULAB_UCI_DIR=str(conf))

@@ -6,12 +6,12 @@ import argparse
 import sys
 import threading
 
-from . import SIMULATORS
+from . import KINDS, SIMULATORS
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpulab.labsim.routers", description=__doc__)
-    ap.add_argument("kind", choices=sorted(SIMULATORS))
+    ap.add_argument("kind", choices=sorted(KINDS))
     ap.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: any free one)")
     ap.add_argument("--user", default="admin", help="login (the API key for opnsense)")
     ap.add_argument("--password", default="admin", help="password (the API secret for opnsense)")

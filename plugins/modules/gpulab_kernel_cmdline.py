@@ -185,12 +185,13 @@ class CmdlineError(Exception):
 # --- words -----------------------------------------------------------------------------------------------
 
 
-def split_words(text: str, escaped: bool = False) -> list[str]:
+def split_words(text: str, escaped: bool = False, strict: bool = False) -> list[str]:
     """Split a command line into its words.
 
     Spaces inside kernel double quotes do not split (kernel `next_arg`). With `escaped`, `text` is the
     inside of a shell double-quoted string: a kernel quote is written `\\"` and every backslash pair is one
-    unit.
+    unit. With `strict`, a quote left open (the kernel would read the rest of the line as one value) is
+    refused, because words added after it would not be parameters of their own.
     """
     words: list[str] = []
     current: list[str] = []
@@ -216,6 +217,8 @@ def split_words(text: str, escaped: bool = False) -> list[str]:
         i += 1
     if current:
         words.append("".join(current))
+    if strict and quoted:
+        raise CmdlineError(f"unbalanced double quote in {text.strip()!r}; correct the line by hand first")
     return words
 
 
@@ -419,7 +422,7 @@ def edit_grub(text: str, **wanted) -> tuple[str, str, str, list[str]]:
     """Edit GRUB_CMDLINE_LINUX_DEFAULT in the text of /etc/default/grub: (new text, before, after, changes)."""
     lines = text.splitlines(keepends=True)
     idx, lead, value, suffix = find_grub_value(lines)
-    words = split_words(value, escaped=True)
+    words = split_words(value, escaped=True, strict=True)
     new_words, changes = edit_words(words, **wanted)
     if not changes:
         return text, value, value, changes
@@ -437,7 +440,7 @@ def edit_grub(text: str, **wanted) -> tuple[str, str, str, list[str]]:
 def edit_cmdline_file(text: str, **wanted) -> tuple[str, str, str, list[str]]:
     """Edit the first line of /etc/kernel/cmdline: (new text, before, after, changes)."""
     first, _nl, rest = text.partition("\n")
-    new_words, changes = edit_words(split_words(first), **wanted)
+    new_words, changes = edit_words(split_words(first, strict=True), **wanted)
     if not changes:
         return text, first, first, changes
     after = " ".join(new_words)

@@ -405,3 +405,39 @@ def test_module_refuses_with_clear_message(node):
     result = run_module("gpulab_kernel_cmdline", args_for(node, absent=["nomodeset"]))
     assert result["failed"] is True and "both present and absent" in result["msg"]
     assert result["msg"].startswith("Editing the kernel command line: ")
+
+
+def test_unbalanced_quote_is_refused():
+    with pytest.raises(k.CmdlineError, match="unbalanced double quote"):
+        k.edit_cmdline_file('root=x dyndbg="file a.c\n', **wanted(**REF))
+    with pytest.raises(k.CmdlineError, match="unbalanced double quote"):
+        k.edit_grub("GRUB_CMDLINE_LINUX_DEFAULT='quiet \"x'\n", **wanted(**REF))
+
+
+# Any first line at all: printable text with quotes, '=', ',' and runs of spaces.
+ANY_LINE = st.lists(
+    st.sampled_from([*'abcnomdesta_.-=,"/ 0123', "  ", "\t", "nomodeset", "modprobe.blacklist="]), max_size=40
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(line=ANY_LINE, w=wanted_strategy(), rest=st.sampled_from(["", "second\n", "\n"]))
+def test_any_existing_line(line, w, rest):
+    text = f"root=ZFS=rpool/ROOT/pve-1 {line}\n{rest}"
+    try:
+        out, before, after, _changes = k.edit_cmdline_file(text, **w)
+    except k.CmdlineError as exc:
+        touches_root = "root" in w["absent"] or any(k.word_name(p) == "root" for p in w["present"])
+        assert ("unbalanced double quote" in str(exc) and line.count('"') % 2 == 1) or (
+            "no root= parameter" in str(exc) and touches_root
+        )
+        return
+    assert before == text.split("\n", 1)[0]
+    assert out.split("\n", 1)[1] == rest  # the other lines are kept byte for byte
+    words = k.split_words(after, strict=True)
+    old = k.split_words(before)
+    assert [x for x in words if not managed(x, w)] == [x for x in old if not managed(x, w)]
+    assert k.edit_cmdline_file(out, **w)[0] == out
+    assert k.pending_reboot(after, **w) == []
+    if out == text:
+        assert k.edit_words(old, **w)[1] == []

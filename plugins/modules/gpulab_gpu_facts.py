@@ -216,7 +216,8 @@ def parse_query_csv(text, fields=QUERY_FIELDS):
     checked against `fields` and skipped. Raises NvidiaSmiParseError on any line that does not fit.
     """
     rows = []
-    lines = [ln.rstrip("\r") for ln in text.splitlines() if ln.strip()]
+    # nvidia-smi may print driver warnings ("WARNING: infoROM is corrupted at gpu ...") among the rows.
+    lines = [ln.rstrip("\r") for ln in text.splitlines() if ln.strip() and not ln.startswith("WARNING:")]
     for number, line in enumerate(lines, start=1):
         if number == 1 and _is_header(line, fields):
             continue
@@ -434,6 +435,10 @@ def run_module():
             error, err = "parse_error", f"{err}{exc}"
         if not gpus and error is None:
             error = "no_devices"
+
+    for line in out.splitlines():
+        if line.startswith("WARNING:"):
+            module.warn(f"nvidia-smi: {line}")
 
     result = {
         "changed": False,

@@ -365,3 +365,12 @@ def test_module_reads_the_labs_nvidia_smi_stand_in(tmp_path):
     assert not after.get("failed"), after
     assert after["uuids"] == [card["uuid"]] and after["gpus"][0]["memory_total_mib"] == 24576
     assert after["driver_version"] == repo.DRIVER_VERSION
+
+
+def test_driver_warnings_among_the_rows_are_skipped(gpu_facts, tmp_path):
+    rows = sample("constructed-nvidia-smi-query-2gpu-nounits.csv").splitlines()
+    text = "\n".join([rows[0], "WARNING: infoROM is corrupted at gpu 0000:02:00.0", rows[1]]) + "\n"
+    assert [g["index"] for g in gpu_facts.parse_gpus(text)] == [0, 1]
+    smi, _ = fake_smi(tmp_path, text)
+    result = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi})
+    assert result["gpu_count"] == 2 and "infoROM" in json.dumps(result.get("warnings", []))

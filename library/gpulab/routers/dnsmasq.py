@@ -138,7 +138,7 @@ class DnsmasqBackend(Backend):
         script = (
             f'p=$(cat {pf} 2>/dev/null); [ -n "$p" ] && [ "$(cat /proc/$p/comm 2>/dev/null)" = dnsmasq ] || exit 3; '
             f"args=$(tr '\\0' '\\n' < /proc/$p/cmdline); "
-            f'printf "%s\\n" "$args" | grep -qF -- "dhcp-hostsfile="{hf} && exit 0; '
+            f'printf "%s\\n" "$args" | grep -qxF -- "--dhcp-hostsfile="{hf} && exit 0; '
             "files=$(printf '%s\\n' \"$args\" | sed -n 's/^--conf-file=//p; s/^--conf-dir=\\([^,]*\\).*/\\1/p'); "
             f'grep -rsqxE -- "[[:space:]]*dhcp-hostsfile="{hf}"[[:space:]]*" $files /etc/dnsmasq.conf /etc/dnsmasq.d '
             "&& exit 0; exit 4"

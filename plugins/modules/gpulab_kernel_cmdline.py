@@ -62,9 +62,9 @@ options:
     description:
       - C(systemd-boot) edits O(cmdline_file); C(grub) edits O(grub_file).
       - C(auto) picks C(grub) when O(cmdline_file) does not exist (ext4/xfs installs); otherwise it reads
-        C(proxmox-boot-tool status) (an ESP "configured with: uefi" means systemd-boot, only "grub" means
-        GRUB on the ESP, as with Secure Boot or legacy BIOS) and, when that tells nothing, takes
-        systemd-boot, the loader of ZFS and btrfs UEFI installs.
+        C(proxmox-boot-tool status) (an ESP configured with C(uefi) means systemd-boot, one configured with
+        C(grub) only means GRUB on the ESP, as with Secure Boot or legacy BIOS) and, when that tells
+        nothing, takes systemd-boot, the loader of ZFS and btrfs UEFI installs.
     type: str
     choices: [auto, systemd-boot, grub]
     default: auto
@@ -557,20 +557,23 @@ def run(module) -> dict:
     return result
 
 
+ARGUMENT_SPEC = {
+    "present": {"type": "list", "elements": "str", "default": []},
+    "absent": {"type": "list", "elements": "str", "default": []},
+    "blacklist": {"type": "list", "elements": "str", "default": []},
+    "blacklist_absent": {"type": "list", "elements": "str", "default": []},
+    "boot_loader": {"type": "str", "default": "auto", "choices": ["auto", "systemd-boot", "grub"]},
+    "cmdline_file": {"type": "path", "default": "/etc/kernel/cmdline"},
+    "grub_file": {"type": "path", "default": "/etc/default/grub"},
+    "boot_uuids_file": {"type": "path", "default": "/etc/kernel/proxmox-boot-uuids"},
+    "proc_cmdline": {"type": "path", "default": "/proc/cmdline"},
+    "backup": {"type": "bool", "default": True},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "present": {"type": "list", "elements": "str", "default": []},
-            "absent": {"type": "list", "elements": "str", "default": []},
-            "blacklist": {"type": "list", "elements": "str", "default": []},
-            "blacklist_absent": {"type": "list", "elements": "str", "default": []},
-            "boot_loader": {"type": "str", "default": "auto", "choices": ["auto", "systemd-boot", "grub"]},
-            "cmdline_file": {"type": "path", "default": "/etc/kernel/cmdline"},
-            "grub_file": {"type": "path", "default": "/etc/default/grub"},
-            "boot_uuids_file": {"type": "path", "default": "/etc/kernel/proxmox-boot-uuids"},
-            "proc_cmdline": {"type": "path", "default": "/proc/cmdline"},
-            "backup": {"type": "bool", "default": True},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     try:

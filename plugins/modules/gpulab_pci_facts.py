@@ -367,14 +367,17 @@ def gather(root="/", slots=()):
     return facts
 
 
+ARGUMENT_SPEC = {
+    "root": {"type": "path", "default": "/"},
+    "slots": {"type": "list", "elements": "str", "default": []},
+    "allowed_drivers": {"type": "list", "elements": "str", "default": []},
+    "forbidden_modules": {"type": "list", "elements": "str", "default": []},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "root": {"type": "path", "default": "/"},
-            "slots": {"type": "list", "elements": "str", "default": []},
-            "allowed_drivers": {"type": "list", "elements": "str", "default": []},
-            "forbidden_modules": {"type": "list", "elements": "str", "default": []},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     root = module.params["root"]

@@ -405,6 +405,7 @@ def _start_host(
     address: str | None,
     users: list[dict[str, Any]],
     files: dict[str, str] | None = None,
+    tools: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Start one host (node or VM) and wait until its sshd answers; return its status."""
@@ -420,9 +421,11 @@ def _start_host(
     # first boot, or the lab moved to another range since (its files would name the old one)
     if not marker.exists() or marker.read_text().split("\n")[0] != facts["subnet"]:
         _write_first_boot_files(upper, hostname, address, files or {})
+        marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(
             f"{facts['subnet']}\nthis host is part of a gpulab lab; its files live in its upper dir\n"
         )
+    _write_files(upper, tools or {})
     _own_dirs(upper)
     _host_key(lab, hdir, name, subnet)
     ns, veth = _make_netns(lab, tag, iface, mac, f"{address}/{subnet.prefixlen}" if address else None)
@@ -530,6 +533,11 @@ def _write_first_boot_files(upper: Path, hostname: str, address: str | None, fil
         else f"127.0.0.1 localhost\n{address} {hostname}\n"
     )
     (etc / "hosts").write_text(hosts)
+    _write_files(upper, files)
+
+
+def _write_files(upper: Path, files: dict[str, str]) -> None:
+    """Write files into a host's upper dir (host stopped); ``@opaque`` dirs and ``@symlink:`` links too."""
     hook = upper / "usr" / "local" / "sbin" / "gpulab-dhcp-hook"
     hook.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(NET_PACKAGE / "dhcp-hook.sh", hook)
@@ -549,9 +557,6 @@ def _write_first_boot_files(upper: Path, hostname: str, address: str | None, fil
         dest.write_text(content)
         if path.startswith(("/usr/sbin/", "/usr/bin/", "/usr/local/")):
             dest.chmod(0o755)
-    (etc / "gpulab-lab-host").write_text(
-        "this host is part of a gpulab lab; its files live in its upper dir\n"
-    )
 
 
 def _stop_host(lab: Lab, name: str) -> None:
@@ -967,6 +972,7 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
         address=str(node_ip),
         users=[{"name": "root", "keys": [lab_key]}],
         files=spec["files"],
+        tools=spec["tools"],
         extra=spec["init"],
     )
     facts["node_host"] = {
@@ -1105,7 +1111,8 @@ class NetVmHooks(VmHooks):
             mac=net0_mac(config),
             address=static_address(config),
             users=cloud_init_users(config, lab_key),
-            files=_vm_files(facts["router"]["address"], systemd=facts.get("vm_init") == "systemd"),
+            files=_vm_files(facts["router"]["address"]),
+            tools=_vm_tools(systemd=facts.get("vm_init") == "systemd"),
             extra={"boot_hook": VM_BOOT_HOOK, "init": facts.get("vm_init", "simple")},
         )
         self._node_vm(vmid, config, status="running")
@@ -1259,11 +1266,18 @@ def _systemd_files() -> dict[str, str]:
     return files
 
 
-def _vm_files(router: str, systemd: bool = False) -> dict[str, str]:
-    """A VM's image: power stand-ins, and apt pointed at the lab's archive (the machine's sources hidden)."""
+def _vm_tools(systemd: bool) -> dict[str, str]:
+    """The lab's tools in a VM (rewritten at each start): systemd units or power stand-ins, cloud-init."""
     from gpulab.labsim.net import node as node_setup
 
-    files = _systemd_files() if systemd else node_setup.guest_standins()
+    tools = _systemd_files() if systemd else node_setup.guest_standins()
+    tools["/usr/bin/cloud-init"] = node_setup.CLOUD_INIT_STANDIN
+    return tools
+
+
+def _vm_files(router: str) -> dict[str, str]:
+    """A VM's image: apt pointed at the lab's archive (the machine's own sources hidden)."""
+    files: dict[str, str] = {}
     files["/etc/apt/sources.list"] = f"deb [trusted=yes] http://{router}/ubuntu ./\n"
     with contextlib.suppress(OSError):
         for entry in os.listdir("/etc/apt/sources.list.d"):
@@ -1271,7 +1285,6 @@ def _vm_files(router: str, systemd: bool = False) -> dict[str, str]:
     files["/etc/apt/apt.conf.d/99gpulab-lab"] = (
         f'Acquire::http::Proxy::{router} "DIRECT";\nAcquire::Retries "0";\n'
     )
-    files["/usr/bin/cloud-init"] = node_setup.CLOUD_INIT_STANDIN
     return files
 
 

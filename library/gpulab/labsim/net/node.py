@@ -88,17 +88,17 @@ def loader_of(node: dict[str, Any]) -> str:
 
 
 def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
-    """First-boot files and PID-1 settings of the node host kept in ``hdir``."""
+    """First-boot files, lab tools and PID-1 settings of the node host kept in ``hdir``."""
     loader = loader_of(node)
     kernel = str(node.get("kernel") or sysfs_tree.KERNEL_RELEASE)
     conf = {"loader": loader, "kernel": kernel, "esp_uuid": "1A2B-3C4D"}
     files = {
-        "/etc/gpulab-sim/node.json": json.dumps(conf, indent=1) + "\n",
         "/etc/default/grub": DEBIAN_DEFAULT_GRUB,
         "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
         "/etc/modules": DEBIAN_MODULES,
-        **_standin_files(NODE_COMMANDS),
     }
+    # the lab's own tools in the host: rewritten at every start, so a newer lab brings newer ones
+    tools = {"/etc/gpulab-sim/node.json": json.dumps(conf, indent=1) + "\n", **_standin_files(NODE_COMMANDS)}
     if loader == "systemd-boot":
         # the installer's line has a trailing space when it got no extra arguments
         files["/etc/kernel/cmdline"] = REFERENCE_KERNEL_CMDLINE + " \n"
@@ -125,7 +125,11 @@ def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
         (str(view), HW_ROOT),
     ]
     hook = [sys.executable, "-m", "gpulab.labsim.net.node", str(view), json.dumps(_sysfs_options(node))]
-    return {"files": files, "init": {"boot_hook": hook, "views": views, "real_sys": str(real_sys)}}
+    return {
+        "files": files,
+        "tools": tools,
+        "init": {"boot_hook": hook, "views": views, "real_sys": str(real_sys)},
+    }
 
 
 def _sysfs_options(node: dict[str, Any]) -> dict[str, Any]:

@@ -108,6 +108,20 @@ def test_reference_node_end_to_end(node):
 
 
 def test_check_diff_changes_nothing_and_shows_the_diff(node):
+    # A wrong description of the GPU in the inventory stops the run before anything changes.
+    wrong = [
+        {
+            "id": "rtx3090",
+            "pci": "0000:02:00",
+            "vendor_device": "10de:2204",
+            "functions": ["0000:02:00.0", "0000:02:00.1"],
+            "iommu_group": 14,
+            "boot_display": True,
+        }
+    ]
+    rc, out, _recap = node.play(extra={**ALLOW, "pve_gpus": wrong})
+    assert rc != 0
+    assert "IOMMU group 14; the node shows 10de:2204" in out and "IOMMU group 13" in out
     rc, out, recap = node.play("--check", "--diff", extra=ALLOW)
     assert rc == 0, out
     assert recap["changed"] > 0

@@ -8,7 +8,7 @@ import pytest
 
 from gpulab.labsim.routers import openwrt_uci
 from gpulab.labsim.routers.openwrt_uci import parse
-from gpulab.routers.model import ApplyError, ConflictError
+from gpulab.routers.model import ApplyError, ConflictError, RouterError
 from gpulab.routers.openwrt import OpenWrtBackend, parse_show
 from gpulab.routers.shell import LocalShell
 
@@ -126,3 +126,16 @@ def test_uci_failure_reverts(router):
         openwrt.section_name = real
     assert not (router.paths["stage"] / "dhcp").exists()
     assert Path(router.paths["conf"]).read_text().count("config host") == 1
+
+
+def test_someone_elses_uncommitted_changes_are_left_alone(router):
+    shell = router.shell
+    assert shell.run("uci set dhcp.lan.limit=200").rc == 0  # an admin's pending edit
+    router.ensure(MAC, "192.168.1.70")
+    with pytest.raises(RouterError, match="uncommitted changes"):
+        router.apply()
+    router.ensure(MAC, "192.168.1.70")
+    with pytest.raises(RouterError, match="uncommitted changes"):
+        router.apply(check_mode=True)
+    assert "dhcp.lan.limit='200'" in shell.run("uci changes dhcp").out
+    assert "option limit '150'" in router.paths["conf"].read_text()

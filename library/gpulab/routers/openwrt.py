@@ -5,7 +5,8 @@ entries are named sections `gpulab_<mac without colons>` (stable, survive re-ord
 host sections (anonymous or named otherwise) are read, and changed or removed only when they hold a
 MAC of the lab. The whole batch is staged with uci and committed once (`uci commit dhcp`, then
 `/etc/init.d/dnsmasq reload`: a commit from the CLI alone reloads nothing); should a command fail
-before the commit, `uci revert dhcp` drops the staged half. Check mode stages the batch, reads
+before the commit, `uci revert dhcp` drops the staged half. Someone else's uncommitted dhcp changes
+are never committed or reverted along with gpulab's: the run refuses instead. Check mode stages the batch, reads
 `uci changes dhcp` and reverts it, so uci itself validates the plan. Current addresses come from
 the dnsmasq lease file (/tmp/dhcp.leases unless uci says otherwise).
 """
@@ -110,8 +111,14 @@ class OpenWrtBackend(Backend):
                 f"the OpenWrt host section(s) {', '.join(shared)} hold several MACs; split them into one "
                 "section per MAC in /etc/config/dhcp, then run again"
             )
+        pending = self.shell.run(f"{self.uci} changes dhcp")
+        if pending.rc == 0 and pending.out.strip():
+            raise RouterError(
+                f"/etc/config/dhcp on {self.shell.where} has uncommitted changes (uci changes dhcp) that are not "
+                "gpulab's; commit or revert them (uci commit dhcp / uci revert dhcp), then run again"
+            )
         script = " && ".join(self._commands(plan))
-        res = self.shell.run(f"{self.uci} revert dhcp; {script}")
+        res = self.shell.run(script)
         if res.rc != 0:
             self.shell.run(f"{self.uci} revert dhcp")
             raise ApplyError(

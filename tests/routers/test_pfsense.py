@@ -5,7 +5,7 @@ import requests
 
 from gpulab.labsim.routers.pfsense import PfSenseSim
 from gpulab.routers import make_backend
-from gpulab.routers.model import AuthError, ConflictError, PolicyError
+from gpulab.routers.model import AuthError, ConflictError, PolicyError, RouterError
 
 PW = "pf-Secret-99"
 MAC, OTHER = "bc:24:11:00:06:01", "bc:24:11:00:06:02"
@@ -93,3 +93,13 @@ def test_duplicate_mac_on_the_router_is_refused(sim):
     b.ensure(MAC)
     with pytest.raises(ConflictError, match="2 reservations"):
         b.apply()
+
+
+def test_someone_elses_unapplied_changes_are_not_applied_along(sim):
+    sim.mappings["lan"].append({"mac": OTHER, "ipaddr": "192.168.1.30", "hostname": "", "descr": ""})
+    sim.pending = True  # saved by an admin, not applied
+    b = router(sim)
+    b.ensure(MAC, "192.168.1.10")
+    with pytest.raises(RouterError, match="not applied"):
+        b.apply()
+    assert sim.pending and [m["mac"] for m in sim.mappings["lan"]] == [OTHER]

@@ -100,6 +100,17 @@ class PfSenseBackend(Backend):
                     doing=f"checking {c.describe()}",
                 )
 
+    def write(self, plan: Plan) -> None:
+        status = (
+            self._call("GET", V2 + "/services/dhcp_server/apply", doing="reading the DHCP apply status") or {}
+        )
+        if status.get("applied") is False:
+            raise RouterError(
+                "pfSense has DHCP server changes that are saved but not applied, and they are not gpulab's; "
+                "apply or undo them (Services > DHCP Server), then run again"
+            )
+        super().write(plan)
+
     def _create(self, r: Reservation) -> None:
         self._call("POST", ONE, json=self._body(r), doing=f"adding {r.line()}")
 

@@ -183,3 +183,17 @@ def test_bootdisk_size_from_the_vm_config():
     assert netlab._bootdisk_gb({"virtio0": "local-zfs:vm-1-disk-0,iothread=1,size=1T"}) == 1024.0
     assert netlab._bootdisk_gb({"scsi0": "local-zfs:vm-100-disk-0,size=512M"}) == 0.5
     assert netlab._bootdisk_gb({"name": "x"}) == 0.0
+
+
+def test_vm_firmware_and_secure_boot_follow_pve_semantics():
+    assert netlab.vm_firmware({}) == {"efi": False, "secure_boot": False}
+    ovmf = {"bios": "ovmf", "efidisk0": "local-zfs:vm-102-disk-1,efitype=4m,pre-enrolled-keys=1,size=1M"}
+    assert netlab.vm_firmware(ovmf) == {"efi": True, "secure_boot": True}
+    off = {"bios": "ovmf", "efidisk0": "local-zfs:vm-102-disk-1,efitype=4m,pre-enrolled-keys=0"}
+    assert netlab.vm_firmware(off)["secure_boot"] is False
+    # the keys are only enrolled with the 4m vars template, and default to off
+    assert (
+        netlab.vm_firmware({"bios": "ovmf", "efidisk0": "local-zfs:1,pre-enrolled-keys=1"})["secure_boot"]
+        is False
+    )
+    assert netlab.vm_firmware({"bios": "ovmf", "efidisk0": "local-zfs:1,efitype=4m"})["secure_boot"] is False

@@ -549,6 +549,9 @@ def _write_files(upper: Path, files: dict[str, str]) -> None:
             dest.mkdir(exist_ok=True)
             os.setxattr(dest, "trusted.overlay.opaque", b"y")
             continue
+        if content == "@dir":
+            dest.mkdir(exist_ok=True)
+            continue
         if content.startswith("@symlink:"):
             if dest.is_symlink() or dest.exists():
                 dest.unlink()
@@ -1101,6 +1104,7 @@ class NetVmHooks(VmHooks):
         gpus_file = self.lab.hosts_dir / name / "upper" / "etc" / "gpulab-sim" / "gpus.json"
         gpus_file.parent.mkdir(parents=True, exist_ok=True)
         gpus_file.write_text(json.dumps(gpus, indent=1) + "\n")  # the passed-through cards of this start
+        (gpus_file.parent / "firmware.json").write_text(json.dumps(vm_firmware(config)) + "\n")
         _start_host(
             self.lab,
             facts,
@@ -1270,14 +1274,19 @@ def _vm_tools(systemd: bool) -> dict[str, str]:
     """The lab's tools in a VM (rewritten at each start): systemd units or power stand-ins, cloud-init."""
     from gpulab.labsim.net import node as node_setup
 
-    tools = _systemd_files() if systemd else node_setup.guest_standins()
+    tools = (
+        {**_systemd_files(), **node_setup.guest_standins(power=False)}
+        if systemd
+        else node_setup.guest_standins()
+    )
     tools["/usr/bin/cloud-init"] = node_setup.CLOUD_INIT_STANDIN
     return tools
 
 
 def _vm_files(router: str) -> dict[str, str]:
     """A VM's image: apt pointed at the lab's archive (the machine's own sources hidden)."""
-    files: dict[str, str] = {}
+    # directories every Ubuntu guest has, even where this machine lacks them (kmod not installed)
+    files: dict[str, str] = {"/etc/modprobe.d": "@dir", "/etc/modules-load.d": "@dir"}
     files["/etc/apt/sources.list"] = f"deb [trusted=yes] http://{router}/ubuntu ./\n"
     with contextlib.suppress(OSError):
         for entry in os.listdir("/etc/apt/sources.list.d"):
@@ -1286,6 +1295,14 @@ def _vm_files(router: str) -> dict[str, str]:
         f'Acquire::http::Proxy::{router} "DIRECT";\nAcquire::Retries "0";\n'
     )
     return files
+
+
+def vm_firmware(config: dict[str, Any]) -> dict[str, bool]:
+    """UEFI or BIOS, and Secure Boot (OVMF with a 4m EFI disk whose keys are pre-enrolled; PVE's default is 0)."""
+    efi = str(config.get("bios", "seabios")) == "ovmf"
+    parts = {p.partition("=")[0]: p.partition("=")[2] for p in str(config.get("efidisk0", "")).split(",")}
+    enrolled = parts.get("pre-enrolled-keys") == "1" and parts.get("efitype") == "4m"
+    return {"efi": efi, "secure_boot": efi and enrolled}
 
 
 GPU_MEMORY_MIB = {"0x2204": 24576, "0x2230": 49140, "0x2684": 24564, "0x20b5": 81920}

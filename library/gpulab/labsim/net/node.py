@@ -77,9 +77,13 @@ def _standin_files(commands) -> dict[str, str]:
     return files
 
 
-def guest_standins() -> dict[str, str]:
-    """First-boot files of a VM host: power commands that reboot the host for real (as a VM would)."""
-    return _standin_files(GUEST_COMMANDS)
+#: stand-ins every VM has, with or without systemd (firmware and initramfs tools of a real guest)
+GUEST_TOOLS = ("mokutil", "update-initramfs")
+
+
+def guest_standins(power: bool = True) -> dict[str, str]:
+    """The lab's tools in a VM host: firmware/initramfs stand-ins, and power commands without systemd."""
+    return _standin_files((GUEST_COMMANDS if power else ()) + GUEST_TOOLS)
 
 
 def loader_of(node: dict[str, Any]) -> str:

@@ -221,8 +221,26 @@ def cmd_qm(argv):
     return 0
 
 
+def cmd_mokutil(argv):
+    """``mokutil --sb-state`` from the VM's firmware settings (OVMF, pre-enrolled keys) the lab wrote."""
+    try:
+        with open("/etc/gpulab-sim/firmware.json") as f:
+            fw = json.load(f)
+    except (OSError, ValueError):
+        fw = {"efi": False}
+    if "--sb-state" not in argv:
+        err("gpulab lab stand-in: mokutil answers --sb-state only")
+        return 255
+    if not fw.get("efi"):
+        err("EFI variables are not supported on this system")
+        return 1
+    print("SecureBoot enabled" if fw.get("secure_boot") else "SecureBoot disabled")
+    return 0
+
+
 COMMANDS = {
     "qm": cmd_qm,
+    "mokutil": cmd_mokutil,
     "reboot": cmd_reboot,
     "poweroff": cmd_poweroff,
     "halt": cmd_poweroff,

@@ -88,9 +88,20 @@ options:
         description: Private key file.
         type: path
       host_key_checking:
-        description: Refuse host keys that are not in known_hosts. Turn off only for throw-away labs.
+        description:
+          - Check the router's host key. V(false) accepts any key; turn it off only for throw-away labs.
+          - With V(true), O(ssh.ssh_args) may still say C(StrictHostKeyChecking=accept-new) (trust a
+            first-seen key and record it in the known_hosts file).
         type: bool
         default: true
+      known_hosts:
+        description: An extra known_hosts file (the user's own is always read).
+        type: path
+      ssh_args:
+        description:
+          - OpenSSH arguments of the router host (C(ansible_ssh_common_args) and C(ansible_ssh_extra_args));
+            C(-o UserKnownHostsFile=...) and C(-o StrictHostKeyChecking=...) are honoured, the rest ignored.
+        type: str
       become:
         description: Run the router commands through C(sudo -n) (for a non-root SSH user).
         type: bool
@@ -250,6 +261,8 @@ ARGUMENT_SPEC = dict(
             password=dict(type="str", no_log=True),
             key_file=dict(type="path", no_log=False),
             host_key_checking=dict(type="bool", default=True),
+            known_hosts=dict(type="path"),
+            ssh_args=dict(type="str"),
             become=dict(type="bool", default=False),
             local=dict(type="bool", default=False),
         ),

@@ -72,25 +72,29 @@ OPTION_DEFAULTS = {
 
 
 def _shell(cfg: dict):
-    from .shell import LocalShell, SSHShell
+    from .shell import LocalShell, SSHShell, parse_ssh_args
 
     ssh = cfg.get("ssh") or {}
     if ssh.get("local"):
         return LocalShell()
+    parsed = parse_ssh_args(ssh.get("ssh_args"))
+    policy = "no" if ssh.get("host_key_checking") is False else parsed["policy"]
     return SSHShell(
         ssh.get("host") or cfg["address"],
         port=int(ssh.get("port") or 22),
         user=ssh.get("user") or cfg.get("user") or "root",
         password=ssh.get("password"),
         key_filename=ssh.get("key_file"),
-        host_key_checking=ssh.get("host_key_checking", True),
+        known_hosts=ssh.get("known_hosts") or parsed["known_hosts"],
+        host_key_policy=policy or "strict",
         become=bool(ssh.get("become")),
     )
 
 
 def make_backend(cfg: dict) -> Backend:
     """Build the backend for `cfg`: kind, address, subnet, pool {start, end}, user, password, url,
-    validate_certs, ssh {host, port, user, password, key_file, host_key_checking, become, local},
+    validate_certs, ssh {host, port, user, password, key_file, host_key_checking, known_hosts, ssh_args,
+    become, local},
     options (backend-specific, see OPTION_DEFAULTS), name (for messages)."""
     kind = cfg.get("kind")
     if kind not in KINDS:

@@ -7,8 +7,10 @@ covers every kind of router. The router host only needs a POSIX shell.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import posixpath
+import re
 import shlex
 import subprocess
 
@@ -86,12 +88,39 @@ class LocalShell(Shell):
         return CmdResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def parse_ssh_args(text: str | None) -> dict:
+    """Host-key settings from OpenSSH-style arguments (ansible_ssh_common_args / _extra_args).
+
+    Returns {"known_hosts": path or None, "policy": "strict" | "accept-new" | "no" | None}.
+    """
+    out: dict = {"known_hosts": None, "policy": None}
+    words = shlex.split(text or "")
+    opts = []
+    for n, w in enumerate(words):
+        if w == "-o" and n + 1 < len(words):
+            opts.append(words[n + 1])
+        elif w.startswith("-o") and len(w) > 2:
+            opts.append(w[2:])
+    for opt in opts:
+        m = re.match(r"\s*(\w+)(?:\s*=\s*|\s+)(.*)$", opt)
+        if not m:
+            continue
+        key, value = m.group(1).lower(), m.group(2).strip()
+        if key == "userknownhostsfile":
+            out["known_hosts"] = value.split()[0] if value else None
+        elif key == "stricthostkeychecking":
+            out["policy"] = {"no": "no", "off": "no", "accept-new": "accept-new"}.get(value.lower(), "strict")
+    return out
+
+
 class SSHShell(Shell):
     """Commands over SSH with paramiko, as the inventory host of group `router`.
 
-    `host_key_checking` False accepts unknown host keys (the demo lab's throw-away hosts); True
-    (the default) accepts only keys in the known_hosts files. `become` runs commands through
-    `sudo -n` for a non-root user.
+    Host keys: `host_key_policy` "strict" (default) accepts only keys in the known_hosts files (the
+    user's and `known_hosts`), "accept-new" also accepts a host seen for the first time and records
+    its key in `known_hosts` (OpenSSH's StrictHostKeyChecking=accept-new; a changed key is still
+    refused), "no" accepts any key. `host_key_checking=False` means "no". `become` runs commands
+    through `sudo -n` for a non-root user.
     """
 
     def __init__(
@@ -104,6 +133,7 @@ class SSHShell(Shell):
         key_filename: str | None = None,
         host_key_checking: bool = True,
         known_hosts: str | None = None,
+        host_key_policy: str | None = None,
         become: bool = False,
         timeout: float = 15.0,
     ):
@@ -112,15 +142,18 @@ class SSHShell(Shell):
         self.where = f"{user}@{host}:{port}"
         self.become = become
         self.client = paramiko.SSHClient()
-        try:
+        with contextlib.suppress(OSError):
             self.client.load_system_host_keys()
-            if known_hosts:
+        if known_hosts:
+            with contextlib.suppress(OSError):
                 self.client.load_host_keys(known_hosts)
-        except OSError:
-            pass
-        self.client.set_missing_host_key_policy(
-            paramiko.RejectPolicy() if host_key_checking else paramiko.AutoAddPolicy()
-        )
+        policy = host_key_policy or ("strict" if host_key_checking else "no")
+        if policy == "no":
+            self.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        elif policy == "accept-new":
+            self.client.set_missing_host_key_policy(_AcceptNew(known_hosts, paramiko))
+        else:
+            self.client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
             self.client.connect(
                 host,
@@ -138,6 +171,11 @@ class SSHShell(Shell):
             raise AuthError(
                 f"SSH login to {self.where} was refused: check router_user and the SSH key or password "
                 "of the router host in the inventory"
+            ) from None
+        except paramiko.BadHostKeyException:
+            raise ConnectError(
+                f"the SSH host key of {self.where} changed since it was recorded in known_hosts; if the router "
+                "was reinstalled, remove its old key (ssh-keygen -R), otherwise stop: someone may be in between"
             ) from None
         except paramiko.SSHException as e:
             raise ConnectError(
@@ -161,3 +199,17 @@ class SSHShell(Shell):
 
     def close(self) -> None:
         self.client.close()
+
+
+class _AcceptNew:
+    """paramiko policy for StrictHostKeyChecking=accept-new: trust a first-seen key and record it."""
+
+    def __init__(self, known_hosts: str | None, paramiko):
+        self.known_hosts = known_hosts
+        self.paramiko = paramiko
+
+    def missing_host_key(self, client, hostname, key):
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        if self.known_hosts and self.known_hosts != "/dev/null":
+            with open(self.known_hosts, "a", encoding="ascii") as fh:
+                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")

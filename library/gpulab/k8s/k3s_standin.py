@@ -29,6 +29,7 @@ stand-in's own tests use it); `files()` gives the files to install on a lab host
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -608,6 +609,144 @@ def kubectl(args):
     return 1
 
 
+# --- systemctl ----------------------------------------------------------------------------------------------
+# For lab hosts without a running systemd: what Ansible's systemd_service module and the install script ask of
+# systemctl. Units with an ExecStart (k3s, k3s-agent) really run, in the background; other units (the guest
+# agent, the time daemon) only keep their state. State lives in /var/lib/gpulab-sim/systemd.
+
+UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+SYSTEMD_STATE = "/var/lib/gpulab-sim/systemd"
+
+
+def _unit(name):
+    name = name.strip("'\"")
+    return name if "." in name else f"{name}.service"
+
+
+def _unit_file(unit):
+    for d in UNIT_DIRS:
+        if os.path.exists(path(f"{d}/{unit}")):
+            return f"{d}/{unit}"
+    return None
+
+
+def _exec_start(unit_path):
+    text = (read(unit_path, "") or "").replace("\\\n", " ")
+    for line in text.splitlines():
+        if line.startswith("ExecStart="):
+            import shlex
+
+            return shlex.split(line[len("ExecStart=") :])
+    return None
+
+
+def _unit_state(unit):
+    text = read(f"{SYSTEMD_STATE}/{unit}.json")
+    return json.loads(text) if text else {"enabled": False, "active": False, "pid": None}
+
+
+def _save_unit_state(unit, st):
+    write(f"{SYSTEMD_STATE}/{unit}.json", json.dumps(st))
+
+
+def _alive(pid):
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return " Z " not in f.read()
+    except OSError:
+        return False
+
+
+def _active(unit, st):
+    return _alive(st.get("pid")) if _exec_start(_unit_file(unit) or "") else st.get("active", False)
+
+
+def _stop(unit, st):
+    if _alive(st.get("pid")):
+        with contextlib.suppress(OSError):
+            os.killpg(st["pid"], 15)
+        for _ in range(50):
+            if not _alive(st["pid"]):
+                break
+            time.sleep(0.1)
+    st.update(active=False, pid=None)
+
+
+def _start(unit, st):
+    argv = _exec_start(_unit_file(unit) or "")
+    if argv:
+        argv[0] = path(argv[0])
+        env = dict(os.environ)
+        for p in (read(f"/etc/systemd/system/{unit}.env", "") or "").splitlines():
+            key, _, value = p.partition("=")
+            env[key] = value.strip("'")
+        os.makedirs(path("/var/log"), exist_ok=True)
+        with open(path(f"/var/log/{unit}.log"), "a") as out:
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
+        st.update(pid=proc.pid)
+    st.update(active=True)
+
+
+def systemctl(args):
+    args = [a for a in args if a not in ("--no-block", "--system", "--force", "-l", "--no-pager", "-q")]
+    verb, names = (args[0], args[1:]) if args else ("", [])
+    if verb in ("daemon-reload", "daemon-reexec", ""):
+        return 0
+    if verb == "list-unit-files":
+        for n in names:
+            unit = _unit(n.rstrip("*"))
+            if _unit_file(unit):
+                print(f"{unit} {'enabled' if _unit_state(unit)['enabled'] else 'disabled'}")
+        return 0
+    rc = 0
+    for n in names:
+        unit = _unit(n)
+        if verb != "show" and not _unit_file(unit):
+            print(f"Failed to {verb} {unit}: Unit {unit} not found.", file=sys.stderr)
+            rc = 5 if verb not in ("is-enabled", "is-active") else 4
+            continue
+        st = _unit_state(unit)
+        if verb == "show":
+            loaded = _unit_file(unit) is not None
+            active = loaded and _active(unit, st)
+            print(
+                f"Id={unit}\nNames={unit}\nLoadState={'loaded' if loaded else 'not-found'}\n"
+                f"ActiveState={'active' if active else 'inactive'}\nSubState={'running' if active else 'dead'}\n"
+                f"UnitFileState={'enabled' if st['enabled'] else 'disabled'}\nMainPID={st.get('pid') or 0}"
+            )
+        elif verb == "is-enabled":
+            print("enabled" if st["enabled"] else "disabled")
+            rc = rc or (0 if st["enabled"] else 1)
+        elif verb == "is-active":
+            active = _active(unit, st)
+            print("active" if active else "inactive")
+            rc = rc or (0 if active else 3)
+        elif verb in ("enable", "disable"):
+            st["enabled"] = verb == "enable"
+        elif verb in ("start", "restart", "reload-or-restart", "try-restart"):
+            if verb == "start" and _active(unit, st):
+                continue
+            if verb == "try-restart" and not _active(unit, st):
+                continue
+            _stop(unit, st)
+            _start(unit, st)
+        elif verb == "stop":
+            _stop(unit, st)
+        else:
+            print(f"systemctl stand-in: unknown verb {verb}", file=sys.stderr)
+            return 1
+        _save_unit_state(unit, st)
+    return rc
+
+
 # --- entry points -------------------------------------------------------------------------------------------
 
 
@@ -638,6 +777,8 @@ def files(version=DEFAULT_VERSION):
         script: (0o755, me),
         "/usr/local/bin/k3s": (0o755, binary_wrapper(version, python, script)),
         "/usr/local/bin/k3s-install.sh": (0o755, f'#!/bin/sh\nexec {python} {script} install "$@"\n'),
+        # Only for hosts without a running systemd: shadows /usr/bin/systemctl through the PATH.
+        "/usr/local/bin/systemctl": (0o755, f'#!/bin/sh\nexec {python} {script} systemctl "$@"\n'),
     }
 
 
@@ -647,8 +788,10 @@ def main(argv):
         rc = install(dict(os.environ))
     elif cmd == "k3s":
         rc = k3s(args)
+    elif cmd == "systemctl":
+        rc = systemctl(args)
     else:
-        print("usage: k3s_standin.py {install|k3s ...}", file=sys.stderr)
+        print("usage: k3s_standin.py {install|k3s ...|systemctl ...}", file=sys.stderr)
         rc = 2
     if not (cmd == "k3s" and args[:1] in (["server"], ["agent"])):
         log([cmd, *args], rc)

@@ -308,6 +308,7 @@ def test_files_for_a_lab_host():
         "/usr/local/lib/gpulab/k3s_standin.py",
         "/usr/local/bin/k3s",
         "/usr/local/bin/k3s-install.sh",
+        "/usr/local/bin/systemctl",
     }
     assert "/usr/bin/python3 /usr/local/lib/gpulab/k3s_standin.py k3s" in files["/usr/local/bin/k3s"][1]
     assert all(mode == 0o755 for mode, _ in files.values())

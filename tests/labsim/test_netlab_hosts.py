@@ -410,6 +410,7 @@ def test_down_leaves_nothing_behind(tmp_path):
     assert netlab.status(tmp_path) is None
 
 
+@pytest.mark.slow
 def test_gpu_vm_installs_the_driver_and_toolkit_from_the_lab_archive(lab):
     state, fixture, facts = lab
     hooks = netlab.make_hooks(state, fixture)
@@ -452,6 +453,7 @@ def test_gpu_vm_installs_the_driver_and_toolkit_from_the_lab_archive(lab):
         hooks.vm_destroyed("pve", 195)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(netlab.systemd_hosts_possible() is not None, reason=str(netlab.systemd_hosts_possible()))
 def test_systemd_vm_runs_services_and_reboots_through_systemd(tmp_path):
     fixture = load_fixture()

@@ -26,6 +26,7 @@ namespace (dnsmasq's DHCP socket).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -960,24 +961,29 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
     facts["vm_init"] = "simple" if wanted_init == "simple" or why_not else "systemd"
     if why_not and wanted_init == "auto":
         facts["vm_init_note"] = f"VM hosts run without systemd: {why_not}"
-    facts["router"] = _start_router(lab, facts, rs, [rs["address"], bridge_ip, node_ip])
     node = fixture["nodes"][0]
     lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
     spec = node_setup.node_host_spec(node, lab.hosts_dir / "node0")
-    st = _start_host(
-        lab,
-        facts,
-        name="node0",
-        hostname=node["name"],
-        tag="n0",
-        iface="vmbr0",
-        mac="02:00:00:00:00:05",
-        address=str(node_ip),
-        users=[{"name": "root", "keys": [lab_key]}],
-        files=spec["files"],
-        tools=spec["tools"],
-        extra=spec["init"],
-    )
+    # the router and the node boot side by side (each waits for its own sshd)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        router = pool.submit(_start_router, lab, facts, rs, [rs["address"], bridge_ip, node_ip])
+        node_host = pool.submit(
+            _start_host,
+            lab,
+            facts,
+            name="node0",
+            hostname=node["name"],
+            tag="n0",
+            iface="vmbr0",
+            mac="02:00:00:00:00:05",
+            address=str(node_ip),
+            users=[{"name": "root", "keys": [lab_key]}],
+            files=spec["files"],
+            tools=spec["tools"],
+            extra=spec["init"],
+        )
+        facts["router"] = router.result()
+        st = node_host.result()
     facts["node_host"] = {
         "name": node["name"],
         "address": st["address"],

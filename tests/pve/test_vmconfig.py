@@ -117,8 +117,9 @@ DIFFERENT = [
 def test_different_meanings_are_written(key, want, have):
     change = diff({key: have}, {key: want})
     assert key in change.set
-    assert change.after[key] == normalize_value(key, want)
-    assert change.before[key] == normalize_value(key, have)
+    assert normalize_value(key, change.after[key]) == normalize_value(key, want)
+    assert normalize_value(key, change.before[key]) == normalize_value(key, have)
+    assert change.after[key] != change.before[key]
 
 
 # -------------------------------------------------------------------------------------- defaults

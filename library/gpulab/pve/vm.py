@@ -479,7 +479,7 @@ def guest_addresses(client: PveClient, node: str, vmid: int) -> list[dict[str, s
 
 
 def wait_for_address(
-    client: PveClient, node: str, vmid: int, mac: str | None, timeout: float, poll: float = 3.0
+    client: PveClient, node: str, vmid: int, mac: str | None, timeout: float, poll: float = 0.5
 ) -> dict[str, str]:
     """Poll the guest agent until it reports an IPv4 address (on the NIC with `mac`, if given)."""
     deadline = time.monotonic() + timeout
@@ -499,3 +499,4 @@ def wait_for_address(
                 "VM option agent is on"
             )
         time.sleep(poll)
+        poll = min(poll * 1.5, 5.0)

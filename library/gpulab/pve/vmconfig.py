@@ -571,7 +571,7 @@ def show_disk(disk: Disk, fmt: PropFormat) -> str:
         head = disk.file
     props = dict(disk.options)
     props["file"] = head
-    if disk.size is not None and disk.kind in ("new", "volume"):
+    if disk.size is not None and disk.kind in ("new", "volume") and fmt is DRIVE_FORMAT:
         props["size"] = format_size(disk.size)
     if disk.import_from:
         props["import-from"] = disk.import_from
@@ -674,7 +674,9 @@ def _display(key: str, value: Any) -> str:
         return show_disk(read_disk(info.fmt, value), info.fmt)
     if info.write_only:
         return "(secret)"
-    return info.normalize(value)
+    shown = info.normalize(value)
+    # A value made only of defaults normalises to "" (machine=pc, agent=0): show what was written.
+    return shown if shown or value in (None, "") else str(value)
 
 
 def view(config: Mapping[str, Any]) -> dict[str, str]:

@@ -1,0 +1,159 @@
+"""Role pve_vms through playbooks/vms.yml on inventory/demo, against the strict simulated PVE."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+import yaml
+
+from .conftest import ROOT, start_lab, stop_lab
+
+ROLE = ROOT / "roles" / "pve_vms"
+
+
+def play(lab_state: pathlib.Path, *extra: str, playbooks=("playbooks/vms.yml",)) -> dict:
+    """Run playbooks on inventory/demo against the lab; return {rc, stats, results: [task records]}."""
+    record = lab_state.parent / f"record-{len(list(lab_state.parent.glob('record-*')))}.jsonl"
+    env = dict(
+        os.environ,
+        GPULAB_LAB_STATE=str(lab_state),
+        GPULAB_RECORD=str(record),
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_CALLBACK_PLUGINS=str(pathlib.Path(__file__).parent / "callbacks"),
+        ANSIBLE_CALLBACKS_ENABLED="gpulab_record",
+        ANSIBLE_NOCOLOR="1",
+    )
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), *playbooks, "-i", "inventory/demo"]
+    cmd += ["-e", "pve_vms_guest_agent_snippet=false", "-e", "pve_vms_download_poll_s=1", *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    lines = [json.loads(x) for x in record.read_text().splitlines()] if record.exists() else []
+    stats = next((x["stats"] for x in lines if "stats" in x), None)
+    if stats is None:
+        pytest.fail(
+            f"ansible-playbook ended without stats: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
+    return {
+        "rc": proc.returncode,
+        "stats": stats,
+        "results": [x for x in lines if "task" in x],
+        "stdout": proc.stdout,
+    }
+
+
+def results(out: dict, module: str) -> dict:
+    """VM name -> the result of the `module` task for it."""
+    found = {}
+    for rec in out["results"]:
+        if rec["action"] == module:
+            found[rec["task"].rsplit(" ", 1)[-1]] = rec["result"]  # "Create, update and start <vm>"
+    return found
+
+
+@pytest.fixture
+def demo_lab(tmp_path):
+    lab = start_lab(tmp_path)
+    (lab.state / "lab.json").write_text(json.dumps(lab.desc))
+    yield lab
+    stop_lab(lab)
+
+
+@pytest.mark.slow
+def test_check_diff_then_apply_then_nothing_to_do(demo_lab, tmp_path):
+    lab = demo_lab
+    # --check --diff on a fresh lab: every VM shown with its config, no write
+    out = play(lab.state, "--check", "--diff")
+    assert out["rc"] == 0, out["stdout"]
+    assert lab.writes() == [] and lab.rejected() == []
+    vms = results(out, "gpulab_pve_vm")
+    assert set(vms) == {"vm-1", "vm-2", "vm-gpu"}
+    assert all(v["created"] and v["changed"] for v in vms.values())
+    gpu = vms["vm-gpu"]["diff"]["after"]
+    assert gpu["machine"] == "q35" and gpu["bios"] == "ovmf" and gpu["hostpci0"] == "mapping=rtx3090,pcie=1"
+
+    # apply
+    out = play(lab.state)
+    assert out["rc"] == 0, out["stdout"]
+    assert lab.rejected() == []
+    client = lab.client()
+    cfg = {
+        vm["name"]: client.get(f"nodes/pve/qemu/{vm['vmid']}/config")
+        for vm in client.get("cluster/resources", type="vm")
+    }
+    g = cfg["vm-gpu"]
+    assert g["machine"] == "q35" and g["bios"] == "ovmf" and g["cpu"] == "host"
+    assert "efitype=4m" in g["efidisk0"] and "pre-enrolled-keys=0" in g["efidisk0"]
+    assert int(g["cores"]) == 8 and int(str(g["memory"]).split("=")[-1]) == 16384 and int(g["balloon"]) == 0
+    assert g["scsi0"].startswith("local-zfs:") and "size=200G" in g["scsi0"]
+    assert g["hostpci0"] == "mapping=rtx3090,pcie=1"
+    assert int(g.get("onboot", 0)) == 0
+    for name in ("vm-1", "vm-2"):
+        c = cfg[name]
+        assert c.get("machine", "pc") in ("pc", "i440fx") and c.get("bios", "seabios") == "seabios"
+        assert int(c["cores"]) == 4 and int(str(c["memory"]).split("=")[-1]) == 4096
+        assert "size=60G" in c["scsi0"] and "efidisk0" not in c
+    mapping = client.get("cluster/mapping/pci")
+    assert mapping[0]["map"] == ["node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"]
+    assert {vm["status"] for vm in client.get("cluster/resources", type="vm")} == {"running"}
+
+    # the next stages find each VM's MAC and address as host facts
+    check = tmp_path / "facts.yml"
+    check.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "facts",
+                    "hosts": "vms",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Facts recorded",
+                            "ansible.builtin.assert": {
+                                "that": [
+                                    "gpulab_vm_mac | length == 17",
+                                    "gpulab_vm_address is match('^[0-9.]+$')",
+                                ]
+                            },
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    # second run: nothing changes, no write, and the number of reads per VM
+    mark = lab.mark()
+    out = play(lab.state, playbooks=("playbooks/vms.yml", str(check)))
+    assert out["rc"] == 0, out["stdout"]
+    assert all(s["changed"] == 0 and s["failures"] == 0 for s in out["stats"].values()), out["stats"]
+    assert lab.writes(mark) == []
+    reads = [r["path"].split("/api2/json")[1] for r in lab.requests(mark)]
+    for vmid in (100, 101, 102):
+        mine = [p for p in reads if f"/qemu/{vmid}/" in p]
+        assert mine == [
+            f"/nodes/pve/qemu/{vmid}/pending",
+            f"/nodes/pve/qemu/{vmid}/agent/network-get-interfaces",
+        ]
+    assert reads.count("/cluster/resources") == 3
+
+    # vm_onboot everywhere: the boot-display GPU's VM stays off at boot (and the play says why)
+    out = play(lab.state, "--check", "-e", "vm_onboot=true")
+    vms = results(out, "gpulab_pve_vm")
+    assert vms["vm-gpu"]["changed"] is False and vms["vm-1"]["changed"] is False
+    said = [r for r in out["results"] if "Keep from starting at boot" in r["task"]]
+    assert len(said) == 1 and "vm-gpu" in said[0]["result"]["msg"]
+    assert lab.writes(mark) == []
+
+
+def test_defaults_and_argument_specs_agree():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"][
+        "options"
+    ]
+    assert set(defaults) == set(spec)
+    for name, value in defaults.items():
+        assert spec[name]["default"] == value, name
+        assert spec[name].get("description"), name
+        assert name.startswith("pve_vms_")

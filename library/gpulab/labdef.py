@@ -219,6 +219,20 @@ CATALOGUE: tuple[Var, ...] = (
     Var("router_dhcp_pool", "router", "dict", required=True, doc="DHCP pool `{start, end}`."),
     Var("router_user", "router", "str", doc="Login user (web/API/SSH, by kind)."),
     Var(
+        "router_url",
+        "router",
+        "str",
+        doc="Web/API base URL for HTTP routers (default: `http(s)://router_address`).",
+    ),
+    Var("router_validate_certs", "router", "bool", True, doc="Verify the router's TLS certificate."),
+    Var(
+        "router_options",
+        "router",
+        "dict",
+        {},
+        doc="Backend settings by kind (dnsmasq file paths, Kea `subnet_id`, OPNsense `service`, ...).",
+    ),
+    Var(
         "router_password",
         "router",
         "str",

@@ -132,9 +132,15 @@ ansible_facts:
               iommu_group: 13
               boot_vga: true
         modules_loaded:
-          description: Names of the loaded modules, in C(/proc/modules) order.
+          description: >-
+            Names of the loaded modules, in C(/proc/modules) order; without C(/proc/modules) (a kernel or
+            container without it), the modules whose C(/sys/module/<name>/initstate) is C(live), sorted.
           type: list
           elements: str
+        modules_source:
+          description: Where RV(ansible_facts.gpulab_pci.modules_loaded) came from (C(/sys/module) when C(/proc/modules) is missing).
+          type: str
+          sample: /proc/modules
         slots:
           description: Per requested slot, its functions and what shares their IOMMU groups.
           type: dict
@@ -350,9 +356,21 @@ def gather(root="/", slots=()):
 
     cmdline = (_read(os.path.join(root, "proc", "cmdline")) or "").rstrip("\n")
     proc_modules = _read(os.path.join(root, "proc", "modules"))
-    if proc_modules is None:
-        warnings.append(f"cannot read {os.path.join(root, 'proc', 'modules')}")
-    loaded = [line.split()[0] for line in (proc_modules or "").splitlines() if line.split()]
+    if proc_modules is not None:
+        loaded = [line.split()[0] for line in proc_modules.splitlines() if line.split()]
+        modules_source = "/proc/modules"
+    else:
+        # A loaded loadable module has /sys/module/<name>/initstate ("live" once its init finished).
+        sysmod = os.path.join(root, "sys", "module")
+        try:
+            names = sorted(os.listdir(sysmod))
+        except OSError:
+            names = []
+        loaded = [n for n in names if (_read(os.path.join(sysmod, n, "initstate")) or "").strip() == "live"]
+        modules_source = "/sys/module"
+        warnings.append(
+            f"cannot read {os.path.join(root, 'proc', 'modules')}; loaded modules read from {sysmod}"
+        )
     facts = {
         "root": root,
         "kernel_release": release,
@@ -361,6 +379,7 @@ def gather(root="/", slots=()):
         "iommu": {"enabled": bool(groups), "groups": groups},
         "devices": devices,
         "modules_loaded": loaded,
+        "modules_source": modules_source,
         "slots": dict(summarise_slot(s, devices, groups) for s in slots),
         "warnings": warnings,
     }

@@ -186,3 +186,14 @@ def test_binding_and_module_checks(tmp_path, state, binding, modules):
     pci = run_module("gpulab_pci_facts", args)["ansible_facts"]["gpulab_pci"]
     assert sorted(pci["binding_problems"]) == sorted([*binding, "0000:0a:00 is not on this node"])
     assert pci["module_problems"] == modules
+
+
+@pytest.mark.parametrize("state", sysfs_tree.STATES)
+def test_loaded_modules_without_proc_modules(facts_mod, tmp_path, state):
+    root = sysfs_tree.materialise(tmp_path, state)
+    expected = sorted(facts_mod.gather(str(root))["modules_loaded"])
+    (root / "proc/modules").unlink()
+    facts = facts_mod.gather(str(root))
+    assert facts["modules_source"] == "/sys/module"
+    assert facts["modules_loaded"] == expected
+    assert "loaded modules read from" in facts["warnings"][0]

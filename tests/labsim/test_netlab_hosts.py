@@ -496,3 +496,64 @@ def test_systemd_vm_runs_services_and_reboots_through_systemd(tmp_path):
         netlab.down(tmp_path)
     cgroups = netlab.cgroup2_mount()
     assert not (cgroups / f"gpulab-{netlab.lab_id(tmp_path)}").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(netlab.systemd_hosts_possible() is not None, reason=str(netlab.systemd_hosts_possible()))
+def test_k3s_from_the_lab_file_server_forms_a_cluster(tmp_path):
+    fixture = load_fixture()
+    fixture["network"] = {**fixture.get("network", {}), "vm_init": "systemd"}
+    facts = netlab.up(tmp_path, fixture)
+    try:
+        hooks = netlab.make_hooks(tmp_path, fixture)
+        addrs = {}
+        for vmid, name in ((197, "k3s-1"), (198, "k3s-2"), (199, "k3s-3")):
+            cfg = vm_config(facts, name, f"bc:24:11:00:11:{vmid - 190:02x}")
+            hooks.vm_started("pve", vmid, cfg)
+            (addrs[name],) = ens18(hooks, vmid, cfg)
+        url = facts["router"]["k3s_install_script_url"]
+
+        def install(name, config, exec_):
+            script = (
+                "set -e; sudo -n mkdir -p /etc/rancher/k3s; "
+                f"printf '{config}' | sudo -n tee /etc/rancher/k3s/config.yaml >/dev/null; "
+                f"curl -fsS -o /tmp/install.sh {url}; chmod +x /tmp/install.sh; "
+                f"sudo -n env INSTALL_K3S_VERSION=v1.33.5+k3s1 INSTALL_K3S_EXEC={exec_} /tmp/install.sh"
+            )
+            return ssh(facts, "ubuntu", addrs[name], script, timeout=60).stdout
+
+        server = addrs["k3s-1"]
+        assert "systemd: Starting k3s" in install("k3s-1", "node-name: k3s-1\\n", "server")
+        token = ssh(facts, "ubuntu", server, "sudo -n cat /var/lib/rancher/k3s/server/token").stdout.strip()
+        assert token.startswith("K10") and "::server:" in token
+        agent_cfg = (
+            f"server: https://{server}:6443\\ntoken: {token}\\nnode-name: k3s-2\\nnode-label:\\n  - gpu=on\\n"
+        )
+        install("k3s-2", agent_cfg, "agent")
+        assert "No change detected" in install("k3s-2", agent_cfg, "agent")  # idempotent, like get.k3s.io
+        install("k3s-3", f"server: https://{server}:6443\\ntoken: wrong\\nnode-name: k3s-3\\n", "agent")
+        deadline, names = time.monotonic() + 30, set()
+        while time.monotonic() < deadline and names != {"k3s-1", "k3s-2"}:
+            time.sleep(0.5)
+            res = ssh(facts, "ubuntu", server, "k3s kubectl get nodes -o json", check=False)
+            if res.returncode == 0:
+                items = json.loads(res.stdout)["items"]
+                ready = [i for i in items if i["status"]["conditions"][0]["status"] == "True"]
+                names = {i["metadata"]["name"] for i in ready}
+        assert names == {"k3s-1", "k3s-2"}  # the agent with a wrong token never joins
+        nodes = {i["metadata"]["name"]: i for i in items}
+        assert nodes["k3s-2"]["metadata"]["labels"]["gpu"] == "on"
+        assert nodes["k3s-2"]["status"]["addresses"][0]["address"] == addrs["k3s-2"]
+        out = ssh(facts, "ubuntu", server, "sudo -n k3s kubectl label node k3s-1 gpu=on --overwrite; "
+                  "sudo -n k3s kubectl label node k3s-1 gpu=on --overwrite; "
+                  "k3s kubectl get runtimeclass nvidia -o jsonpath={.handler}; echo; k3s --version | head -1")  # fmt: skip
+        assert out.stdout.splitlines() == [
+            "node/k3s-1 labeled",
+            "node/k3s-1 not labeled",
+            "nvidia",
+            "k3s version v1.33.5+k3s1 (0000000a)",
+        ]
+        listening = ssh(facts, "ubuntu", server, "ss -Hltn").stdout
+        assert f"{server}:6443" in listening and "*:6443" not in listening and "0.0.0.0:6443" not in listening
+    finally:
+        netlab.down(tmp_path)

@@ -653,7 +653,7 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
     from gpulab.labsim.net import repo
 
     archive = lab.hosts_dir / "router" / "upper" / ARCHIVE_DIR.lstrip("/")
-    repo.build(archive, lab.dir / "gnupg")
+    repo.build(archive, lab.dir / "gnupg", files_url=f"http://{address}/k3s")
     services.append(
         {
             "name": "archive",
@@ -689,6 +689,7 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
         archive_url=f"http://{address}/ubuntu",
         nvidia_repo_url=f"http://{address}/nvidia/stable/deb/$(ARCH)",
         nvidia_key_url=f"http://{address}/nvidia/gpgkey",
+        k3s_install_script_url=f"http://{address}/k3s/install.sh",
     )
     if rs["server"] == "kea":
         _wait_port(address, KEA_CTRL_PORT, f"Kea's control agent (see {lab.hosts_dir / 'router' / 'state'})")

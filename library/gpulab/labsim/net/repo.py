@@ -360,11 +360,85 @@ def ensure_signing_key(gnupghome: Path) -> None:
     (gnupghome / "lab.fpr").write_text(fpr + "\n")
 
 
-def build(dest: Path, gnupghome: Path, kernel: str | None = None) -> dict[str, str]:
-    """Build the lab's archives under ``dest`` (replacing an earlier build); return their relative paths."""
+K3S_INSTALL = r"""#!/bin/sh
+# gpulab lab stand-in for https://get.k3s.io: installs the lab's k3s stand-in the way the real script
+# installs k3s (binary, kubectl/crictl/ctr links, systemd unit k3s or k3s-agent, env file), honouring
+# INSTALL_K3S_VERSION, INSTALL_K3S_EXEC, INSTALL_K3S_BIN_DIR, INSTALL_K3S_SKIP_DOWNLOAD, K3S_URL, K3S_TOKEN.
+set -e
+info() { echo "[INFO]  $*"; }
+BIN_DIR=${INSTALL_K3S_BIN_DIR:-/usr/local/bin}
+VERSION=${INSTALL_K3S_VERSION:-v1.33.5+k3s1}
+EXEC=${INSTALL_K3S_EXEC:-}
+if [ -z "$EXEC" ]; then if [ -n "$K3S_URL" ]; then EXEC=agent; else EXEC=server; fi; fi
+case "$EXEC" in agent*) SERVICE=k3s-agent ;; *) SERVICE=k3s ;; esac
+UNIT=/etc/systemd/system/$SERVICE.service
+CHANGED=
+info "Using $VERSION as release"
+mkdir -p /var/lib/gpulab-sim
+[ "$(cat /var/lib/gpulab-sim/k3s-version 2>/dev/null)" = "$VERSION" ] || { echo "$VERSION" > /var/lib/gpulab-sim/k3s-version; CHANGED=1; }
+if [ "$INSTALL_K3S_SKIP_DOWNLOAD" != true ]; then
+  info "Downloading binary @FILES@/k3s"
+  curl -fsS -o "$BIN_DIR/k3s.gpulab-new" "@FILES@/k3s"
+  chmod 755 "$BIN_DIR/k3s.gpulab-new"
+  if cmp -s "$BIN_DIR/k3s.gpulab-new" "$BIN_DIR/k3s"; then rm -f "$BIN_DIR/k3s.gpulab-new"
+  else info "Installing k3s to $BIN_DIR/k3s"; mv "$BIN_DIR/k3s.gpulab-new" "$BIN_DIR/k3s"; CHANGED=1; fi
+else
+  info "Skipping k3s download and verify"
+fi
+for cmd in kubectl crictl ctr; do
+  [ -e "$BIN_DIR/$cmd" ] || { info "Creating $BIN_DIR/$cmd symlink to k3s"; ln -sf k3s "$BIN_DIR/$cmd"; }
+done
+ENV_FILE=$UNIT.env
+NEW_ENV=$(env | grep -E '^(K3S|CONTAINERD)_' | grep -v -E '^K3S_(DATA_DIR)=' | sort || true)
+if [ "$(cat "$ENV_FILE" 2>/dev/null)" != "$NEW_ENV" ]; then
+  info "env: Creating environment file $ENV_FILE"; printf '%s
+' "$NEW_ENV" > "$ENV_FILE"; chmod 600 "$ENV_FILE"; CHANGED=1
+fi
+NEW_UNIT="[Unit]
+Description=Lightweight Kubernetes (gpulab lab stand-in)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+EnvironmentFile=-$ENV_FILE
+ExecStart=$BIN_DIR/k3s $EXEC
+Restart=always
+RestartSec=2
+
+[Install]
+WantedBy=multi-user.target"
+if [ "$(cat "$UNIT" 2>/dev/null)" != "$NEW_UNIT" ]; then
+  info "systemd: Creating service file $UNIT"; printf '%s
+' "$NEW_UNIT" > "$UNIT"; CHANGED=1
+fi
+if [ -z "$CHANGED" ]; then
+  info "No change detected so skipping service start"
+  exit 0
+fi
+info "systemd: Enabling $SERVICE unit"
+systemctl daemon-reload
+systemctl enable "$SERVICE" >/dev/null 2>&1
+info "systemd: Starting $SERVICE"
+systemctl restart "$SERVICE"
+"""
+
+
+def build(dest: Path, gnupghome: Path, kernel: str | None = None, files_url: str = "") -> dict[str, str]:
+    """Build the lab's archives under ``dest`` (replacing an earlier build); return their relative paths.
+
+    ``files_url`` is where ``dest/k3s`` is served (the install script fetches the k3s binary there).
+    """
     kernel = kernel or os.uname().release
     try:
-        return _build(dest, gnupghome, kernel)
+        paths = _build(dest, gnupghome, kernel)
+        k3s = dest / "k3s"
+        k3s.mkdir()
+        (k3s / "install.sh").write_text(K3S_INSTALL.replace("@FILES@", files_url.rstrip("/")))
+        (k3s / "install.sh").chmod(0o755)
+        shutil.copyfile(Path(__file__).with_name("k3s_standin.py"), k3s / "k3s")
+        (k3s / "k3s").chmod(0o755)
+        return {**paths, "k3s_install": "k3s/install.sh", "k3s_binary": "k3s/k3s"}
     finally:
         # gpg starts an agent for the key's home; the lab leaves no process behind
         subprocess.run(

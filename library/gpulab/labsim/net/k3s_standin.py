@@ -1,0 +1,505 @@
+#!/usr/bin/python3
+"""gpulab lab stand-in for the k3s binary: server, agent, kubectl (a small part), --version.
+
+Served by the lab's file server (``http://ROUTER/k3s/k3s``) and installed by the lab's
+``install.sh`` stand-in the way get.k3s.io installs k3s: binary in ``INSTALL_K3S_BIN_DIR``, a
+systemd unit ``k3s`` or ``k3s-agent``, ``/etc/rancher/k3s/config.yaml`` read at start. Standard
+library only (PyYAML when the host has it, for config.yaml).
+
+* ``k3s server`` keeps the cluster state in ``/var/lib/rancher/k3s/server/db/gpulab-state.json``,
+  writes the join token to ``/var/lib/rancher/k3s/server/token`` (``K10<hash>::server:<secret>``)
+  and the kubeconfig to ``/etc/rancher/k3s/k3s.yaml``, registers itself as the control-plane node,
+  creates the ``nvidia`` RuntimeClass a moment after start (k3s ships it in its packaged
+  manifests) and answers on port 6443 of 127.0.0.1 and of the node's lab address only (plain HTTP:
+  the stand-in's clients know).
+* ``k3s agent`` joins the server named by ``server``/``token``/``token-file`` (config.yaml) or
+  ``K3S_URL``/``K3S_TOKEN`` and keeps its node Ready with a heartbeat; a wrong token or an
+  unreachable server leaves it unregistered, as with k3s. Like k3s, it looks for
+  ``nvidia-container-runtime`` once, when it starts.
+* ``k3s kubectl``: ``get nodes|node|runtimeclass|daemonsets`` (``-o json``, ``-o name``,
+  ``-o jsonpath={.a.b}``, table), ``label node``; anything else says it is not stood in.
+"""
+
+import contextlib
+import hashlib
+import http.server
+import json
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+VERSION_FILE = "/var/lib/gpulab-sim/k3s-version"
+DEFAULT_VERSION = "v1.33.5+k3s1"
+STATE = "/var/lib/rancher/k3s/server/db/gpulab-state.json"
+TOKEN = "/var/lib/rancher/k3s/server/token"
+KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
+CONFIG = "/etc/rancher/k3s/config.yaml"
+PORT = 6443
+HEARTBEAT_S = 3
+NOT_READY_AFTER_S = 40
+LOG = "/var/log/gpulab-standins.log"
+
+
+def log_call(argv, rc):
+    with contextlib.suppress(OSError), open(LOG, "a") as f:
+        f.write(json.dumps({"time": time.time(), "command": "k3s", "argv": argv, "rc": rc}) + "\n")
+
+
+def version():
+    try:
+        with open(VERSION_FILE) as f:
+            return f.read().strip() or DEFAULT_VERSION
+    except OSError:
+        return DEFAULT_VERSION
+
+
+def now_iso():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def load_config():
+    """config.yaml (PyYAML when present, else the flat `key: value` / `- item` subset k3s configs use)."""
+    try:
+        with open(CONFIG) as f:
+            text = f.read()
+    except OSError:
+        return {}
+    try:
+        import yaml
+
+        return yaml.safe_load(text) or {}
+    except ImportError:
+        pass
+    cfg, key = {}, None
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("- ") and key:
+            cfg.setdefault(key, []).append(line.strip()[2:].strip().strip("'\""))
+            continue
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip().strip("'\"")
+        cfg[key] = value if value else []
+    return cfg
+
+
+def own_address():
+    """The node's lab address (its global IPv4 address)."""
+    import subprocess
+
+    out = subprocess.run(["ip", "-4", "-j", "addr"], capture_output=True, text=True).stdout
+    for link in json.loads(out or "[]"):
+        for a in link.get("addr_info", []):
+            if a.get("scope") == "global":
+                return a["local"]
+    return "127.0.0.1"
+
+
+def labels_from(cfg):
+    labels = {}
+    items = cfg.get("node-label") or []
+    for item in [items] if isinstance(items, str) else items:
+        k, _, v = str(item).partition("=")
+        labels[k] = v
+    return labels
+
+
+def node_object(name, node):
+    ready = time.time() - node["heartbeat"] < NOT_READY_AFTER_S
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        **node.get("labels", {}),
+    }
+    cond = {
+        "type": "Ready",
+        "status": "True" if ready else "Unknown",
+        "reason": "KubeletReady" if ready else "NodeStatusUnknown",
+        "message": "kubelet is posting ready status" if ready else "Kubelet stopped posting node status.",
+        "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(node["heartbeat"])),
+    }
+    res = {"cpu": str(node.get("cpus", 1)), "memory": f"{node.get('memory_kib', 1048576)}Ki", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {"gpulab.lab/runtimes": ",".join(node.get("runtimes", []))},
+            "creationTimestamp": node.get("created", now_iso()),
+        },
+        "spec": {"podCIDR": node.get("pod_cidr", "10.42.0.0/24")},
+        "status": {
+            "conditions": [cond],
+            "addresses": [
+                {"type": "InternalIP", "address": node["address"]},
+                {"type": "Hostname", "address": name},
+            ],
+            "capacity": res,
+            "allocatable": res,
+            "nodeInfo": {
+                "architecture": "amd64",
+                "containerRuntimeVersion": "containerd://2.0.5-k3s2",
+                "kubeletVersion": node.get("version", version()),
+                "kubeProxyVersion": node.get("version", version()),
+                "operatingSystem": "linux",
+                "osImage": "Ubuntu 24.04.3 LTS",
+            },
+        },
+    }
+
+
+# --- server -------------------------------------------------------------------------------------------------
+
+
+class Cluster:
+    def __init__(self):
+        self.lock = threading.Lock()
+        try:
+            with open(STATE) as f:
+                self.state = json.load(f)
+        except (OSError, ValueError):
+            self.state = {"nodes": {}, "runtimeclasses": {}, "daemonsets": []}
+
+    def save(self):
+        os.makedirs(os.path.dirname(STATE), exist_ok=True)
+        with open(STATE + ".tmp", "w") as f:
+            json.dump(self.state, f)
+        os.replace(STATE + ".tmp", STATE)
+
+    def register(self, info):
+        with self.lock:
+            nodes = self.state["nodes"]
+            node = nodes.setdefault(info["name"], {"created": now_iso(), "labels": {}})
+            # node-label applies when a node registers; later `kubectl label` changes stay
+            if not node.get("registered"):
+                node["labels"].update(info.get("labels", {}))
+                node["registered"] = True
+            node.update(
+                address=info["address"],
+                heartbeat=time.time(),
+                runtimes=info.get("runtimes", []),
+                version=version(),
+                pod_cidr=f"10.42.{sorted(nodes).index(info['name'])}.0/24",
+            )
+            for k, v in info.get("role_labels", {}).items():
+                node["labels"][k] = v
+            self.save()
+
+
+def server_token(cfg):
+    secret = str(cfg.get("token") or "")
+    if not secret:
+        try:
+            with open(TOKEN) as f:
+                return f.read().strip()
+        except OSError:
+            secret = secrets.token_hex(16)
+    ca_hash = hashlib.sha256(f"gpulab-lab-ca:{socket.gethostname()}".encode()).hexdigest()
+    return secret if secret.startswith("K10") else f"K10{ca_hash}::server:{secret}"
+
+
+def token_ok(given, token):
+    given = (given or "").strip()
+    return bool(given) and (given == token or given == token.split("::server:", 1)[-1])
+
+
+def make_handler(cluster, token):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def reply(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def body(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(n) or b"{}")
+
+        def do_GET(self):
+            with cluster.lock:
+                state = json.loads(json.dumps(cluster.state))
+            if self.path == "/gpulab/nodes":
+                return self.reply(200, {n: node_object(n, v) for n, v in sorted(state["nodes"].items())})
+            if self.path == "/gpulab/runtimeclasses":
+                return self.reply(200, state["runtimeclasses"])
+            if self.path == "/gpulab/daemonsets":
+                return self.reply(200, state["daemonsets"])
+            return self.reply(404, {"error": "not found"})
+
+        def do_POST(self):
+            info = self.body()
+            if self.path == "/gpulab/register":
+                if not token_ok(info.get("token"), token):
+                    return self.reply(401, {"error": "Unauthorized: the join token does not match"})
+                cluster.register(info)
+                return self.reply(200, {"ok": True})
+            if self.path == "/gpulab/label":
+                with cluster.lock:
+                    node = cluster.state["nodes"].get(info["node"])
+                    if node is None:
+                        return self.reply(404, {"error": f'nodes "{info["node"]}" not found'})
+                    changed = False
+                    for k, v in info["labels"].items():
+                        if k.endswith("-"):
+                            changed |= node["labels"].pop(k[:-1], None) is not None
+                        elif node["labels"].get(k) != v:
+                            if k in node["labels"] and not info.get("overwrite"):
+                                return self.reply(
+                                    409,
+                                    {
+                                        "error": f"'{k}' already has a value ({node['labels'][k]}), "
+                                        "and --overwrite is false"
+                                    },
+                                )
+                            node["labels"][k] = v
+                            changed = True
+                    cluster.save()
+                return self.reply(200, {"changed": changed})
+            return self.reply(404, {"error": "not found"})
+
+    return Handler
+
+
+def run_server():
+    cfg = load_config()
+    name = str(cfg.get("node-name") or socket.gethostname())
+    address = str(cfg.get("node-ip") or own_address())
+    token = server_token(cfg)
+    for path in (TOKEN, "/var/lib/rancher/k3s/server/node-token"):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(token + "\n")
+        os.chmod(path, 0o600)
+    os.makedirs(os.path.dirname(KUBECONFIG), exist_ok=True)
+    with open(KUBECONFIG, "w") as f:
+        f.write(
+            "apiVersion: v1\nclusters:\n- cluster:\n    server: https://127.0.0.1:6443\n  name: default\n"
+            "contexts:\n- context:\n    cluster: default\n    user: default\n  name: default\n"
+            "current-context: default\nkind: Config\nusers:\n- name: default\n  user: {}\n"
+        )
+    os.chmod(KUBECONFIG, int(str(cfg.get("write-kubeconfig-mode") or "600"), 8))
+    cluster = Cluster()
+    handler = make_handler(cluster, token)
+    servers = [http.server.ThreadingHTTPServer((host, PORT), handler) for host in ("127.0.0.1", address)]
+    for srv in servers:
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
+    me = {
+        "name": name,
+        "address": address,
+        "labels": labels_from(cfg),
+        "runtimes": runtimes,
+        "role_labels": {
+            "node-role.kubernetes.io/control-plane": "true",
+            "node-role.kubernetes.io/master": "true",
+        },
+    }
+    started = time.time()
+    while True:
+        cluster.register(me)
+        if time.time() - started > 2 and "nvidia" not in cluster.state["runtimeclasses"]:
+            with cluster.lock:
+                for handler_name in ("nvidia", "nvidia-experimental", "nvidia-cdi"):
+                    cluster.state["runtimeclasses"][handler_name] = {
+                        "apiVersion": "node.k8s.io/v1",
+                        "kind": "RuntimeClass",
+                        "metadata": {"name": handler_name, "creationTimestamp": now_iso()},
+                        "handler": handler_name,
+                    }
+                cluster.save()
+        time.sleep(1 if time.time() - started < 5 else HEARTBEAT_S)
+
+
+# --- agent --------------------------------------------------------------------------------------------------
+
+
+def run_agent():
+    cfg = load_config()
+    url = str(cfg.get("server") or os.environ.get("K3S_URL") or "")
+    token = str(cfg.get("token") or os.environ.get("K3S_TOKEN") or "")
+    token_file = cfg.get("token-file") or os.environ.get("K3S_TOKEN_FILE")
+    if not token and token_file:
+        with contextlib.suppress(OSError), open(token_file) as f:
+            token = f.read().strip()
+    if not url:
+        print('level=fatal msg="--server is required"', file=sys.stderr)
+        return 1
+    host = url.split("://", 1)[-1].split("/", 1)[0]
+    api = f"http://{host}/gpulab/register"
+    name = str(cfg.get("node-name") or socket.gethostname())
+    # like k3s, the agent looks for the NVIDIA runtime once, when it starts
+    runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
+    me = {
+        "name": name,
+        "address": own_address(),
+        "labels": labels_from(cfg),
+        "runtimes": runtimes,
+        "token": token,
+    }
+    while True:
+        req = urllib.request.Request(api, json.dumps(me).encode(), {"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=5).read()
+        except urllib.error.HTTPError as exc:
+            print(
+                f'level=error msg="failed to get CA certs: {exc.code} {exc.reason}"',
+                file=sys.stderr,
+                flush=True,
+            )
+        except OSError as exc:
+            print(f'level=error msg="failed to contact server {host}: {exc}"', file=sys.stderr, flush=True)
+        time.sleep(HEARTBEAT_S)
+
+
+# --- kubectl ------------------------------------------------------------------------------------------------
+
+
+def api_get(path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=5) as resp:
+            return json.load(resp)
+    except OSError:
+        print(
+            f"The connection to the server 127.0.0.1:{PORT} was refused - did you specify the right host or port?",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
+def jsonpath(obj, expr):
+    expr = expr.strip()
+    if expr.startswith("{") and expr.endswith("}"):
+        expr = expr[1:-1]
+    for part in [p for p in expr.lstrip(".").split(".") if p]:
+        obj = obj.get(part, "") if isinstance(obj, dict) else ""
+    return obj if isinstance(obj, str) else json.dumps(obj)
+
+
+def output(items, kind, fmt, single):
+    if fmt == "json":
+        print(
+            json.dumps(items[0] if single else {"apiVersion": "v1", "items": items, "kind": "List"}, indent=4)
+        )
+    elif fmt and fmt.startswith("jsonpath="):
+        print(" ".join(jsonpath(i, fmt.split("=", 1)[1]) for i in items), end="")
+    elif fmt == "name":
+        for i in items:
+            print(f"{kind}/{i['metadata']['name']}")
+    elif kind == "node":
+        print(f"{'NAME':<16} {'STATUS':<10} {'ROLES':<22} {'AGE':<5} VERSION")
+        for i in items:
+            ready = i["status"]["conditions"][0]["status"] == "True"
+            roles = ",".join(
+                sorted(k.split("/", 1)[1] for k in i["metadata"]["labels"] if k.startswith("node-role"))
+            )
+            print(
+                f"{i['metadata']['name']:<16} {'Ready' if ready else 'NotReady':<10} {roles or '<none>':<22} "
+                f"{'1m':<5} {i['status']['nodeInfo']['kubeletVersion']}"
+            )
+    else:
+        print("NAME")
+        for i in items:
+            print(i["metadata"]["name"])
+
+
+def kubectl(args):
+    fmt, rest, overwrite = "", [], False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-o", "--output"):
+            fmt, i = args[i + 1], i + 2
+            continue
+        if a.startswith(("-o=", "--output=")):
+            fmt = a.split("=", 1)[1]
+        elif a.startswith("-o") and len(a) > 2:
+            fmt = a[2:]
+        elif a in ("-n", "--namespace"):
+            i += 1
+        elif a == "--overwrite":
+            overwrite = True
+        elif a in ("-A", "--all-namespaces") or a.startswith("--namespace="):
+            pass
+        else:
+            rest.append(a)
+        i += 1
+    if rest[:1] == ["get"] and len(rest) >= 2:
+        kind = rest[1].split("/", 1)[0].lower()
+        names = rest[2:] or ([rest[1].split("/", 1)[1]] if "/" in rest[1] else [])
+        if kind in ("node", "nodes", "no"):
+            all_items, kind = api_get("/gpulab/nodes"), "node"
+        elif kind in ("runtimeclass", "runtimeclasses"):
+            all_items, kind = api_get("/gpulab/runtimeclasses"), "runtimeclass.node.k8s.io"
+        elif kind in ("daemonset", "daemonsets", "ds"):
+            all_items, kind = (
+                {d["metadata"]["name"]: d for d in api_get("/gpulab/daemonsets")},
+                "daemonset.apps",
+            )
+        else:
+            print(f'error: the server doesn\'t have a resource type "{rest[1]}"', file=sys.stderr)
+            return 1
+        for n in names:
+            if n not in all_items:
+                print(f'Error from server (NotFound): {kind.split(".")[0]}s "{n}" not found', file=sys.stderr)
+                return 1
+        items = [all_items[n] for n in names] if names else list(all_items.values())
+        output(items, kind, fmt, single=len(names) == 1)
+        return 0
+    if rest[:2] in (["label", "node"], ["label", "nodes"]) and len(rest) >= 4:
+        node, pairs = rest[2], rest[3:]
+        labels = {p.split("=", 1)[0]: p.split("=", 1)[1] if "=" in p else "" for p in pairs}
+        body = json.dumps({"node": node, "labels": labels, "overwrite": overwrite}).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{PORT}/gpulab/label", body, {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                changed = json.load(resp)["changed"]
+        except urllib.error.HTTPError as exc:
+            print(f"error: {json.load(exc).get('error')}", file=sys.stderr)
+            return 1
+        except OSError:
+            return api_get("/none") or 1
+        print(f"node/{node} {'labeled' if changed else 'not labeled'}")
+        return 0
+    print(f"error: `kubectl {' '.join(args)}` is not stood in by the gpulab lab's k3s", file=sys.stderr)
+    return 1
+
+
+def main(argv):
+    if not argv or argv[0] in ("--version", "-v", "version"):
+        print(f"k3s version {version()} (0000000a)\ngo version go1.24.6")
+        return 0
+    cmd, args = argv[0], argv[1:]
+    if cmd == "server":
+        return run_server()
+    if cmd == "agent":
+        return run_agent()
+    if cmd == "kubectl":
+        return kubectl(args)
+    print(f"gpulab lab k3s stand-in: `k3s {cmd}` is not stood in", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    name = os.path.basename(sys.argv[0])
+    argv = ["kubectl", *sys.argv[1:]] if name == "kubectl" else sys.argv[1:]
+    rc = main(argv)
+    if argv[:1] not in (["server"], ["agent"]):
+        log_call(argv, rc)
+    sys.exit(rc)

@@ -201,3 +201,30 @@ def test_wait_for_address_reports_the_agents_address(lab):
     )
     assert not res.get("failed"), res
     assert res["address"].count(".") == 3 and res["mac"]
+
+
+def test_iso_install_attaches_the_cdrom_and_boots_disk_then_cdrom(lab):
+    iso = run_module(
+        "gpulab_pve_download",
+        lab.conn(
+            node="pve",
+            storage="local",
+            url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
+            filename="ubuntu-24.04.3-live-server-amd64.iso",
+            checksum="e93681f3cab37e29bdf53bf2231ffc4de4bcc9d90ad8dc5bb62d18a2355052a0",
+        ),
+    )
+    assert not iso.get("failed"), iso
+    args = small_vm_args(lab, cdrom=iso["volid"], boot_order=["scsi0", "ide2"], state="started")
+    res = run_module("gpulab_pve_vm", args)
+    assert not res.get("failed"), res
+    assert res["config"]["ide2"].startswith("local:iso/ubuntu-24.04.3-live-server-amd64.iso")
+    assert res["config"]["boot"] == "order=scsi0;ide2"
+    mark = lab.mark()
+    assert run_module("gpulab_pve_vm", args)["changed"] is False
+    assert lab.writes(mark) == []
+    # ejecting is a change of ide2 only
+    res = run_module(
+        "gpulab_pve_vm", small_vm_args(lab, cdrom="none", boot_order=["scsi0", "ide2"], state="started")
+    )
+    assert res["set"] == {"ide2": "none,media=cdrom"}

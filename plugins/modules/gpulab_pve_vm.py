@@ -366,7 +366,7 @@ mac:
   type: str
 address:
   description: IPv4 address the guest agent reported on C(net0) (with O(wait_for_address)).
-  returned: when O(wait_for_address=true) and the VM runs
+  returned: when O(wait_for_address=true) and the VM runs (in check mode, when it already ran)
   type: str
 requests:
   description: API requests this run sent, as counts of reads (GET) and writes.
@@ -590,7 +590,9 @@ def main():
             restarted=res.restarted,
             mac=res.mac,
         )
-        if p["wait_for_address"] and res.status == "running" and not module.check_mode:
+        # In check mode the agent is asked too when the VM already runs (reads only).
+        runs_now = not module.check_mode or not ({"create", "start", "restart"} & set(res.actions))
+        if p["wait_for_address"] and res.status == "running" and runs_now:
             found = wait_for_address(client, p["node"], p["vmid"], res.mac, p["address_timeout"])
             result["address"] = found["address"]
             result["mac"] = result["mac"] or found["mac"]

@@ -228,3 +228,17 @@ def test_iso_install_attaches_the_cdrom_and_boots_disk_then_cdrom(lab):
         "gpulab_pve_vm", small_vm_args(lab, cdrom="none", boot_order=["scsi0", "ide2"], state="started")
     )
     assert res["set"] == {"ide2": "none,media=cdrom"}
+
+
+def test_check_mode_on_a_running_vm_still_reports_its_address(lab):
+    run_module("gpulab_pve_vm", small_vm_args(lab, state="started"))
+    mark = lab.mark()
+    res = run_module("gpulab_pve_vm", small_vm_args(lab, state="started", wait_for_address=True), check=True)
+    assert res["changed"] is False and res["address"]
+    assert lab.writes(mark) == []
+    res = run_module(
+        "gpulab_pve_vm",
+        small_vm_args(lab, vmid=105, name="vm-5", state="started", wait_for_address=True),
+        check=True,
+    )
+    assert res["created"] and "address" not in res

@@ -40,52 +40,59 @@ def test_secure_boot_gate(lab, monkeypatch, stdout, stderr, rc, enrolled, refuse
         assert "pre-enrolled-keys=0" in msg and "mokutil --import" in msg
 
 
-@pytest.mark.parametrize(
-    ("branch", "flavour", "package"),
-    [
-        (580, "server", "nvidia-driver-580-server"),
-        ("580", "server-open", "nvidia-driver-580-server-open"),
-        (570, "", "nvidia-driver-570"),
-        (580, "open", "nvidia-driver-580-open"),
-    ],
-)
-def test_driver_package_name(lab, branch, flavour, package):
-    tasks = [
-        {
-            "name": "role vars",
-            "ansible.builtin.include_vars": str(ROOT / "roles/nvidia_driver/vars/main.yml"),
-        },
-        {"name": "check", "ansible.builtin.assert": {"that": [f"nvidia_driver_package == '{package}'"]}},
-    ]
-    rc, out = lab.play(tasks, extra_vars={"nvidia_driver_branch": branch, "nvidia_driver_flavour": flavour})
-    assert rc == 0, lab.failures(out)
+DRIVER_NAMES = [
+    (580, "server", "nvidia-driver-580-server"),
+    ("580", "server-open", "nvidia-driver-580-server-open"),
+    (570, "", "nvidia-driver-570"),
+    (580, "open", "nvidia-driver-580-open"),
+]
+TOOLKIT_PINS = [
+    ("", ["nvidia-container-toolkit"]),
+    (
+        "1.18.1-1",
+        [
+            "nvidia-container-toolkit=1.18.1-1",
+            "nvidia-container-toolkit-base=1.18.1-1",
+            "libnvidia-container-tools=1.18.1-1",
+            "libnvidia-container1=1.18.1-1",
+        ],
+    ),
+]
 
 
-@pytest.mark.parametrize(
-    ("version", "packages"),
-    [
-        ("", ["nvidia-container-toolkit"]),
-        (
-            "1.18.1-1",
-            [
-                "nvidia-container-toolkit=1.18.1-1",
-                "nvidia-container-toolkit-base=1.18.1-1",
-                "libnvidia-container-tools=1.18.1-1",
-                "libnvidia-container1=1.18.1-1",
-            ],
-        ),
-    ],
-)
-def test_toolkit_packages_pinned_together(lab, version, packages):
+def test_package_names(lab):
+    """One play: each case templates the roles' vars/main.yml expressions with its own inputs."""
+    driver_vars = str(ROOT / "roles/nvidia_driver/vars/main.yml")
+    toolkit_vars = str(ROOT / "roles/nvidia_container_toolkit/vars/main.yml")
     tasks = [
-        {
-            "name": "role vars",
-            "ansible.builtin.include_vars": str(ROOT / "roles/nvidia_container_toolkit/vars/main.yml"),
-        },
-        {
-            "name": "check",
-            "ansible.builtin.assert": {"that": [f"nvidia_container_toolkit_packages == {packages}"]},
-        },
+        {"name": "driver vars", "ansible.builtin.include_vars": {"file": driver_vars, "name": "driver"}},
+        {"name": "toolkit vars", "ansible.builtin.include_vars": {"file": toolkit_vars, "name": "toolkit"}},
     ]
-    rc, out = lab.play(tasks, extra_vars={"nvidia_container_toolkit_version": version})
+    for branch, flavour, package in DRIVER_NAMES:
+        tasks.append(
+            {
+                "name": f"driver {branch} {flavour}",
+                "ansible.builtin.assert": {"that": [f"nvidia_driver_package == '{package}'"]},
+                "vars": {
+                    "nvidia_driver_branch": branch,
+                    "nvidia_driver_flavour": flavour,
+                    "nvidia_driver_package": "{{ driver.nvidia_driver_package }}",
+                },
+            }
+        )
+    for version, packages in TOOLKIT_PINS:
+        tasks.append(
+            {
+                "name": f"toolkit {version}",
+                "ansible.builtin.assert": {"that": [f"nvidia_container_toolkit_packages == {packages}"]},
+                "vars": {
+                    "nvidia_container_toolkit_version": version,
+                    "nvidia_container_toolkit_package_names": "{{ toolkit.nvidia_container_toolkit_package_names }}",
+                    "nvidia_container_toolkit_packages": "{{ toolkit.nvidia_container_toolkit_packages }}",
+                },
+            }
+        )
+    rc, out = lab.play(tasks)
     assert rc == 0, lab.failures(out)
+    passed = [t for t in out["plays"][0]["tasks"] if t["hosts"]["vm-1"].get("msg") == "All assertions passed"]
+    assert len(passed) == len(DRIVER_NAMES) + len(TOOLKIT_PINS)

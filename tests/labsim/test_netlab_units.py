@@ -197,3 +197,37 @@ def test_vm_firmware_and_secure_boot_follow_pve_semantics():
         is False
     )
     assert netlab.vm_firmware({"bios": "ovmf", "efidisk0": "local-zfs:1,efitype=4m"})["secure_boot"] is False
+
+
+def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_path, monkeypatch):
+    import time
+
+    from gpulab.labsim.net import k3s_standin as k3s
+
+    monkeypatch.setattr(k3s, "STATE", str(tmp_path / "state.json"))
+    monkeypatch.setattr(k3s, "MANIFESTS", str(tmp_path / "manifests"))
+    (tmp_path / "manifests").mkdir()
+    cluster = k3s.Cluster()
+    base = {"address": "10.0.0.2", "runtimes": ["nvidia"], "labels": {"gpu": "on"}}
+    cluster.register({**base, "name": "gpu-node", "gpus": 1})
+    cluster.register({**base, "name": "no-runtime", "gpus": 1, "runtimes": []})
+    cluster.register({**base, "name": "unlabelled", "gpus": 2, "labels": {}})
+    (tmp_path / "manifests" / "hami.yaml").write_text(
+        "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata: {name: hami, namespace: kube-system}\n"
+        "spec:\n  chart: hami\n  valuesContent: |-\n    devicePlugin:\n      deviceSplitCount: 4\n"
+        '      runtimeClassName: nvidia\n      nvidiaNodeSelector:\n        gpu: "on"\n'
+    )
+    cluster.apply_manifests()
+    assert cluster.state["jobs"] == {}  # the install job is still running
+    cluster.state["charts_seen"]["kube-system/hami"] = time.time() - 5
+    cluster.apply_manifests()
+    assert cluster.state["jobs"] == {"kube-system/helm-install-hami": {"complete": True}}
+    assert [d["metadata"]["name"] for d in cluster.state["daemonsets"]] == ["hami-device-plugin"]
+    nodes = {n: k3s.node_object(n, v) for n, v in cluster.state["nodes"].items()}
+    assert nodes["gpu-node"]["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert "nvidia.com/gpu" not in nodes["no-runtime"]["status"]["allocatable"]
+    assert "nvidia.com/gpu" not in nodes["unlabelled"]["status"]["allocatable"]
+    # taking the chart out uninstalls it
+    (tmp_path / "manifests" / "hami.yaml").unlink()
+    cluster.apply_manifests()
+    assert cluster.state["daemonsets"] == [] and cluster.state["nodes"]["gpu-node"]["vgpus"] == 0

@@ -39,6 +39,7 @@ STATE = "/var/lib/rancher/k3s/server/db/gpulab-state.json"
 TOKEN = "/var/lib/rancher/k3s/server/token"
 KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
 CONFIG = "/etc/rancher/k3s/config.yaml"
+MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 PORT = 6443
 HEARTBEAT_S = 3
 NOT_READY_AFTER_S = 40
@@ -101,6 +102,17 @@ def own_address():
     return "127.0.0.1"
 
 
+def gpu_count():
+    """The cards nvidia-smi lists (0 without a working driver), read once at start like the device plugin."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
 def labels_from(cfg):
     labels = {}
     items = cfg.get("node-label") or []
@@ -128,6 +140,8 @@ def node_object(name, node):
         "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(node["heartbeat"])),
     }
     res = {"cpu": str(node.get("cpus", 1)), "memory": f"{node.get('memory_kib', 1048576)}Ki", "pods": "110"}
+    if node.get("vgpus"):
+        res["nvidia.com/gpu"] = str(node["vgpus"])
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -176,6 +190,70 @@ class Cluster:
             json.dump(self.state, f)
         os.replace(STATE + ".tmp", STATE)
 
+    def apply_manifests(self):
+        """The HelmCharts in the manifests folder, as k3s' helm controller would leave them installed.
+
+        Only HAMi's shape is modelled: the install job completes, the device-plugin DaemonSet and the
+        scheduler Deployment roll out, and every node that matches the device plugin's node selector, runs
+        the chart's runtime class and has GPUs offers deviceSplitCount x its cards as nvidia.com/gpu.
+        """
+        try:
+            import yaml
+        except ImportError:
+            return
+        charts = []
+        with contextlib.suppress(OSError):
+            for fname in sorted(os.listdir(MANIFESTS)):
+                if fname.endswith((".yaml", ".yml")):
+                    with open(os.path.join(MANIFESTS, fname)) as f:
+                        charts += [d for d in yaml.safe_load_all(f) if d and d.get("kind") == "HelmChart"]
+        with self.lock:
+            seen = self.state.setdefault("charts_seen", {})
+            jobs, daemonsets, deployments, vgpus, present = {}, [], {}, {}, set()
+            for chart in charts:
+                meta, spec = chart.get("metadata", {}), chart.get("spec", {})
+                name, ns = meta.get("name", "chart"), meta.get("namespace", "kube-system")
+                target = spec.get("targetNamespace") or ns
+                present.add(f"{ns}/{name}")
+                first = seen.setdefault(f"{ns}/{name}", time.time())
+                if time.time() - first < 2:
+                    continue  # the install job runs for a moment
+                values = yaml.safe_load(spec.get("valuesContent") or "") or {}
+                plugin = values.get("devicePlugin") or {}
+                split = int(plugin.get("deviceSplitCount", 10))
+                selector = plugin.get("nvidiaNodeSelector") or {"gpu": "on"}
+                runtime = plugin.get("runtimeClassName")
+                jobs[f"{ns}/helm-install-{name}"] = {"complete": True}
+                image = "docker.io/projecthami/hami:v2.7.0"
+                containers = [
+                    {"name": "device-plugin", "image": image},
+                    {"name": "vgpu-monitor", "image": image},
+                ]
+                daemonsets.append(
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "metadata": {"name": f"{name}-device-plugin", "namespace": target},
+                        "spec": {"template": {"spec": {"containers": containers}}},
+                    }
+                )
+                deployments[f"{target}/{name}-scheduler"] = {"ready": True}
+                for node_name, node in self.state["nodes"].items():
+                    labels = node.get("labels", {})
+                    matches = all(str(labels.get(k)) == str(v) for k, v in selector.items())
+                    if (
+                        matches
+                        and node.get("gpus")
+                        and (runtime is None or runtime in node.get("runtimes", []))
+                    ):
+                        vgpus[node_name] = node["gpus"] * split
+            for key in [k for k in seen if k not in present]:
+                del seen[key]  # a chart taken out is uninstalled
+            self.state.update(jobs=jobs, daemonsets=daemonsets, deployments=deployments)
+            for node_name, node in self.state["nodes"].items():
+                node["vgpus"] = vgpus.get(node_name, 0)
+            self.save()
+
     def register(self, info):
         with self.lock:
             nodes = self.state["nodes"]
@@ -185,6 +263,7 @@ class Cluster:
                 node["labels"].update(info.get("labels", {}))
                 node["registered"] = True
             node.update(
+                gpus=int(info.get("gpus", 0)),
                 address=info["address"],
                 heartbeat=time.time(),
                 runtimes=info.get("runtimes", []),
@@ -238,7 +317,11 @@ def make_handler(cluster, token):
             if self.path == "/gpulab/runtimeclasses":
                 return self.reply(200, state["runtimeclasses"])
             if self.path == "/gpulab/daemonsets":
-                return self.reply(200, state["daemonsets"])
+                return self.reply(200, state.get("daemonsets", []))
+            if self.path == "/gpulab/workloads":
+                return self.reply(
+                    200, {"jobs": state.get("jobs", {}), "deployments": state.get("deployments", {})}
+                )
             return self.reply(404, {"error": "not found"})
 
         def do_POST(self):
@@ -300,6 +383,7 @@ def run_server():
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
     me = {
+        "gpus": gpu_count(),
         "name": name,
         "address": address,
         "labels": labels_from(cfg),
@@ -310,8 +394,10 @@ def run_server():
         },
     }
     started = time.time()
+    os.makedirs(MANIFESTS, exist_ok=True)
     while True:
         cluster.register(me)
+        cluster.apply_manifests()
         if time.time() - started > 2 and "nvidia" not in cluster.state["runtimeclasses"]:
             with cluster.lock:
                 for handler_name in ("nvidia", "nvidia-experimental", "nvidia-cdi"):
@@ -350,6 +436,7 @@ def run_agent():
         "labels": labels_from(cfg),
         "runtimes": runtimes,
         "token": token,
+        "gpus": gpu_count(),
     }
     while True:
         req = urllib.request.Request(api, json.dumps(me).encode(), {"Content-Type": "application/json"})
@@ -418,7 +505,7 @@ def output(items, kind, fmt, single):
 
 
 def kubectl(args):
-    fmt, rest, overwrite = "", [], False
+    fmt, rest, overwrite, namespace = "", [], False, "default"
     i = 0
     while i < len(args):
         a = args[i]
@@ -430,10 +517,15 @@ def kubectl(args):
         elif a.startswith("-o") and len(a) > 2:
             fmt = a[2:]
         elif a in ("-n", "--namespace"):
+            namespace = args[i + 1]
             i += 1
+        elif a.startswith("--namespace="):
+            namespace = a.split("=", 1)[1]
+        elif a.startswith(("--for=", "--timeout=")):
+            pass
         elif a == "--overwrite":
             overwrite = True
-        elif a in ("-A", "--all-namespaces") or a.startswith("--namespace="):
+        elif a in ("-A", "--all-namespaces"):
             pass
         else:
             rest.append(a)
@@ -477,6 +569,29 @@ def kubectl(args):
             return api_get("/none") or 1
         print(f"node/{node} {'labeled' if changed else 'not labeled'}")
         return 0
+    if rest[:1] == ["wait"] and len(rest) == 2 and rest[1].startswith("job/"):
+        name = rest[1].split("/", 1)[1]
+        if api_get("/gpulab/workloads")["jobs"].get(f"{namespace}/{name}", {}).get("complete"):
+            print(f"job.batch/{name} condition met")
+            return 0
+        print(f"error: timed out waiting for the condition on jobs/{name}", file=sys.stderr)
+        return 1
+    if rest[:2] == ["rollout", "status"] and len(rest) == 3:
+        kind, _, name = rest[2].partition("/")
+        if kind in ("daemonset", "ds"):
+            found = any(
+                d["metadata"]["name"] == name and d["metadata"]["namespace"] == namespace
+                for d in api_get("/gpulab/daemonsets")
+            )
+            what = "daemon set"
+        else:
+            found = f"{namespace}/{name}" in api_get("/gpulab/workloads")["deployments"]
+            what = "deployment"
+        if found:
+            print(f'{what} "{name}" successfully rolled out')
+            return 0
+        print(f'Error from server (NotFound): {kind}s.apps "{name}" not found', file=sys.stderr)
+        return 1
     print(f"error: `kubectl {' '.join(args)}` is not stood in by the gpulab lab's k3s", file=sys.stderr)
     return 1
 

@@ -53,3 +53,56 @@ def test_secrets_are_no_log(role):
         for name, spec in entry.get("options", {}).items():
             if name.endswith("_token") or "password" in name:
                 assert spec.get("no_log") is True, name
+
+
+@pytest.mark.slow
+def test_every_role_validates_its_arguments_before_any_task(tmp_path):
+    """Ansible validates each role's arguments first (tagged always): with the inventory's defaults and
+    only the required inputs given, every role passes it. Only the validation tasks run (an unknown tag)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    required = {
+        "k3s_server": {"k3s_server_version": "v1.33.5+k3s1"},
+        "k3s_agent": {
+            "k3s_agent_version": "v1.33.5+k3s1",
+            "k3s_agent_token": "secret-token",
+            "k3s_agent_server_url": "https://192.168.100.53:6443",
+        },
+    }
+    book = [
+        {
+            "name": "validate",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "roles": [{"role": r, "vars": required.get(r, {})} for r in ROLES],
+        }
+    ]
+    path = tmp_path / "play.yml"
+    path.write_text(json.dumps(book))
+    env = {
+        **os.environ,
+        "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+        "ANSIBLE_LIBRARY": str(ROOT / "plugins" / "modules"),
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    cmd = [
+        playbook,
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "--check",
+        "--tags",
+        "gpulab-validation-only",
+        str(path),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("Validating arguments against arg spec 'main'") == len(ROLES)
+    assert "secret-token" not in proc.stdout

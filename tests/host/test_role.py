@@ -75,6 +75,8 @@ def test_reference_node_end_to_end(node):
     rc, out, recap = node.play(extra=ALLOW)
     assert rc == 0, out
     assert sum(c.startswith("shutdown") for c in node.calls()) == 1 and "boot vfio" in node.calls()
+    assert "Rebooting pve for: nomodeset is not on the running command line;" in out
+    assert "nouveau is loaded" in out.split("Rebooting pve for:", 1)[1].split("TASK", 1)[0]
     drivers, loaded = gpu_state(node)
     assert drivers == {"0000:02:00.0": "vfio-pci", "0000:02:00.1": "vfio-pci"}
     assert not set(FIVE) & set(loaded)

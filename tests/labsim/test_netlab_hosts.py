@@ -290,6 +290,8 @@ def test_node_reboot_applies_the_new_command_line_and_binds_vfio(lab):
     assert out is not None, "the node did not come back with a new boot id"
     assert "modprobe.blacklist=nova_core,nova_drm,nova,nouveau" in out[1]
     assert out[2].endswith("/vfio-pci") and out[3].endswith("/vfio-pci")
+    boot = netlab.node_boot_state(_state)
+    assert boot["state"] == "vfio" and boot["cmdline"] == out[1]
     log = (Path(facts["node_host"]["standins_log"])).read_text().splitlines()
     commands = [json.loads(line)["command"] for line in log]
     assert commands[-2:] == ["update-initramfs", "shutdown"]
@@ -315,6 +317,9 @@ def test_configured_range_overlapping_a_route_is_refused_and_leaves_nothing(tmp_
 
 
 def test_kea_router_serves_reservations_set_through_its_control_agent(tmp_path):
+    # the same state directory ran a dnsmasq router before: the router host is re-installed for Kea
+    netlab.up(tmp_path, load_fixture())
+    netlab.down(tmp_path)
     fixture = load_fixture()
     fixture["network"] = {"router": "kea", "subnet": "auto"}
     facts = netlab.up(tmp_path, fixture)

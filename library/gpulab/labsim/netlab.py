@@ -48,7 +48,7 @@ from gpulab.labsim.hooks import VmHooks, net0_mac
 from gpulab.labsim.net import addressing
 from gpulab.labsim.net.addressing import SubnetConflict
 
-__all__ = ["LabNetError", "SubnetConflict", "down", "make_hooks", "status", "up"]
+__all__ = ["LabNetError", "SubnetConflict", "down", "make_hooks", "node_boot_state", "status", "up"]
 
 PREFIX = "gl"
 BLACKHOLE_METRIC = 4242
@@ -408,6 +408,7 @@ def _start_host(
     files: dict[str, str] | None = None,
     tools: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
+    generation: str = "",
 ) -> dict[str, Any]:
     """Start one host (node or VM) and wait until its sshd answers; return its status."""
     subnet = ipaddress.ip_network(facts["subnet"])
@@ -419,13 +420,13 @@ def _start_host(
         (state / stale).unlink(missing_ok=True)
     upper = hdir / "upper"
     marker = upper / "etc" / "gpulab-lab-host"
-    # first boot, or the lab moved to another range since (its files would name the old one)
-    if not marker.exists() or marker.read_text().split("\n")[0] != facts["subnet"]:
+    # first boot, or the lab moved to another range (or the router to another server) since: the
+    # "installation" files would name the old one
+    identity = f"{facts['subnet']} {generation}".strip()
+    if not marker.exists() or marker.read_text().split("\n")[0] != identity:
         _write_first_boot_files(upper, hostname, address, files or {})
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(
-            f"{facts['subnet']}\nthis host is part of a gpulab lab; its files live in its upper dir\n"
-        )
+        marker.write_text(f"{identity}\nthis host is part of a gpulab lab; its files live in its upper dir\n")
     _write_files(upper, tools or {})
     _own_dirs(upper)
     _host_key(lab, hdir, name, subnet)
@@ -682,6 +683,7 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
         users=[{"name": "root", "keys": [lab_key]}],
         files=files,
         extra={"services": services, "run_dirs": run_dirs},
+        generation=rs["server"],
     )
     upper = lab.hosts_dir / "router" / "upper"
     _wait_port(address, 80, "the lab's package archive")
@@ -1046,6 +1048,18 @@ def _leftovers_unprivileged(lab: Lab) -> bool:
     with contextlib.suppress(OSError):
         return any(n.startswith(lab.id) for n in os.listdir("/sys/class/net"))
     return False
+
+
+def node_boot_state(state_dir: Path) -> dict[str, Any] | None:
+    """The node host's last simulated boot: ``{"boot", "state" (stock|blacklisted|vfio), "cmdline"}``, or None.
+
+    For the PVE simulator, e.g. to refuse starting a VM with a passed-through GPU that vfio-pci does not hold.
+    """
+    path = Lab(state_dir).hosts_dir / "node0" / "upper" / "var/lib/gpulab-sim/boot/last-boot.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def status(state_dir: Path) -> dict[str, Any] | None:

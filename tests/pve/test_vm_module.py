@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from .conftest import gpu_vm_args, prepare_gpu_lab, run_module, small_vm_args
 
 
@@ -242,3 +244,14 @@ def test_check_mode_on_a_running_vm_still_reports_its_address(lab):
         check=True,
     )
     assert res["created"] and "address" not in res
+
+
+def test_cloud_init_password_is_set_once_and_never_echoed(lab):
+    args = small_vm_args(
+        lab, cloudinit={"storage": "local-zfs", "user": "ubuntu", "password": "Sup3r-secret"}
+    )
+    res = run_module("gpulab_pve_vm", args, diff=True)
+    assert not res.get("failed"), res
+    assert "Sup3r-secret" not in json.dumps(res)
+    assert res["set"]["cipassword"] == "(secret)"
+    assert run_module("gpulab_pve_vm", args)["changed"] is False

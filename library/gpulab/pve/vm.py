@@ -223,6 +223,11 @@ def _mac(config: Mapping[str, str]) -> str | None:
     return mac.lower() if mac else None
 
 
+def _shown(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Values as reported back: write-only keys (passwords) are never echoed."""
+    return {k: ("(secret)" if vmconfig.key_info(k).write_only else v) for k, v in params.items()}
+
+
 def _family_deletes(spec: VmSpec, current: Mapping[str, Any]) -> dict[str, None]:
     out: dict[str, None] = {}
     for key in current:
@@ -356,7 +361,7 @@ class VmManager:
             res.actions.append("create")
             desired = {k: v for k, v in spec.config.items() if v is not None}
             params, resizes = vmconfig.create_params(desired)
-            res.set = dict(params)
+            res.set = _shown(params)
             res.resize = dict(resizes)
             res.after = vmconfig.view(desired)
             res.status = "stopped"
@@ -380,7 +385,7 @@ class VmManager:
             if change.refused:
                 raise VmError(f"VM {spec.vmid} ({spec.name}): " + "; ".join(change.refused))
             res.before, res.after = change.before, change.after
-            res.set, res.delete, res.resize = change.set, change.delete, change.resize
+            res.set, res.delete, res.resize = _shown(change.set), change.delete, change.resize
             res.status = "running" if running else "stopped"
             res.mac = _mac(current)
             res.pending = pending

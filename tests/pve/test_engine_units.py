@@ -1,0 +1,155 @@
+"""Pure parts of the engine: connection settings, VM spec building, mapping entries, download rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulab.pve import download, mapping, vm, vmconfig
+from gpulab.pve.client import PveConnection, _encode
+
+from .conftest import _load_module
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fix"),
+    [
+        ({"api_url": "pve:8006", "token_id": "a@pve!t", "token_secret": "s"}, "is not a URL"),
+        ({"api_url": "https://pve:8006", "token_id": "a@pve!t"}, "both api_token_id and api_token_secret"),
+        ({"api_url": "https://pve:8006", "token_id": "root@pam", "token_secret": "s"}, "USER@REALM!TOKENID"),
+        ({"api_url": "https://pve:8006", "user": "root@pam"}, "api_user + api_password"),
+        (
+            {"api_url": "https://pve:8006", "user": "root@pam", "password": "x", "fingerprint": "AB:CD"},
+            "SHA-256",
+        ),
+    ],
+)
+def test_connection_settings_are_checked_with_the_fix(kwargs, fix):
+    with pytest.raises(ValueError, match=fix.replace("+", r"\+")):
+        PveConnection(**kwargs).check()
+
+
+def test_connection_base_url_and_user():
+    conn = PveConnection(api_url="https://pve:8006/api2/json/", token_id="root@pam!gpulab", token_secret="s")
+    conn.check()
+    assert conn.base_url == "https://pve:8006/api2/json"
+    assert conn.userid == "root@pam!gpulab" and conn.uses_token
+
+
+def test_form_values_are_what_pve_accepts():
+    assert _encode({"a": True, "b": False, "c": None, "d": "x", "map": ["1", "2"]}) == {
+        "a": 1,
+        "b": 0,
+        "d": "x",
+        "map": ["1", "2"],
+    }
+
+
+def test_build_config_for_the_reference_gpu_vm():
+    cfg, families = vm.build_config(
+        name="vm-gpu",
+        cores=8,
+        memory=16384,
+        balloon=0,
+        machine="q35",
+        bios="ovmf",
+        cpu="host",
+        onboot=False,
+        efidisk={"storage": "local-zfs", "pre_enrolled_keys": False},
+        disks=[{"slot": "scsi0", "storage": "local-zfs", "size_gb": 200, "iothread": True}],
+        nets=[{"bridge": "vmbr0", "macaddr": "bc:24:11:00:00:01"}],
+        hostpci=[{"mapping": "rtx3090", "pcie": True}],
+        cloudinit={"storage": "local-zfs", "user": "ubuntu", "ssh_keys": ["ssh-ed25519 AAAA me@lab"]},
+        serial_console=True,
+        boot_order=["scsi0"],
+    )
+    assert families == ("net", "hostpci")
+    assert cfg["efidisk0"] == "local-zfs:1,efitype=4m,pre-enrolled-keys=0"
+    assert cfg["scsi0"] == "local-zfs:200,iothread=1"
+    assert cfg["net0"] == "virtio,bridge=vmbr0,macaddr=BC:24:11:00:00:01"
+    assert cfg["hostpci0"] == "mapping=rtx3090,pcie=1"
+    assert cfg["ide2"] == "local-zfs:cloudinit" and cfg["sshkeys"] == "ssh-ed25519%20AAAA%20me%40lab"
+    assert cfg["onboot"] == "0" and cfg["balloon"] == "0" and cfg["boot"] == "order=scsi0"
+    assert cfg["serial0"] == "socket" and cfg["vga"] == "serial0"
+
+
+def test_build_config_i440fx_is_pvess_pc_and_conflicts_are_refused():
+    cfg, _ = vm.build_config(name="vm-1", machine="i440fx")
+    assert cfg["machine"] == "pc"
+    with pytest.raises(vm.VmError, match="exactly one"):
+        vm.build_config(name="x", hostpci=[{"pcie": True}])
+    with pytest.raises(vm.VmError, match="both want ide2"):
+        vm.build_config(name="x", cdrom="local:iso/a.iso", cloudinit={"storage": "local-zfs"})
+
+
+def test_own_families_remove_extra_nics_and_devices_only():
+    spec = vm.VmSpec("pve", 100, "vm-1", {"net0": "virtio,bridge=vmbr0"}, ("net", "hostpci"))
+    current = {
+        "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0",
+        "net1": "e1000,bridge=vmbr1",
+        "hostpci0": "0000:02:00",
+    }
+    assert vm._family_deletes(spec, current) == {"net1": None, "hostpci0": None}
+    change = vmconfig.diff(current, {**spec.config, **vm._family_deletes(spec, current)})
+    assert sorted(change.delete) == ["hostpci0", "net1"] and change.set == {}
+
+
+@pytest.mark.parametrize(
+    ("user", "token", "expect"),
+    [
+        ("root@pam", None, {"host": "0000:02:00", "pcie": True}),
+        (None, "root@pam!gpulab", {"mapping": "rtx3090", "pcie": True}),
+        ("admin@pve", None, {"mapping": "rtx3090", "pcie": True}),
+    ],
+)
+def test_mapping_unless_root_password(user, token, expect):
+    mod = _load_module("gpulab_pve_vm")
+    conn = PveConnection(
+        api_url="https://pve:8006",
+        user=user,
+        password="x" if user else None,
+        token_id=token,
+        token_secret="s" if token else None,
+    )
+    got = mod.choose_hostpci(
+        [{"mapping": "rtx3090", "host": "0000:02:00", "pcie": True, "x_vga": None}], conn
+    )
+    assert got == [expect]
+
+
+def test_raw_device_with_a_token_is_refused_with_the_way_out():
+    mod = _load_module("gpulab_pve_vm")
+    conn = PveConnection(api_url="https://pve:8006", token_id="root@pam!gpulab", token_secret="s")
+    with pytest.raises(ValueError, match=r"root@pam!gpulab.*gpulab_pve_pci_mapping"):
+        mod.choose_hostpci([{"host": "0000:02:00"}], conn)
+
+
+def test_map_entries_are_written_and_compared_as_pve_keeps_them():
+    entry = mapping.map_entry(
+        {
+            "node": "pve",
+            "path": "0000:02:00",
+            "id": "0x10DE:0x2204",
+            "iommugroup": "13",
+            "subsystem_id": "1462:3881",
+        }
+    )
+    assert entry == "node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"
+    assert (
+        mapping.normalise_map("subsystem-id=1462:3881,iommugroup=13,id=10DE:2204,path=0000:02:00,node=pve")
+        == entry
+    )
+    with pytest.raises(mapping.MappingError, match="vendor:device"):
+        mapping.map_entry({"node": "pve", "path": "0000:02:00", "id": "2204"})
+
+
+@pytest.mark.parametrize(
+    ("name", "normalised"),
+    [("noble.qcow2", "noble.qcow2"), ("/tmp/x/ubuntu 24.iso", "ubuntu_24.iso"), ("a\\b\\c.img", "c.img")],
+)
+def test_download_filenames_as_pve_normalises_them(name, normalised):
+    assert download.normalise_filename(name) == normalised
+
+
+def test_download_progress_is_the_last_percentage():
+    assert download.progress_of(["0M of 585M (0.00%)", "292M of 585M (49.91%)", "checksum verified"]) == 49.91
+    assert download.progress_of(["downloading"]) is None

@@ -57,6 +57,11 @@ def results(out: dict, module: str) -> dict:
 def demo_lab(tmp_path):
     lab = start_lab(tmp_path)
     (lab.state / "lab.json").write_text(json.dumps(lab.desc))
+    # inventory/demo reads the lab's public key for cloud-init (netlab makes a real one)
+    (lab.state / "ssh").mkdir()
+    (lab.state / "ssh" / "id_ed25519.pub").write_text(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly test@lab+1\n"
+    )
     yield lab
     stop_lab(lab)
 
@@ -95,6 +100,7 @@ def test_check_diff_then_apply_then_nothing_to_do(demo_lab, tmp_path):
         assert c.get("machine", "pc") in ("pc", "i440fx") and c.get("bios", "seabios") == "seabios"
         assert int(c["cores"]) == 4 and int(str(c["memory"]).split("=")[-1]) == 4096
         assert "size=60G" in c["scsi0"] and "efidisk0" not in c
+        assert c["sshkeys"].startswith("ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly%20test%40lab%2B1")
     mapping = client.get("cluster/mapping/pci")
     assert mapping[0]["map"] == ["node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"]
     assert {vm["status"] for vm in client.get("cluster/resources", type="vm")} == {"running"}

@@ -118,6 +118,13 @@ class Lab:
         (root / "manifests").mkdir()
         (root / "callbacks").mkdir()
         (root / "callbacks" / "gpulab_test_json.py").write_text(JSON_CALLBACK)
+        smi = root / "bin" / "nvidia-smi"
+        lines = "".join(
+            f"{g['uuid']}, {g['name']}, {g['memory_total_mib']}, 580.173.02, 00000000:0{g['index'] + 1}:00.0\\n"
+            for g in GPU_FACTS
+        )
+        smi.write_text(f"#!/bin/sh\nprintf '{lines}'\n")
+        smi.chmod(0o755)
         k3s = root / "bin" / "k3s"
         k3s.write_text(FAKE_K3S)
         k3s.chmod(0o755)
@@ -133,7 +140,7 @@ class Lab:
                             "k3s_agent": {
                                 "hosts": {
                                     "vm-2": local,
-                                    "vm-gpu": {**local, "vm_gpu": "rtx3090", "gpulab_gpus": GPU_FACTS},
+                                    "vm-gpu": {**local, "vm_gpu": "rtx3090"},
                                 }
                             },
                         }
@@ -154,7 +161,14 @@ class Lab:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def play(self, tasks, *, check=False, extra_vars=None):
-        playbook = [{"name": "test", "hosts": "vm-1", "gather_facts": False, "tasks": tasks}]
+        # The GPU node's facts come from the module itself, as in the stages (delegated, facts kept on vm-gpu).
+        facts = {
+            "name": "GPU facts of vm-gpu",
+            "gpulab_gpu_facts": {"nvidia_smi": str(self.root / "bin" / "nvidia-smi")},
+            "delegate_to": "vm-gpu",
+            "delegate_facts": True,
+        }
+        playbook = [{"name": "test", "hosts": "vm-1", "gather_facts": False, "tasks": [facts, *tasks]}]
         path = self.root / "play.yml"
         path.write_text(yaml.safe_dump(playbook, sort_keys=False))
         env = {

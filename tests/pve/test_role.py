@@ -151,6 +151,7 @@ def test_check_diff_then_apply_then_nothing_to_do(demo_lab, tmp_path):
     said = [r for r in out["results"] if "Keep from starting at boot" in r["task"]]
     assert len(said) == 1 and "vm-gpu" in said[0]["result"]["msg"]
     assert lab.writes(mark) == []
+    assert lab.rejected() == []
 
 
 def test_defaults_and_argument_specs_agree():

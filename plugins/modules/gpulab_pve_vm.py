@@ -42,8 +42,10 @@ options:
     description:
       - V(present) creates or updates the VM and leaves its power state alone; V(started) also starts it;
         V(stopped) shuts it down (forced stop after the timeout); V(absent) stops and destroys it.
+      - V(restarted) shuts an existing VM down and starts it again without touching its config (always
+        changed; the guest renews its DHCP lease). Only O(node), O(vmid) and O(name) are needed.
     type: str
-    choices: [present, started, stopped, absent]
+    choices: [present, started, stopped, absent, restarted]
     default: present
   cores:
     description: Cores per socket.
@@ -401,7 +403,11 @@ def build_argument_spec(fallback=None):
         node={"type": "str", "required": True},
         vmid={"type": "int", "required": True},
         name={"type": "str", "required": True},
-        state={"type": "str", "choices": ["present", "started", "stopped", "absent"], "default": "present"},
+        state={
+            "type": "str",
+            "choices": ["present", "started", "stopped", "absent", "restarted"],
+            "default": "present",
+        },
         cores={"type": "int"},
         sockets={"type": "int"},
         memory={"type": "int"},

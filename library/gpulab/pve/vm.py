@@ -336,12 +336,14 @@ class VmManager:
         self._power("shutdown", timeout=int(min(self.timeout, 300)), forceStop=1)
 
     def ensure(self, state: str, restart: bool = False) -> VmResult:
-        if state not in ("present", "started", "stopped", "absent"):
+        if state not in ("present", "started", "stopped", "absent", "restarted"):
             raise ValueError(f"unknown state {state!r}")
         spec = self.spec
         res = VmResult()
         entry = self._check_name(self._unlocked(self._lookup()))
         running = bool(entry) and entry.get("status") == "running"
+        if state == "restarted":
+            return self._restart_now(entry, running, res)
         if state == "absent":
             if entry is None:
                 return res
@@ -438,6 +440,23 @@ class VmManager:
                 self._shutdown()
             res.status = "stopped"
             res.restart_needed = False
+        return res
+
+    def _restart_now(self, entry: dict | None, running: bool, res: VmResult) -> VmResult:
+        """Shut the VM down (if it runs) and start it, leaving its config alone: a guest takes
+        a new DHCP lease this way, on real hardware as in the lab."""
+        if entry is None:
+            raise VmError(f"VM {self.spec.vmid} does not exist on node {self.spec.node}: nothing to restart")
+        config = self._config()
+        res.before = res.after = vmconfig.view(config)
+        res.mac = _mac(config)
+        res.changed = res.restarted = True
+        res.actions += ["shutdown", "start"] if running else ["start"]
+        if not self.check_mode:
+            if running:
+                self._shutdown()
+            self._power("start")
+        res.status = "running"
         return res
 
     def _apply(self, change: vmconfig.ConfigChange, digest: str | None) -> None:

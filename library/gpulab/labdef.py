@@ -135,7 +135,15 @@ CATALOGUE: tuple[Var, ...] = (
     ),
     Var("hami_chart_version", "all", "str", "2.10.0", doc="HAMi Helm chart version."),
     Var("hami_device_split_count", "all", "int", 10, doc="How many pods may share one card."),
-    Var("hami_device_memory_scaling", "all", "int", 1, doc="Card memory overcommit factor (1: none)."),
+    Var("hami_device_memory_scaling", "all", "float", 1, doc="Card memory overcommit factor (1: none)."),
+    Var(
+        "workloads_engines",
+        "all",
+        "list",
+        [],
+        doc="GPU engines for stage workloads: `{name, image, node, gpus: [index or UUID], gpu_memory_percent, "
+        "cuda_disable_control, port, readiness_path, ...}` (see roles/workloads).",
+    ),
     # --- each Proxmox node (host_vars of group proxmox) ---
     Var("pve_node", "proxmox", "str", required=True, doc="Node name as PVE knows it (`pvecm nodes`)."),
     Var(
@@ -289,6 +297,7 @@ def _coerce(host: str, var: Var, value: Any, problems: list[Problem]) -> Any:
     ok = {
         "str": isinstance(value, str),
         "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
         "bool": isinstance(value, bool),
         "list": isinstance(value, list),
         "dict": isinstance(value, dict),
@@ -297,6 +306,8 @@ def _coerce(host: str, var: Var, value: Any, problems: list[Problem]) -> Any:
         return value
     if var.type == "int" and isinstance(value, str) and value.strip().isdigit():
         return int(value)  # templated values arrive as strings
+    if var.type == "float" and isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value):
+        return float(value)
     if var.type == "bool" and isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     if var.type == "str" and isinstance(value, int | float) and not isinstance(value, bool):
@@ -1128,6 +1139,58 @@ def _check_k3s(lab: Lab, out: list[Problem]) -> None:
                     h,
                     "a k3s node that is not a lab VM",
                     "add it to group vms with its vm_* settings, or remove it from k3s",
+                )
+            )
+    shares: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for i, engine in enumerate(lab.globals.get("workloads_engines") or []):
+        where = f"workloads_engines[{i}]"
+        if not isinstance(engine, dict) or not engine.get("name") or not engine.get("node"):
+            out.append(
+                Problem(
+                    "all",
+                    where,
+                    engine,
+                    "an engine needs at least name and node",
+                    "write {name: vllm, node: vm-gpu, gpus: [0], gpu_memory_percent: 45, ...}",
+                )
+            )
+            continue
+        node = engine["node"]
+        if node not in lab.vms or not lab.vms[node].get("vm_gpu"):
+            out.append(
+                Problem(
+                    "all",
+                    f"{where}.node",
+                    node,
+                    "not a lab VM with a GPU",
+                    "use the inventory name of a VM that has vm_gpu set, e.g. vm-gpu",
+                )
+            )
+        pct = engine.get("gpu_memory_percent", 100)
+        if not isinstance(pct, int) or not 1 <= pct <= 100:
+            out.append(
+                Problem(
+                    "all",
+                    f"{where}.gpu_memory_percent",
+                    pct,
+                    "a share of a card is 1-100 percent",
+                    "give the percentage of each card's memory the engine may use",
+                )
+            )
+            continue
+        for card in engine.get("gpus") or [0]:
+            shares.setdefault((node, str(card)), []).append((engine["name"], pct))
+    for (node, card), users in shares.items():
+        total = sum(p for _, p in users)
+        if total > 100:
+            parts = " + ".join(f"{n} {p}%" for n, p in users)
+            out.append(
+                Problem(
+                    "all",
+                    "workloads_engines",
+                    f"{node} card {card}",
+                    f"the engines ask for {total}% of one card ({parts})",
+                    "lower gpu_memory_percent so the engines on a card add up to 100 or less",
                 )
             )
     split = lab.globals.get("hami_device_split_count")

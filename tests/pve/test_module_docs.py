@@ -9,7 +9,13 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-MODULES = ["gpulab_pve_vm", "gpulab_pve_download", "gpulab_pve_pci_mapping", "gpulab_pve_info"]
+MODULES = [
+    "gpulab_pve_vm",
+    "gpulab_pve_download",
+    "gpulab_pve_pci_mapping",
+    "gpulab_pve_info",
+    "gpulab_lab_table",
+]
 
 
 def load(path: pathlib.Path, name: str):

@@ -1,0 +1,145 @@
+"""The end-of-run lab table: one row per VM with what PVE, nvidia-smi and k3s report about it.
+
+`rows()` is pure: it joins the VM configs PVE returns, the GPU facts of each VM and the k3s node
+list. `read_vm_configs()` does the PVE reads (one list and one config per VM). `markdown()` and
+`text()` render the table; `write()` stores it as lab-table.md and lab-table.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpulab.pve.client import PveClient
+
+COLUMNS = (
+    ("vm", "VM"),
+    ("vmid", "id"),
+    ("address", "address"),
+    ("shape", "vCPU / RAM / disk"),
+    ("platform", "machine / firmware"),
+    ("gpu", "passed-through GPU"),
+    ("onboot", "start at boot"),
+    ("driver", "driver / card (nvidia-smi)"),
+    ("k3s", "k3s node"),
+    ("hami", "HAMi vGPUs"),
+)
+_DISK_KEYS = re.compile(r"^(scsi|virtio|sata|ide)\d+$")
+
+
+def read_vm_configs(client: PveClient, vms: list[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Config and power state of each VM ({name, node, vmid}); absent VMs map to {}."""
+    listed = {int(r["vmid"]): r for r in client.get("cluster/resources", type="vm") or [] if "vmid" in r}
+    out: dict[str, dict[str, Any]] = {}
+    for vm in vms:
+        entry = listed.get(int(vm["vmid"]))
+        if entry is None:
+            out[vm["name"]] = {}
+            continue
+        config = client.get(f"nodes/{entry.get('node', vm['node'])}/qemu/{vm['vmid']}/config") or {}
+        out[vm["name"]] = {"status": entry.get("status"), "config": config}
+    return out
+
+
+def _disk_size(config: Mapping[str, Any]) -> str:
+    for key in sorted(config):
+        if _DISK_KEYS.match(key) and "media=cdrom" not in str(config[key]):
+            m = re.search(r"size=(\d+[KMGT]?)", str(config[key]))
+            if m:
+                return m.group(1)
+    return "?"
+
+
+def _node_status(node: Mapping[str, Any]) -> str:
+    conditions = {c.get("type"): c.get("status") for c in node.get("status", {}).get("conditions", [])}
+    ready = "Ready" if conditions.get("Ready") == "True" else "NotReady"
+    labels = node.get("metadata", {}).get("labels", {})
+    roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/"))
+    role = ",".join(r for r in roles if r) or "agent"
+    version = node.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "")
+    return " ".join(x for x in (ready, role, version) if x)
+
+
+def rows(
+    vms: list[Mapping[str, Any]],
+    pve: Mapping[str, Mapping[str, Any]],
+    gpus: Mapping[str, list[Mapping[str, Any]]],
+    k8s_nodes: list[Mapping[str, Any]],
+) -> list[dict[str, str]]:
+    """One row per VM. `vms`: {name, vmid, address, gpu}; `pve`: read_vm_configs(); `gpus`: GPU facts
+    per VM name; `k8s_nodes`: items of `kubectl get nodes -o json` (node name = inventory name)."""
+    nodes = {n.get("metadata", {}).get("name"): n for n in k8s_nodes}
+    table = []
+    for vm in vms:
+        name = vm["name"]
+        found = pve.get(name) or {}
+        config = found.get("config") or {}
+        memory = config.get("memory", "?")
+        balloon = " fixed" if str(config.get("balloon", "")) == "0" else ""
+        hostpci = config.get("hostpci0", "")
+        cards = gpus.get(name) or []
+        node = nodes.get(name)
+        alloc = (node or {}).get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
+        table.append(
+            {
+                "vm": name,
+                "vmid": str(vm.get("vmid", "")),
+                "address": str(vm.get("address") or "?"),
+                "shape": f"{config.get('cores', '?')} / {memory} MiB{balloon} / {_disk_size(config)}"
+                if config
+                else "absent",
+                "platform": f"{config.get('machine', 'i440fx')} / {config.get('bios', 'seabios')}"
+                if config
+                else "",
+                "gpu": f"{vm.get('gpu')} ({hostpci})" if vm.get("gpu") else "-",
+                "onboot": ("yes" if str(config.get("onboot", "0")) == "1" else "no") if config else "",
+                "driver": "; ".join(
+                    f"{c.get('name')}, {c.get('memory_total_mib')} MiB, {c.get('driver_version')}"
+                    for c in cards
+                )
+                or "-",
+                "k3s": _node_status(node) if node else "-",
+                "hami": str(alloc) if alloc is not None else "-",
+            }
+        )
+    return table
+
+
+def markdown(table: list[Mapping[str, str]]) -> str:
+    head = "| " + " | ".join(title for _, title in COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    body = ["| " + " | ".join(r[key].replace("|", "\\|") for key, _ in COLUMNS) + " |" for r in table]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def text(table: list[Mapping[str, str]]) -> list[str]:
+    """The table as aligned plain-text lines, for the end of a run."""
+    grid = [[title for _, title in COLUMNS]] + [[r[key] for key, _ in COLUMNS] for r in table]
+    widths = [max(len(row[i]) for row in grid) for i in range(len(COLUMNS))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in grid]
+
+
+def files(table: list[Mapping[str, str]]) -> dict[str, str]:
+    """The stored forms of the table: file name -> content."""
+    return {
+        "lab-table.md": "# gpulab lab\n\n" + markdown(table),
+        "lab-table.json": json.dumps(table, indent=2) + "\n",
+    }
+
+
+def write(
+    state_dir: str | os.PathLike, table: list[Mapping[str, str]], dry_run: bool = False
+) -> tuple[bool, list[Path]]:
+    """Write lab-table.md and lab-table.json into the state directory; (changed, paths)."""
+    d = Path(state_dir)
+    wanted = {d / name: text for name, text in files(table).items()}
+    changed = any(not f.exists() or f.read_text() != text for f, text in wanted.items())
+    if changed and not dry_run:
+        d.mkdir(parents=True, exist_ok=True)
+        for f, text in wanted.items():
+            f.write_text(text)
+    return changed, list(wanted)

@@ -1,0 +1,139 @@
+#!/usr/bin/python
+"""Ansible module gpulab_lab_table: the end-of-run lab table (thin wrapper over gpulab.labtable)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpulab_lab_table
+short_description: Build the lab table of every VM from PVE, nvidia-smi and k3s, and store it
+description:
+  - Reads each VM's config and power state from the Proxmox VE API (one list and one config read per VM),
+    joins them with the GPU facts of each VM and the k3s node list, and returns the table.
+  - Writes it as C(lab-table.md) and C(lab-table.json) into O(state_dir) when given; C(changed) is true
+    only when their content changed. In check mode nothing is written.
+version_added: "0.1.0"
+author: gpulab
+extends_documentation_fragment:
+  - gpulab_pve
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+options:
+  vms:
+    description: The lab's VMs, each with C(name), C(node), C(vmid), and optionally C(address) and C(gpu).
+    type: list
+    elements: dict
+    required: true
+  gpus:
+    description: GPU facts per VM name (the C(gpus) list of gpulab_gpu_facts).
+    type: dict
+    default: {}
+  k8s_nodes:
+    description: The C(items) of C(kubectl get nodes -o json); node names are the VMs' inventory names.
+    type: list
+    elements: dict
+    default: []
+  state_dir:
+    description: Folder for C(lab-table.md) and C(lab-table.json); omitted, nothing is written.
+    type: path
+"""
+
+EXAMPLES = r"""
+- name: Build and store the lab table
+  gpulab_lab_table:
+    api_url: https://192.168.100.5:8006
+    api_token_id: gpulab@pve!ansible
+    api_token_secret: "{{ vault_pve_api_token_secret }}"
+    vms:
+      - {name: vm-gpu, node: pve, vmid: 102, address: 192.168.100.55, gpu: rtx3090}
+    gpus: {vm-gpu: [{name: NVIDIA GeForce RTX 3090, memory_total_mib: 24576, driver_version: "580.95.05"}]}
+    state_dir: .gpulab
+  register: table
+"""
+
+RETURN = r"""
+rows:
+  description: One dict per VM with the keys vm, vmid, address, shape, platform, gpu, onboot, driver, k3s, hami.
+  returned: always
+  type: list
+  elements: dict
+lines:
+  description: The table as aligned text lines.
+  returned: always
+  type: list
+  elements: str
+markdown:
+  description: The table in Markdown.
+  returned: always
+  type: str
+files:
+  description: The files written (or that would be written), when O(state_dir) is given.
+  returned: when O(state_dir) is given
+  type: list
+  elements: str
+requests:
+  description: API requests sent (reads, writes).
+  returned: always
+  type: dict
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
+
+try:
+    from gpulab import labtable
+    from gpulab.pve import connection
+    from gpulab.pve.client import PveError
+except ImportError:
+    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_ERR = True, None
+
+
+def build_argument_spec(fallback=None):
+    spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
+    spec.update(
+        vms={"type": "list", "elements": "dict", "required": True},
+        gpus={"type": "dict", "default": {}},
+        k8s_nodes={"type": "list", "elements": "dict", "default": []},
+        state_dir={"type": "path"},
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=build_argument_spec(env_fallback),
+        supports_check_mode=True,
+        **(connection.MODULE_KWARGS if HAS_GPULAB else {}),
+    )
+    if not HAS_GPULAB:
+        module.fail_json(
+            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
+        )
+    p = module.params
+    client = None
+    try:
+        client = connection.connect(p)
+        pve = labtable.read_vm_configs(client, p["vms"])
+    except PveError as exc:
+        module.fail_json(msg=f"Reading the VMs for the lab table: {exc}")
+    table = labtable.rows(p["vms"], pve, p["gpus"], p["k8s_nodes"])
+    result = {
+        "changed": False,
+        "rows": table,
+        "lines": labtable.text(table),
+        "markdown": labtable.markdown(table),
+        "requests": {"reads": client.reads, "writes": client.writes},
+    }
+    if p["state_dir"]:
+        changed, paths = labtable.write(p["state_dir"], table, dry_run=module.check_mode)
+        result.update(changed=changed, files=[str(f) for f in paths])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

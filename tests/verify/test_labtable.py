@@ -1,0 +1,110 @@
+"""The lab table joins PVE's VM configs, nvidia-smi's cards and k3s's nodes into one row per VM."""
+
+import json
+from pathlib import Path
+
+from gpulab import labtable
+
+# The conditions of a real node (kubectl get node -o json, .status.conditions).
+SAMPLES = Path(__file__).parent / "data"
+
+VMS = [
+    {"name": "vm-1", "node": "pve", "vmid": 100, "address": "192.168.100.53", "gpu": None},
+    {"name": "vm-gpu", "node": "pve", "vmid": 102, "address": "192.168.100.55", "gpu": "rtx3090"},
+]
+PVE = {
+    "vm-1": {
+        "status": "running",
+        "config": {
+            "cores": 4,
+            "memory": "4096",
+            "scsi0": "local-zfs:vm-100-disk-0,iothread=1,size=60G",
+            "onboot": 1,
+            "ide2": "local-zfs:vm-100-cloudinit,media=cdrom,size=4M",
+        },
+    },
+    "vm-gpu": {
+        "status": "running",
+        "config": {
+            "cores": 8,
+            "memory": "16384",
+            "balloon": 0,
+            "machine": "q35",
+            "bios": "ovmf",
+            "onboot": 0,
+            "scsi0": "local-zfs:vm-102-disk-1,size=200G",
+            "hostpci0": "mapping=rtx3090,pcie=1",
+        },
+    },
+}
+GPUS = {
+    "vm-gpu": [{"name": "NVIDIA GeForce RTX 3090", "memory_total_mib": 24576, "driver_version": "580.95.05"}]
+}
+
+
+def node(name, ready="True", gpus=None, server=False):
+    labels = {"node-role.kubernetes.io/control-plane": "true"} if server else {}
+    status = {
+        "conditions": [{"type": "Ready", "status": ready}],
+        "nodeInfo": {"kubeletVersion": "v1.33.5+k3s1"},
+    }
+    if gpus is not None:
+        status["allocatable"] = {"nvidia.com/gpu": str(gpus)}
+    return {"metadata": {"name": name, "labels": labels}, "status": status}
+
+
+def test_rows_join_every_source():
+    table = labtable.rows(VMS, PVE, GPUS, [node("vm-1", server=True), node("vm-gpu", gpus=10)])
+    assert table[0] == {
+        "vm": "vm-1",
+        "vmid": "100",
+        "address": "192.168.100.53",
+        "shape": "4 / 4096 MiB / 60G",
+        "platform": "i440fx / seabios",
+        "gpu": "-",
+        "onboot": "yes",
+        "driver": "-",
+        "k3s": "Ready control-plane v1.33.5+k3s1",
+        "hami": "-",
+    }
+    assert table[1]["shape"] == "8 / 16384 MiB fixed / 200G"
+    assert table[1]["platform"] == "q35 / ovmf"
+    assert table[1]["gpu"] == "rtx3090 (mapping=rtx3090,pcie=1)"
+    assert table[1]["onboot"] == "no"
+    assert table[1]["driver"] == "NVIDIA GeForce RTX 3090, 24576 MiB, 580.95.05"
+    assert table[1]["k3s"] == "Ready agent v1.33.5+k3s1"
+    assert table[1]["hami"] == "10"
+
+
+def test_real_node_conditions_sample_reads_ready():
+    conditions = json.loads((SAMPLES / "kubectl-node-conditions.json").read_text())
+    n = {"metadata": {"name": "vm-2"}, "status": {"conditions": conditions}}
+    [row] = labtable.rows([{"name": "vm-2", "vmid": 101}], {}, {}, [n])
+    assert row["k3s"].startswith("Ready")
+    assert row["shape"] == "absent"
+
+
+def test_not_ready_and_missing_node():
+    table = labtable.rows(VMS, PVE, {}, [node("vm-1", ready="False")])
+    assert table[0]["k3s"].startswith("NotReady")
+    assert table[1]["k3s"] == "-"
+
+
+def test_markdown_and_text_render_every_row():
+    table = labtable.rows(VMS, PVE, GPUS, [])
+    md = labtable.markdown(table).splitlines()
+    assert md[0].startswith("| VM | id | address |")
+    assert md[3].startswith("| vm-gpu | 102 | 192.168.100.55 | 8 / 16384 MiB fixed / 200G | q35 / ovmf |")
+    lines = labtable.text(table)
+    assert len(lines) == 3 and lines[2].startswith("vm-gpu  102  192.168.100.55")
+
+
+def test_write_reports_change_only_when_content_differs(tmp_path):
+    table = labtable.rows(VMS, PVE, GPUS, [])
+    changed, paths = labtable.write(tmp_path, table, dry_run=True)
+    assert changed and not any(p.exists() for p in paths)
+    assert labtable.write(tmp_path, table)[0] is True
+    assert json.loads((tmp_path / "lab-table.json").read_text()) == table
+    assert labtable.write(tmp_path, table)[0] is False
+    table[0]["address"] = "192.168.100.60"
+    assert labtable.write(tmp_path, table)[0] is True

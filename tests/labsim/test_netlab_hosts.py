@@ -252,6 +252,7 @@ def test_vm_gets_reserved_address_from_real_dhcp_and_moves_when_the_reservation_
         hooks.vm_started("pve", 192, cfg)
         assert ens18(hooks, 192, cfg) == [moved]
         assert ssh(facts, "ubuntu", moved, "hostname").stdout == "vm-1\n"
+
     finally:
         hooks.vm_destroyed("pve", 192)
         reserve(facts, "vm192", None)
@@ -321,7 +322,8 @@ def test_kea_router_serves_reservations_set_through_its_control_agent(tmp_path):
     netlab.up(tmp_path, load_fixture())
     netlab.down(tmp_path)
     fixture = load_fixture()
-    fixture["network"] = {"router": "kea", "subnet": "auto"}
+    # renew every 2 s (dnsmasq never sends a T1 under a minute; Kea does)
+    fixture["network"] = {"router": "kea", "subnet": "auto", "dhcp_renew_s": 2, "vm_init": "simple"}
     facts = netlab.up(tmp_path, fixture)
     try:
         url = facts["router"]["control_agent_url"]
@@ -332,16 +334,27 @@ def test_kea_router_serves_reservations_set_through_its_control_agent(tmp_path):
             with urllib.request.urlopen(req, timeout=5) as resp:
                 return json.load(resp)
 
-        args = post({"command": "config-get", "service": ["dhcp4"]})[0]["arguments"]
-        args.pop("hash", None)
-        mac, reserved = "bc:24:11:00:10:04", lab_address(facts, 54)
-        args["Dhcp4"]["subnet4"][0]["reservations"] = [{"hw-address": mac, "ip-address": reserved}]
-        assert post({"command": "config-set", "service": ["dhcp4"], "arguments": args})[0]["result"] == 0
+        def reserve_kea(mac, address):
+            args = post({"command": "config-get", "service": ["dhcp4"]})[0]["arguments"]
+            args.pop("hash", None)
+            args["Dhcp4"]["subnet4"][0]["reservations"] = [{"hw-address": mac, "ip-address": address}]
+            assert post({"command": "config-set", "service": ["dhcp4"], "arguments": args})[0]["result"] == 0
+
+        mac, reserved, again = "bc:24:11:00:10:04", lab_address(facts, 54), lab_address(facts, 64)
+        reserve_kea(mac, reserved)
         hooks = netlab.make_hooks(tmp_path, fixture)
         cfg = vm_config(facts, "vm-2", mac)
         hooks.vm_started("pve", 193, cfg)
         assert ens18(hooks, 193, cfg) == [reserved]
         assert ssh(facts, "ubuntu", reserved, "hostname").stdout == "vm-2\n"
+        # a running VM follows a changed reservation at its next renew, and its sshd with it
+        reserve_kea(mac, again)
+        deadline = time.monotonic() + 15
+        while ens18(hooks, 193, cfg) != [again] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ens18(hooks, 193, cfg) == [again]
+        assert ssh(facts, "ubuntu", again, "hostname").stdout == "vm-2\n"
+        assert netlab.status(tmp_path)["vm_hosts"]["193"]["address"] == again
     finally:
         netlab.down(tmp_path)
     assert lab_objects(netlab.lab_id(tmp_path)) == ([], [])

@@ -616,7 +616,11 @@ def _router_settings(fixture: dict[str, Any], subnet: ipaddress.IPv4Network) -> 
         a, b = (p.strip() for p in str(pool).split("-", 1))
         first, last = addressing.translate(a, subnet), addressing.translate(b, subnet)
     kind = str(net.get("router") or "dnsmasq")
+    renew_s = int(net.get("dhcp_renew_s") or DEFAULT_RENEW_S)
+    if not 1 <= renew_s < LEASE_S:
+        raise LabNetError(f"network.dhcp_renew_s must be between 1 and {LEASE_S - 1} seconds (got {renew_s})")
     return {
+        "renew_s": renew_s,
         "kind": kind,
         "server": "kea" if kind == "kea" else "dnsmasq",
         "address": router_ip,
@@ -647,9 +651,9 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
     if not ranges:
         raise LabNetError(f"the DHCP pool {rs['pool_first']}-{rs['pool_last']} holds no free address")
     if rs["server"] == "kea":
-        files, services, run_dirs, info = _kea_setup(subnet, address, ranges)
+        files, services, run_dirs, info = _kea_setup(subnet, address, ranges, rs["renew_s"])
     else:
-        files, services, run_dirs, info = _dnsmasq_setup(subnet, ranges)
+        files, services, run_dirs, info = _dnsmasq_setup(subnet, ranges, rs["renew_s"])
     # the lab's package archive, served by the router host (built while the router is down)
     from gpulab.labsim.net import repo
 
@@ -683,7 +687,7 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
         users=[{"name": "root", "keys": [lab_key]}],
         files=files,
         extra={"services": services, "run_dirs": run_dirs},
-        generation=rs["server"],
+        generation=f"{rs['server']} renew={rs['renew_s']}",
     )
     upper = lab.hosts_dir / "router" / "upper"
     _wait_port(address, 80, "the lab's package archive")
@@ -704,6 +708,8 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
         "netns": st["netns"],
         "pool": f"{rs['pool_first']}-{rs['pool_last']}",
         "pool_ranges": [f"{a}-{b}" for a, b in ranges],
+        "lease_s": LEASE_S,
+        "renew_s": rs["renew_s"],
         "upper_dir": str(upper),
         **info,
     }
@@ -720,7 +726,11 @@ def _wait_port(address: str, port: int, what: str, timeout: float = 10.0) -> Non
     raise LabNetError(f"{what} did not listen on {address}:{port}")
 
 
-def _dnsmasq_setup(subnet, ranges):
+LEASE_S = 120  # dnsmasq's shortest lease
+DEFAULT_RENEW_S = 30
+
+
+def _dnsmasq_setup(subnet, ranges, renew_s: int):
     argv = [
         "/usr/sbin/dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--user=root", "--group=root",
         "--port=0",  # no DNS: DHCP only
@@ -731,7 +741,12 @@ def _dnsmasq_setup(subnet, ranges):
         f"--dhcp-leasefile={DNSMASQ_LEASES}", f"--pid-file={DNSMASQ_PID}",
         "--log-dhcp", "--log-facility=/var/log/dnsmasq.log",
     ]  # fmt: skip
-    argv += [f"--dhcp-range={a},{b},{subnet.netmask},1h" for a, b in ranges]
+    # short leases renewed every renew_s (T1), so a changed reservation moves a running VM at its next renew
+    argv += [f"--dhcp-range={a},{b},{subnet.netmask},{LEASE_S}" for a, b in ranges]
+    argv += [
+        f"--dhcp-option=option:T1,{renew_s}",
+        f"--dhcp-option=option:T2,{max(renew_s + 1, LEASE_S * 7 // 8)}",
+    ]
     files = {DNSMASQ_HOSTS_FILE: "", f"{DNSMASQ_HOSTS_DIR}/.keep": "", DNSMASQ_LEASES: ""}
     services = [{"name": "dnsmasq", "argv": argv, "ready_file": DNSMASQ_PID}]
     info = {
@@ -744,15 +759,15 @@ def _dnsmasq_setup(subnet, ranges):
     return files, services, ["/run/dnsmasq"], info
 
 
-def _kea_setup(subnet, address: str, ranges):
+def _kea_setup(subnet, address: str, ranges, renew_s: int):
     dhcp4 = {
         "Dhcp4": {
             "interfaces-config": {"interfaces": ["lan0"], "dhcp-socket-type": "raw"},
             "control-socket": {"socket-type": "unix", "socket-name": KEA_SOCKET},
             "lease-database": {"type": "memfile", "persist": True, "name": KEA_LEASES, "lfc-interval": 0},
-            "valid-lifetime": 3600,
-            "renew-timer": 1800,
-            "rebind-timer": 3000,
+            "valid-lifetime": LEASE_S,
+            "renew-timer": renew_s,
+            "rebind-timer": max(renew_s + 1, LEASE_S * 7 // 8),
             "authoritative": True,
             "host-reservation-identifiers": ["hw-address"],
             "subnet4": [
@@ -1076,7 +1091,11 @@ def status(state_dir: Path) -> dict[str, Any] | None:
             name = key.split(":", 1)[1]
             with contextlib.suppress(OSError, json.JSONDecodeError):
                 st = json.loads((lab.hosts_dir / name / "state" / "status.json").read_text())
-                vms[name[2:]] = {"address": st.get("address"), "boot": st.get("boot")}
+                res = _ip(
+                    "-n", f"{lab.id}-{_tag_of(name)}", "-4", "-j", "addr", "show", "dev", "ens18", check=False
+                )
+                live = [a["local"] for i in json.loads(res.stdout or "[]") for a in i.get("addr_info", [])]
+                vms[name[2:]] = {"address": live[0] if live else None, "boot": st.get("boot")}
     return {**facts, "healthy": not problems, "problems": problems, "vm_hosts": vms}
 
 

@@ -13,6 +13,12 @@ case "$reason" in
       ip -4 addr flush dev "$interface"
       ip -4 addr add "$new_ip_address/$new_subnet_mask" dev "$interface"
     fi
+    # the host's sshd listens on its lab address only: follow the address when a renew moved it
+    conf=/etc/ssh/gpulab_sshd_config
+    if [ -f "$conf" ] && ! grep -q "^ListenAddress $new_ip_address:22\$" "$conf"; then
+      sed -i "s/^ListenAddress .*/ListenAddress $new_ip_address:22/" "$conf"
+      pkill -HUP -f "sshd -D -e -f $conf" || true
+    fi
     ;;
   EXPIRE|FAIL|RELEASE|STOP)
     ip -4 addr flush dev "$interface"

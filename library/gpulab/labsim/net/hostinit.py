@@ -229,6 +229,8 @@ class Host:
             f.write("# written by gpulab labsim at each boot of this lab host\n" + "\n".join(lines) + "\n")
 
     def start_sshd(self):
+        if not self.cfg.get("address"):
+            self.address = self.iface_address() or self.address  # a renew may have moved it
         self.write_sshd_config()
         with open(os.path.join(self.cfg["state"], "sshd.log"), "ab") as log:
             self.sshd = subprocess.Popen(

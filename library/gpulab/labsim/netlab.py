@@ -7,21 +7,26 @@ Run as root, :func:`up` builds, on this machine but apart from it:
   side of the lab at the range's last address, and a blackhole route for the range (higher
   metric than the bridge's own route) so that, while the lab exists, traffic to its range can
   never leave through another interface;
-* the router host: a network namespace running real dnsmasq (default) or Kea (fixture
-  ``network.router: kea``) on the lab side only, handing out the fixture's pool;
-* the Proxmox node host: its own namespace, address, copy-on-write root (its writes land in its
-  own upper directory), hostname, sshd and the node files stage "host" works on (see
-  :mod:`gpulab.labsim.net.node`).
+* the router host (``lab-router``, the range's first address, SSH as root): real dnsmasq
+  (default) or Kea (fixture ``network.router: kea``, control agent on the router's address)
+  handing out the pool with 2-minute leases renewed every ``network.dhcp_renew_s``; it also
+  serves the lab's package archive and file server (:mod:`gpulab.labsim.net.repo`: stand-in
+  NVIDIA driver, container toolkit in a signed repository, k3s and its install script);
+* the Proxmox node host (the range's ``.5``): its own namespace, copy-on-write root (its writes
+  land in its own upper directory), hostname, sshd and the node files and stand-ins stage "host"
+  works on, with a hardware view that follows each simulated boot (:mod:`gpulab.labsim.net.node`).
 
 :func:`make_hooks` gives the PVE simulator hooks that turn a started VM into such a host, with
-the MAC of its net0, an address from the router's DHCP, the cloud-init user and keys, and a
-guest-agent answer from the address it really holds.
+the MAC of its net0, an address from the router's DHCP, the cloud-init user and keys, systemd as
+its service manager (where the machine has systemd and cgroup2; ``network.vm_init``), the GPUs its
+``hostpciN`` passes through (as nvidia-smi shows them), and a guest-agent answer from the address
+it really holds. Each host's PID 1 is :mod:`gpulab.labsim.net.hostinit`.
 
 Everything made is named ``gl<3 hex digits of the state directory's hash>...`` and recorded
 (before it is made) in ``<state_dir>/net/record.json``; :func:`down` removes exactly that, also
-after a crash, and is idempotent. Hosts have no default route; every listener is bound to a lab
-address (sshd on the host's address, Kea's control agent on the router's) or lives inside a lab
-namespace (dnsmasq's DHCP socket).
+after a crash, and is idempotent. Host disks (upper directories) stay in ``<state_dir>/net/hosts``.
+Hosts have no default route; every listener is bound to a lab address or 127.0.0.1, except the
+DHCP server's and clients' UDP sockets inside lab namespaces whose only link is the lab's.
 """
 
 from __future__ import annotations
@@ -160,7 +165,6 @@ class Lab:
         # beside the lab description (inventory/demo reads STATE/ssh/id_ed25519.pub)
         self.ssh_dir = self.state_dir / "ssh"
         self.hosts_dir = self.dir / "hosts"
-        self.router_dir = self.dir / "router"
         self.cp_dir = self.dir / "cp"
         self.bridge = f"{self.id}br"
 

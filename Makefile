@@ -26,8 +26,8 @@ demo: venv
 test: venv lint unit
 
 lint: venv
-	$(BIN)/ruff check library plugins tests
-	$(BIN)/ruff format --check library plugins tests
+	$(BIN)/ruff check library plugins tests scripts
+	$(BIN)/ruff format --check library plugins tests scripts
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 

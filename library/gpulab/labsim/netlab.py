@@ -1311,7 +1311,24 @@ def _systemd_files() -> dict[str, str]:
     )
     for unit in MASKED_UNITS:
         files[f"/etc/systemd/system/{unit}"] = "@symlink:/dev/null"
+    # the guest keeps "its clock in sync" as a real one would, but never touches the machine's clock
+    files["/etc/systemd/system/systemd-timesyncd.service.d/gpulab-lab.conf"] = TIMESYNCD_DROPIN
     return files
+
+
+TIMESYNCD_DROPIN = """# gpulab lab: a container shares the machine's clock, so this unit runs a stand-in that only stays up
+[Unit]
+ConditionVirtualization=
+ConditionCapability=
+
+[Service]
+Type=simple
+WatchdogSec=0
+AmbientCapabilities=
+CapabilityBoundingSet=
+ExecStart=
+ExecStart=/bin/sleep infinity
+"""
 
 
 def _vm_tools(systemd: bool) -> dict[str, str]:

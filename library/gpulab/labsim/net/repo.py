@@ -209,6 +209,9 @@ def _packages(kernel: str) -> dict[str, list[dict]]:
                 "/usr/sbin/qemu-ga": (0o755, GUEST_AGENT),
                 "/usr/lib/systemd/system/qemu-guest-agent.service": (0o644, GUEST_AGENT_UNIT),
             },
+            # Ubuntu starts the agent at every boot (udev, when the virtio port shows up)
+            "postinst": "mkdir -p /etc/systemd/system/multi-user.target.wants && ln -sf "
+            "/usr/lib/systemd/system/qemu-guest-agent.service /etc/systemd/system/multi-user.target.wants/",
         },
         {"name": "nvidia-dkms-580-server", "version": drv, "depends": "dkms", "files": marker},
         {"name": "nvidia-dkms-580-server-open", "version": drv, "depends": "dkms", "files": marker},

@@ -1313,6 +1313,10 @@ def _systemd_files() -> dict[str, str]:
         files[f"/etc/systemd/system/{unit}"] = "@symlink:/dev/null"
     # the guest keeps "its clock in sync" as a real one would, but never touches the machine's clock
     files["/etc/systemd/system/systemd-timesyncd.service.d/gpulab-lab.conf"] = TIMESYNCD_DROPIN
+    # enabled in an Ubuntu image, as its alias on this machine makes `systemctl is-enabled` say anyway
+    files["/etc/systemd/system/sysinit.target.wants/systemd-timesyncd.service"] = (
+        "@symlink:/lib/systemd/system/systemd-timesyncd.service"
+    )
     return files
 
 

@@ -166,7 +166,7 @@ class Handler(BaseHTTPRequestHandler):
                 payload["errors"] = exc.errors
         except Exception as exc:  # never leave a client without an answer
             status, payload = 500, {"data": None, "message": f"internal simulator error: {exc!r}\n"}
-        self._send(status, payload)
+        # Logged before the answer goes out: a client that has its answer finds the request in the log.
         srv.log_request_line(
             {
                 "time": time.time(),
@@ -178,6 +178,7 @@ class Handler(BaseHTTPRequestHandler):
                 "duration": round(time.monotonic() - started, 4),
             }
         )
+        self._send(status, payload)
 
     def _api(self, method: str, path: str, params: dict[str, Any]):
         srv = self.server

@@ -489,6 +489,12 @@ def test_systemd_vm_runs_services_and_reboots_through_systemd(tmp_path):
                   "systemctl is-active gpulab-sshd; cat /proc/sys/kernel/random/boot_id")  # fmt: skip
         comm, state, sshd, boot1 = out.stdout.split()
         assert (comm, state, sshd) == ("systemd", "running", "active")
+        # none of the machine's own services came up in the VM: sshd on the lab address, the DHCP client
+        listeners = {
+            " ".join(line.split()[i] for i in (0, 4))
+            for line in ssh(facts, "ubuntu", addr, "ss -Hlntu").stdout.splitlines()
+        }
+        assert listeners == {f"tcp {addr}:22", "udp 0.0.0.0:68"}
         # a package's service, started by systemd
         install = "sudo -n apt-get update -q >/dev/null && sudo -n apt-get install -y -q qemu-guest-agent >/dev/null"
         ssh(facts, "ubuntu", addr, f"{install} && sudo -n systemctl start qemu-guest-agent", timeout=60)

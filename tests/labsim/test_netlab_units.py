@@ -231,3 +231,11 @@ def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_p
     (tmp_path / "manifests" / "hami.yaml").unlink()
     cluster.apply_manifests()
     assert cluster.state["daemonsets"] == [] and cluster.state["nodes"]["gpu-node"]["vgpus"] == 0
+
+
+def test_state_dir_on_a_file_system_overlayfs_cannot_use_is_refused(tmp_path, monkeypatch):
+    assert netlab.fs_type(tmp_path / "not" / "yet") == netlab.fs_type(tmp_path)  # nearest existing dir
+    netlab.check_disk_fs(tmp_path)  # the test's own tmp dir is usable
+    monkeypatch.setattr(netlab, "fs_type", lambda path: "overlayfs")
+    with pytest.raises(netlab.LabNetError, match=r"on overlayfs.*--state"):
+        netlab.check_disk_fs(tmp_path)

@@ -849,6 +849,42 @@ def _skipped(reason: str) -> dict[str, Any]:
     }
 
 
+#: file systems an overlay upper directory cannot live on
+UPPER_FS_REFUSED = {
+    "overlayfs",
+    "overlay",
+    "nfs",
+    "cifs",
+    "smb2",
+    "fuseblk",
+    "fuse",
+    "9p",
+    "vfat",
+    "msdos",
+    "ecryptfs",
+}
+
+
+def fs_type(path: Path) -> str:
+    """The file system type of the nearest existing directory at or above ``path`` (as ``stat -f`` names it)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    res = _run("stat", "-f", "-c", "%T", str(p), check=False)
+    return res.stdout.strip()
+
+
+def check_disk_fs(state_dir: Path) -> None:
+    """Refuse a state directory where the hosts' copy-on-write disks cannot live, saying where they can."""
+    kind = fs_type(state_dir)
+    if kind in UPPER_FS_REFUSED:
+        raise LabNetError(
+            f"the lab keeps its hosts' disks (overlay upper directories) in {state_dir}, which is on {kind}; "
+            "overlayfs cannot use that. Give `gpulab lab up --state` a directory on a local disk or a tmpfs "
+            "(e.g. /var/tmp/gpulab-lab or /dev/shm/gpulab-lab)"
+        )
+
+
 def _missing_tools(server: str) -> list[str]:
     need = {**TOOLS, **ROUTER_TOOLS.get(server, {})}
     return [f"{tool} (apt package {pkg})" for tool, pkg in need.items() if not shutil.which(tool)]
@@ -899,6 +935,7 @@ def up(state_dir: Path, fixture: dict[str, Any]) -> dict[str, Any]:
     missing = _missing_tools(server)
     if missing:
         raise LabNetError(f"the lab needs {', '.join(missing)}; install them (apt-get install ...) and retry")
+    check_disk_fs(lab.state_dir)
     with lab.locked():
         rec = lab.load()
         if rec:

@@ -950,8 +950,10 @@ def up(state_dir: Path, fixture: dict[str, Any]) -> dict[str, Any]:
         leftovers = _leftovers(lab)
         if leftovers:
             raise LabNetError(
-                f"objects of this lab ({lab.id}*) exist without a record: {', '.join(leftovers)}. "
-                f"Run `gpulab lab down` with the same state directory to remove them"
+                f"objects named {lab.id}* exist that {lab.dir} did not record: {', '.join(leftovers)}. They "
+                f"belong to another lab whose state directory hashes to the same prefix (take that one down "
+                f"first), or their record was deleted (remove them with `ip netns del` / `ip link del`); "
+                f"or use another state directory"
             )
         rec = lab.new_record()
         lab.save(rec)
@@ -1065,13 +1067,10 @@ def down(state_dir: Path) -> None:
     """
     lab = Lab(state_dir)
     rec = lab.load()
+    if rec is None:
+        return  # every object is recorded before it is made: no record, nothing of ours
     if os.geteuid() != 0:
-        if rec or _leftovers_unprivileged(lab):
-            raise LabNetError("removing the lab network needs root: run `gpulab lab down` as root")
-        return
-    if rec is None and not _leftovers(lab):
-        return
-    rec = rec or lab.new_record()
+        raise LabNetError("removing the lab network needs root: run `gpulab lab down` as root")
     with contextlib.suppress(Exception):
         _close_ssh_masters(lab)
     procs = rec.get("procs", {})
@@ -1079,12 +1078,12 @@ def down(state_dir: Path) -> None:
     for key in sorted(procs, key=lambda k: (not k.startswith("host:"), k)):
         _kill_proc(procs[key])
         lab.drop_proc(key)
-    for ns in list(rec.get("netns", [])) + [ns for ns in _netns_list() if ns.startswith(lab.id)]:
-        tag = ns[len(lab.id) + 1 :]
-        _remove_netns(lab, ns, f"{lab.id}{tag}")
+    present = set(_netns_list())
+    for ns in rec.get("netns", []):
+        if ns in present:
+            _kill_netns_pids(ns)  # e.g. a host whose pid was not recorded yet when the lab crashed
+        _remove_netns(lab, ns, f"{lab.id}{ns[len(lab.id) + 1 :]}")
     names = set(rec.get("links", []))
-    with contextlib.suppress(OSError):
-        names |= {n for n in os.listdir("/sys/class/net") if n.startswith(lab.id)}
     for link in sorted(names, key=lambda n: n == lab.bridge):  # the bridge last
         if _link_exists(link):
             _ip("link", "del", link, check=False)
@@ -1100,10 +1099,11 @@ def down(state_dir: Path) -> None:
     lab.facts_file.unlink(missing_ok=True)
 
 
-def _leftovers_unprivileged(lab: Lab) -> bool:
-    with contextlib.suppress(OSError):
-        return any(n.startswith(lab.id) for n in os.listdir("/sys/class/net"))
-    return False
+def _kill_netns_pids(ns: str) -> None:
+    """SIGKILL what still runs in one of the lab's own namespaces (only lab processes can be there)."""
+    for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
 
 
 def node_boot_state(state_dir: Path) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyen
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv demo test lint unit clean docs
+.PHONY: venv demo test lint unit molecule clean docs
 
 venv: $(VENV)/.stamp
 
@@ -23,7 +23,7 @@ demo: venv
 	@$(BIN)/gpulab lab status >/dev/null 2>&1 || $(BIN)/gpulab lab up >/dev/null
 	$(BIN)/ansible-playbook site.yml -i inventory/demo
 
-test: venv lint unit
+test: venv lint unit molecule
 
 lint: venv
 	$(BIN)/ruff check library plugins tests scripts
@@ -33,6 +33,11 @@ lint: venv
 
 unit: venv
 	$(BIN)/pytest
+
+# The whole site.yml on the simulated lab: check run on a fresh lab, converge, idempotence, verify.
+molecule: venv
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/molecule test; \
+	else echo "molecule: skipped: the simulated lab's hosts need root (network namespaces)"; fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -239,3 +239,25 @@ def test_state_dir_on_a_file_system_overlayfs_cannot_use_is_refused(tmp_path, mo
     monkeypatch.setattr(netlab, "fs_type", lambda path: "overlayfs")
     with pytest.raises(netlab.LabNetError, match=r"on overlayfs.*--state"):
         netlab.check_disk_fs(tmp_path)
+
+
+def test_record_lock_is_reentrant_and_shared_by_threads(tmp_path):
+    import threading
+
+    lab = netlab.Lab(tmp_path)
+    order = []
+
+    def other():
+        with lab.locked():
+            order.append("other")
+
+    with lab.locked():
+        with lab.locked():  # nested use in one thread does not deadlock
+            lab.note("netns", "x")
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(0.2)
+        order.append("first")  # the other thread waits for us
+    t.join(5)
+    assert order == ["first", "other"]
+    assert lab.load()["netns"] == ["x"]

@@ -75,6 +75,7 @@ ROUTER_TOOLS = {
 }
 
 _thread_lock = threading.RLock()
+_lock_depth = threading.local()
 
 
 class LabNetError(RuntimeError):
@@ -170,13 +171,23 @@ class Lab:
 
     @contextlib.contextmanager
     def locked(self):
+        """Exclusive access to the record: threads of this process, and other processes (re-entrant)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        with _thread_lock, open(self.dir / ".lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+        with _thread_lock:
+            depth = getattr(_lock_depth, "n", 0)
+            _lock_depth.n = depth + 1
             try:
-                yield
+                if depth:
+                    yield
+                    return
+                with open(self.dir / ".lock", "w") as fh:
+                    fcntl.flock(fh, fcntl.LOCK_EX)
+                    try:
+                        yield
+                    finally:
+                        fcntl.flock(fh, fcntl.LOCK_UN)
             finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+                _lock_depth.n = depth
 
     def load(self) -> dict[str, Any] | None:
         try:

@@ -402,16 +402,9 @@ def test_down_cleans_up_after_a_killed_lab_and_up_refuses_until_then(tmp_path):
     cgroups = netlab.cgroup2_mount()
     assert cgroups is None or not (cgroups / f"gpulab-{lab_id}").exists()
     netlab.down(tmp_path)  # idempotent
-    # and a fresh lab starts again in the same state directory
+    # and a fresh lab starts again in the same state directory; its down leaves nothing either
     facts = netlab.up(tmp_path, load_fixture())
-    try:
-        assert facts["reused"] is False
-    finally:
-        netlab.down(tmp_path)
-
-
-def test_down_leaves_nothing_behind(tmp_path):
-    facts = netlab.up(tmp_path, load_fixture())
+    assert facts["reused"] is False
     others_before = lab_objects("gl")
     netlab.down(tmp_path)
     assert lab_objects(facts["lab_id"]) == ([], [])
@@ -471,12 +464,28 @@ def test_gpu_vm_installs_the_driver_and_toolkit_from_the_lab_archive(lab):
         hooks.vm_destroyed("pve", 195)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(netlab.systemd_hosts_possible() is not None, reason=str(netlab.systemd_hosts_possible()))
-def test_systemd_vm_runs_services_and_reboots_through_systemd(tmp_path):
+@pytest.fixture(scope="module")
+def sd_lab(tmp_path_factory):
+    """A lab whose VM hosts boot systemd."""
+    state = tmp_path_factory.mktemp("netlab-systemd")
     fixture = load_fixture()
     fixture["network"] = {**fixture.get("network", {}), "vm_init": "systemd"}
-    facts = netlab.up(tmp_path, fixture)
+    facts = netlab.up(state, fixture)
+    yield state, fixture, facts
+    netlab.down(state)
+    cgroups = netlab.cgroup2_mount()
+    assert not (cgroups / f"gpulab-{netlab.lab_id(state)}").exists()
+
+
+needs_systemd = pytest.mark.skipif(
+    netlab.systemd_hosts_possible() is not None, reason=str(netlab.systemd_hosts_possible())
+)
+
+
+@pytest.mark.slow
+@needs_systemd
+def test_systemd_vm_runs_services_and_reboots_through_systemd(sd_lab):
+    tmp_path, fixture, facts = sd_lab
     try:
         assert facts["vm_init"] == "systemd"
         hooks = netlab.make_hooks(tmp_path, fixture)
@@ -517,17 +526,14 @@ def test_systemd_vm_runs_services_and_reboots_through_systemd(tmp_path):
                 if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd":
                     assert os.readlink(f"/proc/{pid}/ns/pid") != own_pid_ns or pid == "1"
     finally:
-        netlab.down(tmp_path)
-    cgroups = netlab.cgroup2_mount()
-    assert not (cgroups / f"gpulab-{netlab.lab_id(tmp_path)}").exists()
+        netlab.make_hooks(tmp_path, fixture).vm_destroyed("pve", 196)
+    assert not (netlab.cgroup2_mount() / f"gpulab-{netlab.lab_id(tmp_path)}" / "vm196").exists()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(netlab.systemd_hosts_possible() is not None, reason=str(netlab.systemd_hosts_possible()))
-def test_k3s_from_the_lab_file_server_forms_a_cluster(tmp_path):
-    fixture = load_fixture()
-    fixture["network"] = {**fixture.get("network", {}), "vm_init": "systemd"}
-    facts = netlab.up(tmp_path, fixture)
+@needs_systemd
+def test_k3s_from_the_lab_file_server_forms_a_cluster(sd_lab):
+    tmp_path, fixture, facts = sd_lab
     try:
         hooks = netlab.make_hooks(tmp_path, fixture)
         addrs = {}
@@ -580,4 +586,5 @@ def test_k3s_from_the_lab_file_server_forms_a_cluster(tmp_path):
         listening = ssh(facts, "ubuntu", server, "ss -Hltn").stdout
         assert f"{server}:6443" in listening and "*:6443" not in listening and "0.0.0.0:6443" not in listening
     finally:
-        netlab.down(tmp_path)
+        for vmid in (197, 198, 199):
+            hooks.vm_destroyed("pve", vmid)

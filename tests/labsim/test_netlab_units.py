@@ -209,7 +209,7 @@ def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_p
     (tmp_path / "manifests").mkdir()
     cluster = k3s.Cluster()
     base = {"address": "10.0.0.2", "runtimes": ["nvidia"], "labels": {"gpu": "on"}}
-    cluster.register({**base, "name": "gpu-node", "gpus": 1})
+    cluster.register({**base, "name": "gpu-node", "gpus": 1, "gpu_uuids": ["GPU-aaaa"]})
     cluster.register({**base, "name": "no-runtime", "gpus": 1, "runtimes": []})
     cluster.register({**base, "name": "unlabelled", "gpus": 2, "labels": {}})
     (tmp_path / "manifests" / "hami.yaml").write_text(
@@ -227,10 +227,23 @@ def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_p
     assert nodes["gpu-node"]["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert "nvidia.com/gpu" not in nodes["no-runtime"]["status"]["allocatable"]
     assert "nvidia.com/gpu" not in nodes["unlabelled"]["status"]["allocatable"]
-    # taking the chart out uninstalls it
+    # workloads: a pod pinned to a card that exists runs, one pinned to a missing card stays pending
+    engine = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: ai}}\nspec:\n  template:\n"
+        "    metadata:\n      annotations: {{nvidia.com/use-gpuuuid: {uuid}}}\n    spec:\n      containers:\n"
+        "        - name: vllm\n          resources: {{limits: {{nvidia.com/gpu: 1}}}}\n"
+    )
+    (tmp_path / "manifests" / "engines.yaml").write_text(
+        engine.format(name="good", uuid="GPU-aaaa") + "---\n" + engine.format(name="bad", uuid="GPU-zzzz")
+    )
+    cluster.apply_manifests()
+    assert cluster.state["deployments"]["ai/good"] == {"ready": True}
+    assert cluster.state["deployments"]["ai/bad"] == {"ready": False}
+    # taking the chart out uninstalls it, and GPU pods no longer fit
     (tmp_path / "manifests" / "hami.yaml").unlink()
     cluster.apply_manifests()
     assert cluster.state["daemonsets"] == [] and cluster.state["nodes"]["gpu-node"]["vgpus"] == 0
+    assert cluster.state["deployments"]["ai/good"] == {"ready": False}
 
 
 def test_state_dir_on_a_file_system_overlayfs_cannot_use_is_refused(tmp_path, monkeypatch):

@@ -102,15 +102,15 @@ def own_address():
     return "127.0.0.1"
 
 
-def gpu_count():
-    """The cards nvidia-smi lists (0 without a working driver), read once at start like the device plugin."""
+def gpu_uuids():
+    """The cards nvidia-smi lists (none without a working driver), read once at start like the device plugin."""
     import subprocess
 
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+        return []
+    return [line.rsplit("(UUID: ", 1)[1].rstrip(")") for line in out.splitlines() if "(UUID: " in line]
 
 
 def labels_from(cfg):
@@ -201,12 +201,13 @@ class Cluster:
             import yaml
         except ImportError:
             return
-        charts = []
+        docs = []
         with contextlib.suppress(OSError):
             for fname in sorted(os.listdir(MANIFESTS)):
                 if fname.endswith((".yaml", ".yml")):
-                    with open(os.path.join(MANIFESTS, fname)) as f:
-                        charts += [d for d in yaml.safe_load_all(f) if d and d.get("kind") == "HelmChart"]
+                    with open(os.path.join(MANIFESTS, fname)) as f, contextlib.suppress(yaml.YAMLError):
+                        docs += [d for d in yaml.safe_load_all(f) if isinstance(d, dict)]
+        charts = [d for d in docs if d.get("kind") == "HelmChart"]
         with self.lock:
             seen = self.state.setdefault("charts_seen", {})
             jobs, daemonsets, deployments, vgpus, present = {}, [], {}, {}, set()
@@ -249,10 +250,31 @@ class Cluster:
                         vgpus[node_name] = node["gpus"] * split
             for key in [k for k in seen if k not in present]:
                 del seen[key]  # a chart taken out is uninstalled
-            self.state.update(jobs=jobs, daemonsets=daemonsets, deployments=deployments)
             for node_name, node in self.state["nodes"].items():
                 node["vgpus"] = vgpus.get(node_name, 0)
+            for doc in docs:
+                if doc.get("kind") == "Deployment":
+                    meta = doc.get("metadata", {})
+                    key = f"{meta.get('namespace', 'default')}/{meta.get('name')}"
+                    deployments[key] = {"ready": self.schedulable(doc)}
+            self.state.update(jobs=jobs, daemonsets=daemonsets, deployments=deployments)
             self.save()
+
+    def schedulable(self, deployment):
+        """Whether a Deployment's pods would run: GPU requests need HAMi's vGPUs, a pinned UUID that card."""
+        template = (deployment.get("spec") or {}).get("template") or {}
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        wanted = 0
+        for c in (template.get("spec") or {}).get("containers") or []:
+            limits = ((c.get("resources") or {}).get("limits")) or {}
+            wanted += int(limits.get("nvidia.com/gpu", 0) or 0)
+        if not wanted:
+            return True
+        pins = [u.strip() for u in str(annotations.get("nvidia.com/use-gpuuuid", "")).split(",") if u.strip()]
+        for node in self.state["nodes"].values():
+            if node.get("vgpus", 0) >= wanted and all(u in node.get("gpu_uuids", []) for u in pins):
+                return True
+        return False
 
     def register(self, info):
         with self.lock:
@@ -264,6 +286,7 @@ class Cluster:
                 node["registered"] = True
             node.update(
                 gpus=int(info.get("gpus", 0)),
+                gpu_uuids=list(info.get("gpu_uuids", [])),
                 address=info["address"],
                 heartbeat=time.time(),
                 runtimes=info.get("runtimes", []),
@@ -382,8 +405,10 @@ def run_server():
     for srv in servers:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
+    uuids = gpu_uuids()
     me = {
-        "gpus": gpu_count(),
+        "gpus": len(uuids),
+        "gpu_uuids": uuids,
         "name": name,
         "address": address,
         "labels": labels_from(cfg),
@@ -436,8 +461,9 @@ def run_agent():
         "labels": labels_from(cfg),
         "runtimes": runtimes,
         "token": token,
-        "gpus": gpu_count(),
     }
+    uuids = gpu_uuids()
+    me.update(gpus=len(uuids), gpu_uuids=uuids)
     while True:
         req = urllib.request.Request(api, json.dumps(me).encode(), {"Content-Type": "application/json"})
         try:
@@ -578,6 +604,7 @@ def kubectl(args):
         return 1
     if rest[:2] == ["rollout", "status"] and len(rest) == 3:
         kind, _, name = rest[2].partition("/")
+        ready = True
         if kind in ("daemonset", "ds"):
             found = any(
                 d["metadata"]["name"] == name and d["metadata"]["namespace"] == namespace
@@ -585,8 +612,15 @@ def kubectl(args):
             )
             what = "daemon set"
         else:
-            found = f"{namespace}/{name}" in api_get("/gpulab/workloads")["deployments"]
+            entry = api_get("/gpulab/workloads")["deployments"].get(f"{namespace}/{name}")
+            found, ready = entry is not None, bool(entry and entry.get("ready"))
             what = "deployment"
+        if found and not ready:
+            print(
+                f'Waiting for deployment "{name}" rollout to finish: 0 of 1 updated replicas are available...'
+            )
+            print("error: timed out waiting for the condition", file=sys.stderr)
+            return 1
         if found:
             print(f'{what} "{name}" successfully rolled out')
             return 0

@@ -6,10 +6,26 @@ gpulab.labdef, the same validation `gpulab plan` runs, so the messages are the s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
 from gpulab import labdef
+
+
+def _plain(value):
+    """The value with Ansible's tagged str/int/float/list/dict types made plain (messages name types)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 class ActionModule(ActionBase):
@@ -26,7 +42,7 @@ class ActionModule(ActionBase):
         def hostvar(host, name):
             try:
                 hv = hostvars[host]
-                return hv.get(name)
+                return _plain(hv.get(name))
             except AnsibleError:
                 return None  # undefined, e.g. a vault variable nobody provided: "not set"
 

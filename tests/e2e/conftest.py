@@ -1,0 +1,19 @@
+"""The e2e tests' lab: one real simulated lab per test module, torn down even on failure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .helpers import Lab, lab_down, lab_up, need_root
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    need_root()
+    state = tmp_path_factory.mktemp("lab")
+    try:
+        yield lab_up(state)
+    finally:
+        lab_down(state)

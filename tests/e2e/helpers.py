@@ -65,9 +65,14 @@ class Lab:
         return snap
 
 
-def lab_up(state: Path) -> Lab:
+def lab_up(state: Path, fixture: Path | None = None) -> Lab:
+    extra = ["--fixture", str(fixture)] if fixture else []
     proc = subprocess.run(
-        [GPULAB, "lab", "up", "--state", str(state)], capture_output=True, text=True, timeout=120, check=False
+        [GPULAB, "lab", "up", "--state", str(state), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return Lab(state, json.loads((state / "lab.json").read_text()))
@@ -156,3 +161,34 @@ def load_bad_cases() -> list[tuple[str, str, dict[str, Any], str]]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return list(module.BAD)
+
+
+def api(lab: Lab, method: str, path: str, **params: Any) -> Any:
+    """One PVE API call with the lab's token (the test's own pokes: stop a VM, create a scratch VM)."""
+    import requests
+    import urllib3
+
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    auth = f"PVEAPIToken={lab.info['token_id']}={lab.info['token_secret']}"
+    resp = requests.request(
+        method,
+        f"{lab.info['pve_url']}/api2/json{path}",
+        headers={"Authorization": auth},
+        data=params or None,
+        verify=False,  # the lab's own self-signed certificate on 127.0.0.1
+        timeout=30,
+    )
+    assert resp.status_code == 200, f"{method} {path}: {resp.status_code} {resp.text}"
+    return resp.json()["data"]
+
+
+def wait_task(lab: Lab, upid: str, timeout: float = 60) -> dict[str, Any]:
+    import time
+
+    node = lab.info["node"]
+    deadline = time.monotonic() + timeout
+    while True:
+        status = api(lab, "GET", f"/nodes/{node}/tasks/{upid}/status")
+        if status.get("status") == "stopped" or time.monotonic() > deadline:
+            return status
+        time.sleep(0.2)

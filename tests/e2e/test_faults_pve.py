@@ -1,0 +1,200 @@
+"""PVE faults on stage vms, each ending in a clear message and a second run that completes with nothing lost
+or duplicated: API 500s and connection resets (retried, then a clear error), a task ending in error, a
+locked VM. The tests share one lab and run in order."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpulab.labsim import faults
+from gpulab.labsim.fixture import reference_fixture_path
+
+from .helpers import (
+    ANSIBLE_PLAYBOOK,
+    DEMO,
+    REPO,
+    Lab,
+    api,
+    lab_down,
+    lab_up,
+    need_root,
+    playbook_env,
+    run_playbook,
+    wait_task,
+)
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+CREATE = r"^POST /api2/json/nodes/[^/]+/qemu$"
+DEMO_VMS = {100: "vm-1", 101: "vm-2", 102: "vm-gpu"}
+# VM creation lasts long enough here for a test to see its lock.
+CREATE_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    need_root()
+    base = tmp_path_factory.mktemp("faults")
+    fixture = yaml.safe_load(reference_fixture_path().read_text())
+    fixture["timings"]["qmcreate"] = CREATE_S
+    (base / "fixture.yml").write_text(yaml.safe_dump(fixture))
+    state = base / "state"
+    state.mkdir()
+    try:
+        yield lab_up(state, base / "fixture.yml")
+    finally:
+        faults.clear(state)
+        lab_down(state)
+
+
+def _vms_stage(lab: Lab) -> tuple[int, str]:
+    proc = run_playbook(lab, DEMO, "--tags", "vms", timeout=400)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _fatal_msgs(output: str) -> list[str]:
+    msgs = []
+    for line in output.splitlines():
+        if line.startswith("fatal:") and "=> " in line:
+            msgs.append(str(json.loads(line.split("=> ", 1)[1]).get("msg", "")))
+    return msgs
+
+
+def _vms(lab: Lab) -> dict[int, dict[str, Any]]:
+    return {int(v["vmid"]): v for v in api(lab, "GET", "/cluster/resources", type="vm")}
+
+
+def _assert_demo_vms_once(lab: Lab, extra: frozenset[int] = frozenset()) -> None:
+    vms = _vms(lab)
+    assert {k: v["name"] for k, v in vms.items() if k not in extra} == DEMO_VMS
+    assert set(vms) == set(DEMO_VMS) | extra
+    assert all(vms[k]["status"] == "running" for k in DEMO_VMS), vms
+    mappings = api(lab, "GET", "/cluster/mapping/pci")
+    assert [m["id"] for m in mappings] == ["rtx3090"]
+    node = lab.info["node"]
+    for vmid in DEMO_VMS:
+        config = api(lab, "GET", f"/nodes/{node}/qemu/{vmid}/config")
+        disks = [
+            k
+            for k, v in config.items()
+            if re.fullmatch(r"(scsi|virtio|sata|ide)\d+", k) and "cloudinit" not in str(v)
+        ]
+        assert disks == ["scsi0"], config
+        assert not any(k.startswith("unused") for k in config), config
+        assert config.get("lock") is None
+
+
+def _creates(lab: Lab, since: int) -> int:
+    return sum(1 for r in lab.requests()[since:] if re.match(CREATE, f"{r['method']} {r['path']}"))
+
+
+def test_a_api_500s_and_resets_persisting_then_passing(lab: Lab) -> None:
+    faults.inject(lab.state, fail_next=1000, fail_status=500, fail_match=CREATE)
+    rc, out = _vms_stage(lab)
+    assert rc == 2, out[-3000:]
+    msgs = " ".join(_fatal_msgs(out))
+    assert "500" in msgs and "/qemu" in msgs, msgs
+    assert _vms(lab) == {}
+
+    faults.inject(lab.state, fail_next=1000, fail_status="reset", fail_match=CREATE)
+    rc, out = _vms_stage(lab)
+    assert rc == 2, out[-3000:]
+    msgs = " ".join(_fatal_msgs(out))
+    assert "/qemu" in msgs and re.search(r"reset|connection|unreachable|could not", msgs, re.I), msgs
+    assert _vms(lab) == {}
+
+    # Two failures per VM create stay within the retries: the run completes.
+    since = len(lab.requests())
+    faults.inject(lab.state, fail_next=2, fail_status="reset", fail_match=CREATE)
+    rc, out = _vms_stage(lab)
+    assert rc == 0, out[-3000:]
+    assert _creates(lab, since) == len(DEMO_VMS) + 2
+    _assert_demo_vms_once(lab)
+
+
+def test_b_task_error_then_second_run(lab: Lab) -> None:
+    node = lab.info["node"]
+    status = wait_task(lab, api(lab, "POST", f"/nodes/{node}/qemu/101/status/stop"))
+    assert status["exitstatus"] == "OK"
+    faults.inject(lab.state, task_error_next=1, task_error_message="start failed: injected QEMU error")
+    rc, out = _vms_stage(lab)
+    assert rc == 2, out[-3000:]
+    msgs = " ".join(_fatal_msgs(out))
+    assert "start failed: injected QEMU error" in msgs, msgs
+    assert "101" in msgs or "vm-2" in msgs, msgs
+    faults.clear(lab.state)
+    rc, out = _vms_stage(lab)
+    assert rc == 0, out[-3000:]
+    _assert_demo_vms_once(lab)
+
+
+def _scratch_play(lab: Lab, tmp_path: Path, lock_timeout: int) -> subprocess.CompletedProcess[str]:
+    play = [
+        {
+            "name": "A VM somebody else is creating",
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": False,
+            "vars": {"ansible_python_interpreter": sys.executable},
+            "tasks": [
+                {
+                    "name": "Scratch VM",
+                    "gpulab_pve_vm": {
+                        "api_url": lab.info["pve_url"],
+                        "api_token_id": lab.info["token_id"],
+                        "api_token_secret": "{{ (lookup('ansible.builtin.file', '"
+                        + str(lab.state / "lab.json")
+                        + "') | from_json).token_secret }}",
+                        "api_fingerprint": lab.info["fingerprint"],
+                        "node": lab.info["node"],
+                        "vmid": 150,
+                        "name": "scratch",
+                        "state": "present",
+                        "cores": 1,
+                        "memory": 512,
+                        "lock_timeout": lock_timeout,
+                    },
+                }
+            ],
+        }
+    ]
+    path = tmp_path / f"scratch-{lock_timeout}.yml"
+    path.write_text(yaml.safe_dump(play, sort_keys=False))
+    return subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", "localhost,", str(path)],
+        cwd=REPO,
+        env=playbook_env(lab),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_c_locked_vm_refused_then_waited_for(lab: Lab, tmp_path: Path) -> None:
+    node = lab.info["node"]
+    upid = api(lab, "POST", f"/nodes/{node}/qemu", vmid=150, name="scratch", memory=512, cores=1)
+    proc = _scratch_play(lab, tmp_path, lock_timeout=1)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    msgs = " ".join(_fatal_msgs(out))
+    assert "VM 150 is locked (create)" in msgs and "qm unlock 150" in msgs, msgs
+
+    # The second run waits for the lock (if the create still runs) and completes; nothing doubled.
+    proc = _scratch_play(lab, tmp_path, lock_timeout=30)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert wait_task(lab, upid)["exitstatus"] == "OK"
+    vms = _vms(lab)
+    assert vms[150]["name"] == "scratch" and not vms[150].get("lock")
+    _assert_demo_vms_once(lab, extra=frozenset({150}))
+    assert wait_task(lab, api(lab, "DELETE", f"/nodes/{node}/qemu/150"))["exitstatus"] == "OK"
+    _assert_demo_vms_once(lab)

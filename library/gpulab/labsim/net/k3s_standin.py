@@ -16,8 +16,16 @@ library only (PyYAML when the host has it, for config.yaml).
   ``K3S_URL``/``K3S_TOKEN`` and keeps its node Ready with a heartbeat; a wrong token or an
   unreachable server leaves it unregistered, as with k3s. Like k3s, it looks for
   ``nvidia-container-runtime`` once, when it starts.
+* Deployments placed in the manifests folder roll out ``DEPLOY_READY_S`` after the server first sees
+  them when their GPU request fits; the server records when each was seen and when it became Ready
+  (``/gpulab/workloads``), so tests can check engines sharing a card started one after another.
 * ``k3s kubectl``: ``get nodes|node|runtimeclass|daemonsets`` (``-o json``, ``-o name``,
-  ``-o jsonpath={.a.b}``, table), ``label node``; anything else says it is not stood in.
+  ``-o jsonpath={.a.b}``, table), ``label node``, ``cordon|uncordon|drain NODE``,
+  ``wait --for=condition=Ready node/NAME``, ``wait --for=condition=complete job/NAME``,
+  ``rollout status deployment|daemonset/NAME`` (waiting up to ``--timeout`` like kubectl); anything else
+  says it is not stood in. Every call is logged (JSON lines) to ``/var/log/gpulab-standins.log``.
+* Like get.k3s.io, the host gets ``k3s-uninstall.sh`` (server) or ``k3s-agent-uninstall.sh`` (agent) next to
+  the binary: the stand-in writes it when the service first starts.
 """
 
 import contextlib
@@ -43,6 +51,7 @@ MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 PORT = 6443
 HEARTBEAT_S = 3
 NOT_READY_AFTER_S = 40
+DEPLOY_READY_S = 2
 LOG = "/var/log/gpulab-standins.log"
 
 
@@ -151,7 +160,17 @@ def node_object(name, node):
             "annotations": {"gpulab.lab/runtimes": ",".join(node.get("runtimes", []))},
             "creationTimestamp": node.get("created", now_iso()),
         },
-        "spec": {"podCIDR": node.get("pod_cidr", "10.42.0.0/24")},
+        "spec": {
+            "podCIDR": node.get("pod_cidr", "10.42.0.0/24"),
+            **(
+                {
+                    "unschedulable": True,
+                    "taints": [{"effect": "NoSchedule", "key": "node.kubernetes.io/unschedulable"}],
+                }
+                if node.get("unschedulable")
+                else {}
+            ),
+        },
         "status": {
             "conditions": [cond],
             "addresses": [
@@ -170,6 +189,38 @@ def node_object(name, node):
             },
         },
     }
+
+
+UNINSTALL = """#!/bin/sh
+# gpulab lab stand-in for k3s' @NAME@: stops and removes @SERVICE@, the binary and k3s' data.
+set -e
+[ "$(id -u)" -eq 0 ] || { echo "$0 must be run as root" >&2; exit 1; }
+systemctl disable --now @SERVICE@ >/dev/null 2>&1 || true
+rm -f /etc/systemd/system/@SERVICE@.service /etc/systemd/system/@SERVICE@.service.env
+systemctl daemon-reload || true
+for cmd in kubectl crictl ctr; do
+  if [ "$(readlink "@BIN@/$cmd" 2>/dev/null)" = k3s ]; then rm -f "@BIN@/$cmd"; fi
+done
+rm -rf /etc/rancher/k3s /var/lib/rancher/k3s /var/lib/kubelet /var/lib/gpulab-sim/k3s-version
+rm -f "@BIN@/k3s"
+printf '{"time": %s, "command": "@NAME@", "argv": [], "rc": 0}\\n' "$(date +%s.%N)" >> @LOG@
+rm -f "$0"
+"""
+
+
+def write_uninstall(service):
+    """The uninstall script get.k3s.io leaves next to the binary (k3s-uninstall.sh / k3s-agent-uninstall.sh)."""
+    bin_dir = os.path.dirname(os.path.abspath(sys.argv[0]))
+    name = "k3s-uninstall.sh" if service == "k3s" else "k3s-agent-uninstall.sh"
+    path = os.path.join(bin_dir, name)
+    if os.path.exists(path) or not os.path.exists(os.path.join(bin_dir, "k3s")):
+        return
+    text = UNINSTALL
+    for key, value in (("@NAME@", name), ("@SERVICE@", service), ("@BIN@", bin_dir), ("@LOG@", LOG)):
+        text = text.replace(key, value)
+    with contextlib.suppress(OSError), open(path, "w") as f:
+        f.write(text)
+        os.chmod(path, 0o755)
 
 
 # --- server -------------------------------------------------------------------------------------------------
@@ -252,11 +303,21 @@ class Cluster:
                 del seen[key]  # a chart taken out is uninstalled
             for node_name, node in self.state["nodes"].items():
                 node["vgpus"] = vgpus.get(node_name, 0)
+            history = self.state.setdefault("deployment_history", {})
             for doc in docs:
                 if doc.get("kind") == "Deployment":
                     meta = doc.get("metadata", {})
                     key = f"{meta.get('namespace', 'default')}/{meta.get('name')}"
-                    deployments[key] = {"ready": self.schedulable(doc)}
+                    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+                    entry = history.get(key)
+                    if entry is None or entry["digest"] != digest:
+                        # a new or changed Deployment rolls out again
+                        entry = history[key] = {"digest": digest, "seen": time.time(), "ready_at": None}
+                    fits = self.schedulable(doc)
+                    if fits and entry["ready_at"] is None and time.time() - entry["seen"] >= DEPLOY_READY_S:
+                        entry["ready_at"] = time.time()
+                    ready = bool(fits and entry["ready_at"])
+                    deployments[key] = {"ready": ready, "seen": entry["seen"], "ready_at": entry["ready_at"]}
             self.state.update(jobs=jobs, daemonsets=daemonsets, deployments=deployments)
             self.save()
 
@@ -354,6 +415,17 @@ def make_handler(cluster, token):
                     return self.reply(401, {"error": "Unauthorized: the join token does not match"})
                 cluster.register(info)
                 return self.reply(200, {"ok": True})
+            if self.path == "/gpulab/cordon":
+                with cluster.lock:
+                    node = cluster.state["nodes"].get(info["node"])
+                    if node is None:
+                        return self.reply(404, {"error": f'nodes "{info["node"]}" not found'})
+                    changed = bool(node.get("unschedulable")) != bool(info["unschedulable"])
+                    node["unschedulable"] = bool(info["unschedulable"])
+                    if info.get("drain"):
+                        node["drained"] = time.time()
+                    cluster.save()
+                return self.reply(200, {"changed": changed})
             if self.path == "/gpulab/label":
                 with cluster.lock:
                     node = cluster.state["nodes"].get(info["node"])
@@ -382,6 +454,7 @@ def make_handler(cluster, token):
 
 
 def run_server():
+    write_uninstall("k3s")
     cfg = load_config()
     name = str(cfg.get("node-name") or socket.gethostname())
     address = str(cfg.get("node-ip") or own_address())
@@ -440,6 +513,7 @@ def run_server():
 
 
 def run_agent():
+    write_uninstall("k3s-agent")
     cfg = load_config()
     url = str(cfg.get("server") or os.environ.get("K3S_URL") or "")
     token = str(cfg.get("token") or os.environ.get("K3S_TOKEN") or "")
@@ -530,8 +604,45 @@ def output(items, kind, fmt, single):
             print(i["metadata"]["name"])
 
 
+def duration_s(text):
+    """kubectl's --timeout: 30s, 5m, 1h, 1m30s; 0 or no unit means seconds."""
+    total, num = 0.0, ""
+    for ch in text:
+        if ch.isdigit() or ch == ".":
+            num += ch
+        else:
+            total += float(num or 0) * {"s": 1, "m": 60, "h": 3600}.get(ch, 1)
+            num = ""
+    return total + float(num or 0)
+
+
+def post(path, body):
+    """POST to the server; (reply, None) or (None, the error kubectl prints)."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{PORT}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.load(resp), None
+    except urllib.error.HTTPError as exc:
+        return None, f"Error from server (NotFound): {json.load(exc).get('error')}"
+    except OSError:
+        return api_get("/none"), "unreachable"
+
+
+def until(check, timeout_s, interval_s=0.5):
+    """Poll check() until it returns true or timeout_s passed (kubectl's waits); its last answer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result or time.monotonic() >= deadline:
+            return result
+        time.sleep(interval_s)
+
+
 def kubectl(args):
     fmt, rest, overwrite, namespace = "", [], False, "default"
+    timeout_s, condition = 30.0, ""
     i = 0
     while i < len(args):
         a = args[i]
@@ -547,7 +658,13 @@ def kubectl(args):
             i += 1
         elif a.startswith("--namespace="):
             namespace = a.split("=", 1)[1]
-        elif a.startswith(("--for=", "--timeout=")):
+        elif a.startswith("--for="):
+            condition = a.split("=", 1)[1]
+        elif a.startswith("--timeout="):
+            timeout_s = duration_s(a.split("=", 1)[1])
+        elif a in ("--ignore-daemonsets", "--delete-emptydir-data", "--force") or a.startswith(
+            ("--ignore-daemonsets=", "--delete-emptydir-data=", "--force=", "--grace-period=")
+        ):
             pass
         elif a == "--overwrite":
             overwrite = True
@@ -595,9 +712,43 @@ def kubectl(args):
             return api_get("/none") or 1
         print(f"node/{node} {'labeled' if changed else 'not labeled'}")
         return 0
+    if rest[:1] in (["cordon"], ["uncordon"], ["drain"]) and len(rest) == 2:
+        verb, node = rest
+        reply, err = post(
+            "/gpulab/cordon", {"node": node, "unschedulable": verb != "uncordon", "drain": verb == "drain"}
+        )
+        if err:
+            print(err, file=sys.stderr)
+            return 1
+        done = {"cordon": "cordoned", "drain": "cordoned", "uncordon": "uncordoned"}[verb]
+        print(f"node/{node} {done if reply['changed'] else 'already ' + done}")
+        if verb == "drain":
+            print(f"node/{node} drained")
+        return 0
+    if rest[:1] == ["wait"] and len(rest) == 2 and rest[1].startswith(("node/", "nodes/")):
+        name = rest[1].split("/", 1)[1]
+        if condition.lower() != "condition=ready":
+            print(f"error: `--for={condition}` on nodes is not stood in", file=sys.stderr)
+            return 1
+        if name not in api_get("/gpulab/nodes"):
+            print(f'Error from server (NotFound): nodes "{name}" not found', file=sys.stderr)
+            return 1
+
+        def node_ready():
+            node = api_get("/gpulab/nodes").get(name)
+            return bool(node) and node["status"]["conditions"][0]["status"] == "True"
+
+        if until(node_ready, timeout_s):
+            print(f"node/{name} condition met")
+            return 0
+        print(f"error: timed out waiting for the condition on nodes/{name}", file=sys.stderr)
+        return 1
     if rest[:1] == ["wait"] and len(rest) == 2 and rest[1].startswith("job/"):
         name = rest[1].split("/", 1)[1]
-        if api_get("/gpulab/workloads")["jobs"].get(f"{namespace}/{name}", {}).get("complete"):
+        if until(
+            lambda: api_get("/gpulab/workloads")["jobs"].get(f"{namespace}/{name}", {}).get("complete"),
+            timeout_s,
+        ):
             print(f"job.batch/{name} condition met")
             return 0
         print(f"error: timed out waiting for the condition on jobs/{name}", file=sys.stderr)
@@ -612,7 +763,14 @@ def kubectl(args):
             )
             what = "daemon set"
         else:
-            entry = api_get("/gpulab/workloads")["deployments"].get(f"{namespace}/{name}")
+            # like kubectl, wait up to --timeout for a Deployment that exists to become available
+            def deployment():
+                return api_get("/gpulab/workloads")["deployments"].get(f"{namespace}/{name}")
+
+            entry = deployment()
+            if entry is not None and not entry.get("ready"):
+                until(lambda: (deployment() or {}).get("ready"), timeout_s)
+                entry = deployment()
             found, ready = entry is not None, bool(entry and entry.get("ready"))
             what = "deployment"
         if found and not ready:

@@ -25,7 +25,7 @@ options:
     description: Sections to read.
     type: list
     elements: str
-    choices: [version, memory, pci, vms, storages, mappings]
+    choices: [version, memory, pci, vms, storages, mappings, nics]
     default: [version, memory, pci, vms, storages, mappings]
 """
 
@@ -82,6 +82,13 @@ storages:
   returned: when V(storages) is gathered
   type: list
   elements: dict
+nics:
+  description:
+    - Per VM on the node, C(vmid), C(name), the C(mac) of C(net0) and, when the VM runs and its guest agent
+      answers, the IPv4 C(address) on that NIC (else null).
+  returned: when V(nics) is gathered
+  type: list
+  elements: dict
 mappings:
   description: Cluster PCI resource mappings as PVE lists them.
   returned: when V(mappings) is gathered
@@ -105,14 +112,16 @@ except ImportError:
 else:
     HAS_GPULAB, GPULAB_ERR = True, None
 
-SECTIONS = ["version", "memory", "pci", "vms", "storages", "mappings"]
+SECTIONS = ["version", "memory", "pci", "vms", "storages", "mappings", "nics"]
+# nics costs a read per VM: only when asked for.
+DEFAULT_SECTIONS = SECTIONS[:-1]
 
 
 def build_argument_spec(fallback=None):
     spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
     spec.update(
         node={"type": "str", "required": True},
-        gather={"type": "list", "elements": "str", "choices": SECTIONS, "default": list(SECTIONS)},
+        gather={"type": "list", "elements": "str", "choices": SECTIONS, "default": list(DEFAULT_SECTIONS)},
     )
     return spec
 

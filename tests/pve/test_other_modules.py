@@ -157,3 +157,22 @@ def test_password_login_and_wrong_fingerprint(own_lab):
     res = run_module("gpulab_pve_info", {**root, "api_password": "wrong", "node": "pve"})
     assert res["failed"] and "root@pam" in res["msg"] and "password" in res["msg"]
     assert "wrong" not in res["msg"]
+
+
+def test_info_nics_give_each_vms_mac_and_agent_address(lab):
+    from .conftest import gpu_vm_args, prepare_gpu_lab
+
+    res = run_module("gpulab_pve_info", lab.conn(node="pve", gather=["nics"]))
+    assert res["nics"] == [] and res["requests"]["reads"] == 1
+    prepare_gpu_lab(lab)
+    created = run_module("gpulab_pve_vm", gpu_vm_args(lab, state="present"))
+    assert not created.get("failed"), created
+    res = run_module("gpulab_pve_info", lab.conn(node="pve", gather=["nics"]))
+    # a stopped VM: its MAC from net0, no address (one list read, one config read)
+    assert res["nics"] == [
+        {"vmid": 102, "name": created["config"]["name"], "mac": created["mac"], "address": None}
+    ]
+    assert res["requests"] == {"reads": 2, "writes": 0}
+    started = run_module("gpulab_pve_vm", gpu_vm_args(lab, state="started", wait_for_address=True))
+    res = run_module("gpulab_pve_info", lab.conn(node="pve", gather=["nics"]))
+    assert res["nics"][0]["address"] == started["address"] and res["requests"]["reads"] == 3

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulab.pve.client import PveClient
+from gpulab.pve.client import PveClient, PveError
 
-SECTIONS = ("version", "memory", "pci", "vms", "storages", "mappings")
+SECTIONS = ("version", "memory", "pci", "vms", "storages", "mappings", "nics")
+# What is read unless asked otherwise (nics costs a read per VM).
+DEFAULT_SECTIONS = SECTIONS[:-1]
 
 
 def _hex(value: Any) -> str:
     return str(value or "").lower().removeprefix("0x")
 
 
-def gather(client: PveClient, node: str, sections: tuple[str, ...] | list[str] = SECTIONS) -> dict[str, Any]:
+def gather(
+    client: PveClient, node: str, sections: tuple[str, ...] | list[str] = DEFAULT_SECTIONS
+) -> dict[str, Any]:
     out: dict[str, Any] = {"node": node}
     unknown = set(sections) - set(SECTIONS)
     if unknown:
@@ -82,4 +86,27 @@ def gather(client: PveClient, node: str, sections: tuple[str, ...] | list[str] =
         ]
     if "mappings" in sections:
         out["mappings"] = client.get("cluster/mapping/pci") or []
+    if "nics" in sections:
+        out["nics"] = _nics(client, node)
+    return out
+
+
+def _nics(client: PveClient, node: str) -> list[dict[str, Any]]:
+    """net0 MAC of every VM on the node and, for a running VM whose agent answers, its IPv4 address
+    on that NIC: one config read per VM, one agent read per running VM."""
+    from gpulab.pve.vm import _mac, guest_addresses  # the VM engine knows net0 and the agent's answer
+
+    out = []
+    for vm in sorted(client.get(f"nodes/{node}/qemu") or [], key=lambda v: int(v.get("vmid", 0))):
+        vmid = int(vm["vmid"])
+        mac = _mac(client.get(f"nodes/{node}/qemu/{vmid}/config") or {})
+        address = None
+        if vm.get("status") == "running" and mac:
+            try:
+                address = next(
+                    (a["address"] for a in guest_addresses(client, node, vmid) if a["mac"] == mac), None
+                )
+            except PveError:
+                address = None  # no agent (yet): the address stays unknown
+        out.append({"vmid": vmid, "name": vm.get("name", ""), "mac": mac, "address": address})
     return out

@@ -1,0 +1,258 @@
+"""The k3s, hami and workloads stages and playbooks upgrade.yml / teardown.yml in the simulated lab.
+
+One lab for the whole module (bringing it up and running site.yml takes minutes): site.yml, then the
+opt-in workloads stage (a plan above 100 % of a card is refused before anything is placed; two engines
+sharing vm-gpu's card start one after the other, each after the previous is Ready), the rolling upgrade
+(one agent at a time: drain, upgrade, Ready, uncordon) and the teardown (VMs kept without the
+confirmation, destroyed through the PVE API with it).
+
+The order is read from what the lab's k3s stand-in records: the kubectl calls on each host (JSON lines in
+/var/log/gpulab-standins.log), the server's state (when each Deployment was first seen and when it became
+Ready, each node's version) and the version file the install script stand-in writes on each host.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import urllib3
+import yaml
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+NEW_VERSION = "v1.34.1+k3s1"
+AGENTS = ["vm-2", "vm-gpu"]
+VM_HOST_DIR = {"vm-1": "vm100", "vm-2": "vm101", "vm-gpu": "vm102"}
+ENGINES = [
+    {
+        "name": "vllm",
+        "image": "vllm/vllm-openai:v0.11.0",
+        "node": "vm-gpu",
+        "gpus": [0],
+        "gpu_memory_percent": 45,
+        "cuda_disable_control": True,
+        "port": 8000,
+        "readiness_path": "/health",
+    },
+    {
+        "name": "ollama",
+        "image": "ollama/ollama:0.12.6",
+        "node": "vm-gpu",
+        "gpus": [0],
+        "gpu_memory_percent": 45,
+        "port": 11434,
+    },
+]
+
+
+class Lab:
+    def __init__(self, state: Path, desc: dict):
+        self.state, self.desc = state, desc
+
+    def upper(self, host: str) -> Path:
+        return self.state / "net" / "hosts" / VM_HOST_DIR[host] / "upper"
+
+    def calls(self, host: str) -> list[dict]:
+        log = self.upper(host) / "var/log/gpulab-standins.log"
+        if not log.exists():
+            return []
+        return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+    def k3s_calls(self, host: str, since: float = 0.0) -> list[dict]:
+        return [c for c in self.calls(host) if c["command"].startswith("k3s") and c["time"] >= since]
+
+    def cluster(self) -> dict:
+        return json.loads(
+            (self.upper("vm-1") / "var/lib/rancher/k3s/server/db/gpulab-state.json").read_text()
+        )
+
+    def manifests(self) -> dict[str, dict]:
+        folder = self.upper("vm-1") / "var/lib/rancher/k3s/server/manifests"
+        out = {}
+        for path in sorted(folder.glob("gpulab-workload-*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and doc.get("kind") == "Deployment":
+                    out[doc["metadata"]["name"]] = doc
+        return out
+
+    def pve_vms(self) -> set[str]:
+        d = self.desc
+        urllib3.disable_warnings()  # the lab's API has its own self-signed certificate
+        resp = requests.get(
+            f"{d['pve_url']}/api2/json/nodes/{d['node']}/qemu",
+            headers={"Authorization": f"PVEAPIToken={d['token_id']}={d['token_secret']}"},
+            verify=False,
+            timeout=10,
+        )
+        resp.raise_for_status()
+        return {vm["name"] for vm in resp.json()["data"]}
+
+    def play(self, playbook: str, *args: str) -> tuple[int, dict[str, dict[str, int]], str]:
+        env = dict(
+            os.environ,
+            ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+            GPULAB_LAB_STATE=str(self.state),
+            ANSIBLE_NOCOLOR="1",
+        )
+        cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(ROOT / "inventory/demo"), playbook, *args]
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600, check=False
+        )
+        out = proc.stdout + proc.stderr
+        recap = {
+            m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+            for m in re.finditer(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M)
+        }
+        return proc.returncode, recap, out
+
+
+def gone(path: Path) -> bool:
+    """Removed on the host: absent from its overlay upper dir, or a whiteout (a 0/0 character device) there."""
+    return not path.exists() or path.is_char_device()
+
+
+def changed(recap: dict) -> int:
+    return sum(r.get("changed", 0) for r in recap.values())
+
+
+@pytest.fixture(scope="module")
+def lab():
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the lab's hosts live in network namespaces")
+    missing = [t for t in ("dnsmasq", "sshd") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"missing {', '.join(missing)}")
+    state = Path(tempfile.mkdtemp(prefix="gtlabstack"))
+    cli = [sys.executable, "-m", "gpulab.labsim.cli"]
+    try:
+        up = subprocess.run([*cli, "up", "--state", str(state)], capture_output=True, text=True, timeout=300,
+                            check=False, cwd=ROOT)  # fmt: skip
+        desc = json.loads((state / "lab.json").read_text()) if (state / "lab.json").exists() else {}
+        if up.returncode != 0 or desc.get("network") != "up" or desc.get("vm_init") != "systemd":
+            pytest.skip(f"the simulated lab did not come up with its hosts: {up.stderr[-500:]}")
+        lab = Lab(state, desc)
+        rc, _, out = lab.play("site.yml")
+        assert rc == 0, out[-6000:]
+        yield lab
+    finally:
+        subprocess.run(
+            [*cli, "down", "--state", str(state)], capture_output=True, timeout=120, check=False, cwd=ROOT
+        )
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def engines_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("engines")
+    good, bad = folder / "good.yml", folder / "bad.yml"
+    good.write_text(yaml.safe_dump({"workloads_engines": ENGINES}))
+    over = [dict(ENGINES[0], gpu_memory_percent=60), dict(ENGINES[1], gpu_memory_percent=50)]
+    bad.write_text(yaml.safe_dump({"workloads_engines": over}))
+    return good, bad
+
+
+def test_workloads_share_a_card_one_after_another(lab, engines_file):
+    good, bad = engines_file
+
+    rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{bad}")
+    assert rc != 0 and "110%" in out, out[-3000:]
+    assert changed(recap) == 0
+    assert lab.manifests() == {}, "a refused plan placed manifests"
+
+    rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{good}")
+    assert rc == 0, out[-6000:]
+    assert recap["vm-1"]["changed"] == 2, recap
+
+    gpu_facts = lab.cluster()["nodes"]["vm-gpu"]["gpu_uuids"]
+    manifests = lab.manifests()
+    assert sorted(manifests) == ["ollama", "vllm"]
+    for name, doc in manifests.items():
+        pod = doc["spec"]["template"]
+        assert pod["metadata"]["annotations"]["nvidia.com/use-gpuuuid"] == gpu_facts[0]
+        assert pod["spec"]["runtimeClassName"] == "nvidia"
+        (container,) = pod["spec"]["containers"]
+        limits = container["resources"]["limits"]
+        assert (str(limits["nvidia.com/gpu"]), str(limits["nvidia.com/gpumem-percentage"])) == ("1", "45")
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        assert (env.get("CUDA_DISABLE_CONTROL") == "true") == (name == "vllm"), env
+
+    # the second engine on the card was placed only after the first was Ready, and the role waited for it
+    # (the last engine has nobody waiting for it: give the server a few heartbeats to pick it up)
+    deadline = time.monotonic() + 60
+    while "default/ollama" not in lab.cluster().get("deployment_history", {}) and time.monotonic() < deadline:
+        time.sleep(1)
+    deployments = lab.cluster()["deployment_history"]
+    vllm, ollama = deployments["default/vllm"], deployments["default/ollama"]
+    assert vllm["ready_at"] is not None and vllm["ready_at"] <= ollama["seen"], deployments
+    waits = [c for c in lab.k3s_calls("vm-1") if {"rollout", "deployment/vllm"} <= set(c["argv"])]
+    assert waits and waits[-1]["rc"] == 0
+    assert vllm["seen"] <= waits[-1]["time"] <= ollama["seen"]
+
+    rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{good}")
+    assert rc == 0 and changed(recap) == 0, out[-4000:]
+    before = lab.manifests()
+    rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{good}", "--check")
+    assert rc == 0 and changed(recap) == 0, out[-4000:]
+    assert lab.manifests() == before
+
+
+def test_upgrade_rolls_the_agents_one_at_a_time(lab):
+    start = max((c["time"] for c in lab.k3s_calls("vm-1")), default=0.0)
+    rc, recap, out = lab.play("playbooks/upgrade.yml", "-e", f"k3s_version={NEW_VERSION}")
+    assert rc == 0, out[-6000:]
+
+    steps = []
+    for c in lab.k3s_calls("vm-1", since=start):
+        argv = [a for a in c["argv"] if not a.startswith("-")]
+        if argv[1:2] in (["drain"], ["uncordon"]) or (argv[1:2] == ["wait"] and argv[2].startswith("node/")):
+            assert c["rc"] == 0, c
+            steps.append((argv[1], argv[2].removeprefix("node/"), c["time"]))
+    assert [(verb, node) for verb, node, _ in steps] == [
+        (verb, node) for node in AGENTS for verb in ("drain", "wait", "uncordon")
+    ], steps
+
+    # each agent's k3s was replaced while it was drained, and not before the previous agent was back
+    for i, node in enumerate(AGENTS):
+        drained, _, uncordoned = (t for _, n, t in steps if n == node)
+        version_file = lab.upper(node) / "var/lib/gpulab-sim/k3s-version"
+        assert version_file.read_text().strip() == NEW_VERSION
+        assert drained <= version_file.stat().st_mtime <= uncordoned, (node, steps)
+        if i:
+            assert steps[3 * i - 1][2] <= drained
+
+    nodes = lab.cluster()["nodes"]
+    assert {n: v["version"] for n, v in nodes.items()} == dict.fromkeys(["vm-1", *AGENTS], NEW_VERSION)
+    assert not any(v.get("unschedulable") for v in nodes.values())
+
+    rc, recap, out = lab.play("playbooks/upgrade.yml", "-e", f"k3s_version={NEW_VERSION}")
+    assert rc == 0 and changed(recap) == 0, out[-4000:]
+
+
+def test_teardown_keeps_the_vms_without_the_confirmation(lab):
+    vms = {"vm-1", "vm-2", "vm-gpu"}
+    assert lab.pve_vms() >= vms
+    rc, recap, out = lab.play("playbooks/teardown.yml")
+    assert rc == 0, out[-6000:]
+    assert lab.pve_vms() >= vms
+    for host, script in (("vm-1", "k3s-uninstall.sh"), ("vm-2", "k3s-agent-uninstall.sh"),
+                         ("vm-gpu", "k3s-agent-uninstall.sh")):  # fmt: skip
+        assert [c["command"] for c in lab.calls(host)].count(script) == 1, host
+        unit = "k3s.service" if host == "vm-1" else "k3s-agent.service"
+        assert gone(lab.upper(host) / "usr/local/bin/k3s")
+        assert gone(lab.upper(host) / "etc/systemd/system" / unit)
+    rc, recap, out = lab.play("playbooks/teardown.yml")
+    assert rc == 0 and changed(recap) == 0, out[-4000:]
+
+    rc, recap, out = lab.play("playbooks/teardown.yml", "-e", "gpulab_teardown_confirm=destroy-lab-vms")
+    assert rc == 0, out[-6000:]
+    assert recap["localhost"]["changed"] == 1
+    assert not lab.pve_vms() & vms

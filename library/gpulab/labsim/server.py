@@ -304,6 +304,46 @@ def lab_description(
     }
 
 
+def resume_guests(lab: Lab, state_dir: Path, timeout: float = 60.0) -> list[int]:
+    """After a restart of a lab with real hosts, boot again the guests of the VMs PVE still has running.
+
+    `gpulab lab down` ends every lab host; the API state keeps those VMs running (as a host that was
+    suspended would). Once the lab's network is back (`gpulab lab up` brings it right after the server),
+    each such VM's host is started again, so its agent answers; a VM whose host cannot start is marked
+    stopped, as PVE would show a guest that died. Returns the VMIDs resumed."""
+    if type(lab.hooks) is VmHooks:
+        return []  # API-only lab: there is no host to boot
+    with lab.lock:
+        running = [
+            (vm["node"], int(vmid), dict(vm["config"]))
+            for vmid, vm in lab.state.data["vms"].items()
+            if vm.get("status") == "running"
+        ]
+    if not running:
+        return []
+    from gpulab.labsim import netlab
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        facts = netlab.status(state_dir) or {}
+        if facts.get("healthy") and facts.get("router"):
+            break
+        time.sleep(0.3)
+    resumed = []
+    for node, vmid, config in running:
+        try:
+            lab.hooks.vm_started(node, vmid, config)
+            resumed.append(vmid)
+        except Exception as exc:
+            print(
+                f"resume: the host of VM {vmid} did not come up again ({exc}); VM marked stopped", flush=True
+            )
+            with lab.lock:
+                lab.state.data["vms"][str(vmid)].update(status="stopped", started_at=None, pci_in_use=[])
+                lab.state.mark()
+    return resumed
+
+
 def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bool = False):
     """Create the server (bound and ready to serve) and the lab description."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -347,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     log = os.open(state_dir / "server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    threading.Thread(target=resume_guests, args=(server.lab, state_dir), daemon=True).start()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -237,13 +237,18 @@ def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_p
         engine.format(name="good", uuid="GPU-aaaa") + "---\n" + engine.format(name="bad", uuid="GPU-zzzz")
     )
     cluster.apply_manifests()
-    assert cluster.state["deployments"]["ai/good"] == {"ready": True}
-    assert cluster.state["deployments"]["ai/bad"] == {"ready": False}
+    # a Deployment rolls out a moment after the server first sees it
+    assert not cluster.state["deployments"]["ai/good"]["ready"]
+    for entry in cluster.state["deployment_history"].values():
+        entry["seen"] -= k3s.DEPLOY_READY_S
+    cluster.apply_manifests()
+    assert cluster.state["deployments"]["ai/good"]["ready"] is True
+    assert cluster.state["deployments"]["ai/bad"]["ready"] is False
     # taking the chart out uninstalls it, and GPU pods no longer fit
     (tmp_path / "manifests" / "hami.yaml").unlink()
     cluster.apply_manifests()
     assert cluster.state["daemonsets"] == [] and cluster.state["nodes"]["gpu-node"]["vgpus"] == 0
-    assert cluster.state["deployments"]["ai/good"] == {"ready": False}
+    assert cluster.state["deployments"]["ai/good"]["ready"] is False
 
 
 def test_state_dir_on_a_file_system_overlayfs_cannot_use_is_refused(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyen
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv demo test lint unit molecule clean docs
+.PHONY: venv demo test lint unit e2e molecule clean docs
 
 venv: $(VENV)/.stamp
 
@@ -32,7 +32,11 @@ lint: venv
 	$(BIN)/ansible-lint
 
 unit: venv
-	$(BIN)/pytest
+	$(BIN)/pytest --ignore=tests/e2e
+
+# Whole-lab proofs (bad input through site.yml, faults, secrets at -vvv): about 10 minutes as root.
+e2e: venv
+	$(BIN)/pytest tests/e2e
 
 # The whole site.yml on the simulated lab: check run on a fresh lab, converge, idempotence, verify.
 molecule: venv

@@ -459,8 +459,6 @@ def _check_api(lab: Lab, out: list[Problem]) -> None:
                 "copy it from the node's Certificates page or `openssl x509 -fingerprint -sha256`",
             )
         )
-    if g.get("pve_api_validate_certs") is False:
-        pass  # allowed, but the user asked for it; the modules warn at run time
     for name in ("gpulab_os_image", "gpulab_os_iso"):
         img = g.get(name)
         if not img:

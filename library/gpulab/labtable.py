@@ -1,8 +1,9 @@
 """The end-of-run lab table: one row per VM with what PVE, nvidia-smi and k3s report about it.
 
 `rows()` is pure: it joins the VM configs PVE returns, the GPU facts of each VM and the k3s node
-list. `read_vm_configs()` does the PVE reads (one list and one config per VM). `markdown()` and
-`text()` render the table; `write()` stores it as lab-table.md and lab-table.json.
+list. `read_vm_configs()` does the PVE reads (one list, and one config per VM whose config the caller
+does not already hold). `markdown()` and `text()` render the table; `write()` stores it as lab-table.md
+and lab-table.json.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ _DISK_KEYS = re.compile(r"^(scsi|virtio|sata|ide)\d+$")
 
 
 def read_vm_configs(client: PveClient, vms: list[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Config and power state of each VM ({name, node, vmid}); absent VMs map to {}."""
+    """Config and power state of each VM ({name, node, vmid}, and its `config` when the caller read it
+    already in this run: then it is not read again); absent VMs map to {}."""
     listed = {int(r["vmid"]): r for r in client.get("cluster/resources", type="vm") or [] if "vmid" in r}
     out: dict[str, dict[str, Any]] = {}
     for vm in vms:
@@ -40,7 +42,9 @@ def read_vm_configs(client: PveClient, vms: list[Mapping[str, Any]]) -> dict[str
         if entry is None:
             out[vm["name"]] = {}
             continue
-        config = client.get(f"nodes/{entry.get('node', vm['node'])}/qemu/{vm['vmid']}/config") or {}
+        config = vm.get("config") or (
+            client.get(f"nodes/{entry.get('node', vm['node'])}/qemu/{vm['vmid']}/config") or {}
+        )
         out[vm["name"]] = {"status": entry.get("status"), "config": config}
     return out
 

@@ -7,8 +7,8 @@ DOCUMENTATION = r"""
 module: gpulab_lab_table
 short_description: Build the lab table of every VM from PVE, nvidia-smi and k3s, and store it
 description:
-  - Reads each VM's config and power state from the Proxmox VE API (one list and one config read per VM),
-    joins them with the GPU facts of each VM and the k3s node list, and returns the table.
+  - Reads each VM's power state from the Proxmox VE API (one list) and its config (one read per VM, none
+    for a VM whose C(config) is given), joins them with the GPU facts of each VM and the k3s node list, and returns the table.
   - Writes it as C(lab-table.md) and C(lab-table.json) into O(state_dir) when given; C(changed) is true
     only when their content changed. In check mode nothing is written.
 version_added: "0.1.0"
@@ -22,7 +22,10 @@ attributes:
     support: none
 options:
   vms:
-    description: The lab's VMs, each with C(name), C(node), C(vmid), and optionally C(address) and C(gpu).
+    description:
+      - The lab's VMs, each with C(name), C(node), C(vmid), and optionally C(address) and C(gpu).
+      - Optionally C(config), the VM's config as the API returned it earlier in the same run (the
+        C(current) result of gpulab_pve_vm): that VM's config is then not read again.
     type: list
     elements: dict
     required: true

@@ -336,6 +336,13 @@ config:
   description: The VM config after the run, normalised (in check mode, as it would be).
   returned: always
   type: dict
+current:
+  description:
+    - The VM config as the API returns it (C(GET .../config)), as last read or written by this run, so
+      later plays need not read it again; write-only keys and the digest are left out.
+    - Null in check mode when a change is planned, and for an absent VM.
+  returned: always
+  type: dict
 set:
   description: Config keys written, with the values sent.
   returned: always
@@ -388,7 +395,7 @@ import traceback  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
 
 try:
-    from gpulab.pve import connection
+    from gpulab.pve import connection, vmconfig
     from gpulab.pve.client import PveError
     from gpulab.pve.vm import VmError, VmManager, VmSpec, build_config, wait_for_address
 except ImportError:
@@ -530,6 +537,7 @@ def main():
         "created": False,
         "actions": [],
         "config": {},
+        "current": None,
         "set": {},
         "delete": [],
         "resize": {},
@@ -595,6 +603,11 @@ def main():
             restart_needed=res.restart_needed,
             restarted=res.restarted,
             mac=res.mac,
+            current=None
+            if res.current is None
+            else {
+                k: v for k, v in res.current.items() if k != "digest" and not vmconfig.key_info(k).write_only
+            },
         )
         # In check mode the agent is asked too when the VM already runs (reads only).
         runs_now = not module.check_mode or not ({"create", "start", "restart"} & set(res.actions))

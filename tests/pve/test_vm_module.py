@@ -52,6 +52,19 @@ def test_create_is_one_call_then_a_second_run_reads_twice_and_writes_nothing(lab
     assert len(lab.requests(mark)) == 2
     assert again["requests"] == {"reads": 2, "writes": 0}
     assert again["diff"]["before"] == again["diff"]["after"]
+    # `current` is the config as GET .../config gives it (the lab table reuses it instead of reading again).
+    raw = {k: v for k, v in lab.client().get("nodes/pve/qemu/102/config").items() if k != "digest"}
+    assert again["current"] == raw
+    assert res["current"] == raw
+
+
+def test_current_config_is_null_when_check_mode_plans_a_change(lab):
+    prepare_gpu_lab(lab)
+    run_module("gpulab_pve_vm", gpu_vm_args(lab, state="started"))
+    res = run_module("gpulab_pve_vm", gpu_vm_args(lab, state="started", memory=8192), check=True)
+    assert res["changed"] and res["current"] is None
+    unchanged = run_module("gpulab_pve_vm", gpu_vm_args(lab, state="started"), check=True)
+    assert not unchanged["changed"] and unchanged["current"]["memory"] == "16384"
 
 
 def test_efidisk_keys_off_and_raw_config_as_pve_stores_it(lab):

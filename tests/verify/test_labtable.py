@@ -108,3 +108,41 @@ def test_write_reports_change_only_when_content_differs(tmp_path):
     assert labtable.write(tmp_path, table)[0] is False
     table[0]["address"] = "192.168.100.60"
     assert labtable.write(tmp_path, table)[0] is True
+
+
+class RecordingClient:
+    """Answers cluster/resources and per-VM config reads from PVE above, recording each path."""
+
+    def __init__(self):
+        self.paths = []
+
+    def get(self, path, **params):
+        self.paths.append(path)
+        if path == "cluster/resources":
+            return [
+                {"vmid": 100, "node": "pve", "status": "running"},
+                {"vmid": 102, "node": "pve", "status": "stopped"},
+            ]
+        vmid = int(path.split("/")[3])
+        return PVE["vm-1" if vmid == 100 else "vm-gpu"]["config"]
+
+
+def test_a_config_already_read_in_this_run_is_not_read_again():
+    client = RecordingClient()
+    known = [dict(VMS[0], config=PVE["vm-1"]["config"]), VMS[1]]
+    found = labtable.read_vm_configs(client, known)
+    assert client.paths == ["cluster/resources", "nodes/pve/qemu/102/config"]
+    assert found == {
+        "vm-1": {"status": "running", "config": PVE["vm-1"]["config"]},
+        "vm-gpu": {"status": "stopped", "config": PVE["vm-gpu"]["config"]},
+    }
+    assert labtable.rows(known, found, GPUS, []) == labtable.rows(
+        VMS, PVE | {"vm-gpu": found["vm-gpu"]}, GPUS, []
+    )
+
+
+def test_an_absent_vm_is_absent_even_with_a_config_from_earlier():
+    client = RecordingClient()
+    gone = [dict(VMS[0], vmid=150, config=PVE["vm-1"]["config"])]
+    assert labtable.read_vm_configs(client, gone) == {"vm-1": {}}
+    assert client.paths == ["cluster/resources"]

@@ -202,6 +202,9 @@ class VmResult:
     restarted: bool = False
     actions: list[str] = field(default_factory=list)
     mac: str | None = None
+    # The config as PVE returns it (GET .../config, pending values applied) when this run read or wrote
+    # it last; None in check mode once a change is planned (PVE does not hold that config).
+    current: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -376,6 +379,7 @@ class VmManager:
                 after = self.client.get(f"{self.base}/config")
                 res.after = vmconfig.view(after)
                 res.mac = _mac(after)
+                res.current = after
         else:
             if running:
                 current, pending = self._pending_view()
@@ -391,6 +395,7 @@ class VmManager:
             res.status = "running" if running else "stopped"
             res.mac = _mac(current)
             res.pending = pending
+            res.current = None if change.changed else current
             if change.changed:
                 res.changed = True
                 if change.set or change.delete:
@@ -416,6 +421,7 @@ class VmManager:
                         after = self._config()
                     res.after = vmconfig.view(after)
                     res.mac = _mac(after)
+                    res.current = after
             res.restart_needed = running and bool(res.pending)
 
         if res.restart_needed and restart and state in ("present", "started"):
@@ -450,6 +456,7 @@ class VmManager:
         config = self._config()
         res.before = res.after = vmconfig.view(config)
         res.mac = _mac(config)
+        res.current = config
         res.changed = res.restarted = True
         res.actions += ["shutdown", "start"] if running else ["start"]
         if not self.check_mode:

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Benchmark site.yml on a fresh simulated lab: first converge against the no-op re-run.
+"""Benchmark site.yml on a fresh simulated lab: the first converge against the no-op re-run.
 
-Prints a table: per stage, the wall time of the first run and of the re-run, the PVE API requests
-(reads / writes) and the PVE tasks each started; then the reads and writes per VM on the re-run.
+Runs `ansible-playbook site.yml` twice on inventory/demo, as a user would, and prints a table per
+stage: wall time, PVE API requests (reads / writes), PVE tasks started, and Ansible task results (runs
+per host, skipped ones not counted) of each run; then the whole runs' wall times and the re-run's
+requests on each VM. Stages are told apart by scripts/callbacks/gpulab_timeline.py, which logs when
+each play starts and ends; the simulator's request log is split at those times.
 Targets: the re-run takes at most 30 % of the first converge; per VM at most 2 reads, 0 writes.
 
-    .venv/bin/python scripts/benchmark.py [--stages preflight,host,vms,...] [--keep]
+    .venv/bin/python scripts/benchmark.py [--tags preflight,host,vms,...] [--keep]
 
 Run as root for the whole lab (SSH hosts, DHCP); without root only the API stages can run.
 This is a measurement, not a test: it never fails on a number.
@@ -25,8 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-ALL_STAGES = ["preflight", "host", "vms", "network", "guests", "k3s", "hami", "verify"]
-API_ONLY = ["preflight", "vms"]
+API_ONLY = "preflight,vms"
 VM_PATH = re.compile(r"/nodes/[^/]+/qemu/(\d+)(/|$)")
 TASK_PATH = re.compile(r"/tasks/([^/]+)/status")
 
@@ -45,21 +47,18 @@ def requests_since(log: Path, offset: int) -> tuple[list[dict], int]:
         return lines, f.tell()
 
 
-def run_stage(stage: str, env: dict) -> tuple[float, str]:
+def run_site(tags: str | None, env: dict, timeline: Path) -> tuple[float, list[dict]]:
+    """One whole `ansible-playbook site.yml`; its wall time and its plays (see gpulab_timeline)."""
+    cmd = [BIN / "ansible-playbook", "-i", "inventory/demo", "site.yml"] + (["--tags", tags] if tags else [])
+    env = {**env, "GPULAB_TIMELINE": str(timeline)}
     start = time.monotonic()
-    out = subprocess.run(
-        [BIN / "ansible-playbook", "-i", "inventory/demo", "site.yml", "--tags", stage],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     took = time.monotonic() - start
     if out.returncode != 0:
         sys.stdout.write(out.stdout[-4000:] + out.stderr[-2000:])
-        raise SystemExit(f"stage {stage} failed (rc={out.returncode})")
-    changed = sum(int(m) for m in re.findall(r"changed=(\d+)", out.stdout))
-    return took, f"changed={changed}"
+        raise SystemExit(f"site.yml failed (rc={out.returncode})")
+    plays = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+    return took, plays
 
 
 def summarize(reqs: list[dict]) -> tuple[int, int, int]:
@@ -69,18 +68,32 @@ def summarize(reqs: list[dict]) -> tuple[int, int, int]:
     return reads, writes, tasks
 
 
+def by_stage(plays: list[dict], reqs: list[dict]) -> dict[str, dict]:
+    """Per stage (in play order): seconds, task results, changed results and the requests sent."""
+    stages: dict[str, dict] = {}
+    for play in plays:
+        st = stages.setdefault(play["stage"], {"s": 0.0, "ran": 0, "changed": 0, "reqs": []})
+        st["s"] += play["end"] - play["start"]
+        st["ran"] += play["ran"]
+        st["changed"] += play["changed"]
+        st["reqs"] += [r for r in reqs if play["start"] <= r["time"] < play["end"]]
+    return stages
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stages", help="comma-separated stages (default: all that can run here)")
+    ap.add_argument("--tags", help=f"site.yml tags to run (default: all as root, else {API_ONLY})")
     ap.add_argument("--keep", action="store_true", help="leave the lab running afterwards")
     args = ap.parse_args()
-    stages = args.stages.split(",") if args.stages else (ALL_STAGES if os.geteuid() == 0 else API_ONLY)
+    tags = args.tags or (None if os.geteuid() == 0 else API_ONLY)
 
     state = Path(tempfile.mkdtemp(prefix="gpulab-bench-"))
     env = {
         **os.environ,
         "GPULAB_LAB_STATE": str(state),
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "scripts" / "callbacks"),
+        "ANSIBLE_CALLBACKS_ENABLED": "gpulab_timeline",
         "PATH": f"{BIN}:{os.environ['PATH']}",
     }
     up_start = time.monotonic()
@@ -88,55 +101,51 @@ def main() -> int:
     up_took = time.monotonic() - up_start
     log = state / "pve-requests.jsonl"
     offset = requests_since(log, 0)[1]
-    results: dict[str, dict] = {}
+    runs: dict[str, dict] = {}
     try:
         for label in ("first", "rerun"):
-            for stage in stages:
-                took, changed = run_stage(stage, env)
-                reqs, offset = requests_since(log, offset)
-                reads, writes, tasks = summarize(reqs)
-                results.setdefault(stage, {})[label] = {
-                    "s": took,
-                    "changed": changed,
-                    "reads": reads,
-                    "writes": writes,
-                    "tasks": tasks,
-                    "reqs": reqs,
-                }
+            took, plays = run_site(tags, env, state / f"timeline-{label}.jsonl")
+            reqs, offset = requests_since(log, offset)
+            runs[label] = {"s": took, "stages": by_stage(plays, reqs), "reqs": reqs}
     finally:
         if not args.keep:
             lab("down", "--state", str(state), env=env)
 
     print(f"lab up: {up_took:.1f} s (state {state})\n")
     head = (
-        f"{'stage':<10} {'first s':>8} {'rerun s':>8} {'first r/w':>10} {'rerun r/w':>10} {'tasks':>6}  rerun"
+        f"{'stage':<10} {'first s':>8} {'rerun s':>8} {'first r/w':>10} {'rerun r/w':>10} {'PVE tasks':>9}"
+        f" {'task results':>13}  rerun changed"
     )
     print(head)
     print("-" * len(head))
-    total = {"first": 0.0, "rerun": 0.0}
-    for stage in stages:
-        f, r = results[stage]["first"], results[stage]["rerun"]
-        total["first"] += f["s"]
-        total["rerun"] += r["s"]
+    first, rerun = runs["first"]["stages"], runs["rerun"]["stages"]
+    for stage, f in first.items():
+        r = rerun.get(stage, {"s": 0.0, "ran": 0, "changed": 0, "reqs": []})
+        fr, fw, ft = summarize(f["reqs"])
+        rr, rw, _ = summarize(r["reqs"])
         print(
-            f"{stage:<10} {f['s']:>8.1f} {r['s']:>8.1f} {f['reads']:>5}/{f['writes']:<4} "
-            f"{r['reads']:>5}/{r['writes']:<4} {f['tasks']:>6}  {r['changed']}"
+            f"{stage:<10} {f['s']:>8.1f} {r['s']:>8.1f} {fr:>5}/{fw:<4} {rr:>5}/{rw:<4} {ft:>9}"
+            f" {f['ran']:>6} / {r['ran']:<4}  {r['changed']}"
         )
-    ratio = total["rerun"] / total["first"] if total["first"] else 0
+    total_f, total_r = runs["first"]["s"], runs["rerun"]["s"]
+    fr, fw, ft = summarize(runs["first"]["reqs"])
+    rr, rw, _ = summarize(runs["rerun"]["reqs"])
     print(
-        f"{'total':<10} {total['first']:>8.1f} {total['rerun']:>8.1f}   re-run = {ratio:.0%} of the first "
-        f"converge (target <= 30%)"
+        f"{'site.yml':<10} {total_f:>8.1f} {total_r:>8.1f} {fr:>5}/{fw:<4} {rr:>5}/{rw:<4} {ft:>9}"
+        f" {sum(s['ran'] for s in first.values()):>6} / {sum(s['ran'] for s in rerun.values()):<4}"
+        f"  {sum(s['changed'] for s in rerun.values())}"
     )
+    ratio = total_r / total_f if total_f else 0
+    print(f"\nno-op re-run = {ratio:.0%} of the first converge (target <= 30%); wall times include start-up")
 
     per_vm: dict[str, list[int]] = {}
-    for stage in stages:
-        for req in results[stage]["rerun"]["reqs"]:
-            m = VM_PATH.search(req["path"])
-            if m and not TASK_PATH.search(req["path"]):
-                counts = per_vm.setdefault(m.group(1), [0, 0])
-                counts[0 if req["method"] == "GET" else 1] += 1
+    for req in runs["rerun"]["reqs"]:
+        m = VM_PATH.search(req["path"])
+        if m and not TASK_PATH.search(req["path"]):
+            counts = per_vm.setdefault(m.group(1), [0, 0])
+            counts[0 if req["method"] == "GET" else 1] += 1
     if per_vm:
-        print("\nno-op re-run, requests on each VM's own paths (target: <= 2 reads, 0 writes):")
+        print("no-op re-run, requests on each VM's own paths (target: <= 2 reads, 0 writes):")
         for vmid, (reads, writes) in sorted(per_vm.items()):
             print(f"  VM {vmid}: {reads} reads, {writes} writes")
     return 0

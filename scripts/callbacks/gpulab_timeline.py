@@ -1,0 +1,73 @@
+"""Callback for scripts/benchmark.py: when each play starts and how many task results it had.
+
+Writes one JSON line per play to $GPULAB_TIMELINE: {"stage", "play", "start", "end", "ran",
+"changed", "skipped"}. The stage is the play's first tag other than "always" (site.yml tags every play
+with its stage). Enabled only by the benchmark (ANSIBLE_CALLBACKS_ENABLED); nothing else loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = r"""
+name: gpulab_timeline
+type: aggregate
+short_description: Per-play start and end times and task counts, for scripts/benchmark.py
+description:
+  - Appends one JSON line per play to the file named by the environment variable C(GPULAB_TIMELINE).
+requirements:
+  - enabled in ANSIBLE_CALLBACKS_ENABLED
+"""
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "gpulab_timeline"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self):
+        super().__init__()
+        self._path = os.environ.get("GPULAB_TIMELINE")
+        self._play = None
+
+    def _close(self):
+        if self._play is not None and self._path:
+            self._play["end"] = time.time()
+            with open(self._path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(self._play) + "\n")
+        self._play = None
+
+    def v2_playbook_on_play_start(self, play):
+        self._close()
+        tags = [t for t in play.tags if t != "always"]
+        self._play = {
+            "stage": tags[0] if tags else "untagged",
+            "play": play.get_name(),
+            "start": time.time(),
+            "ran": 0,
+            "changed": 0,
+            "skipped": 0,
+        }
+
+    def _count(self, result, key):
+        if self._play is not None:
+            self._play[key] += 1
+            if key == "ran" and result._result.get("changed"):
+                self._play["changed"] += 1
+
+    def v2_runner_on_ok(self, result):
+        self._count(result, "ran")
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._count(result, "ran")
+
+    def v2_runner_on_skipped(self, result):
+        self._count(result, "skipped")
+
+    def v2_playbook_on_stats(self, stats):
+        self._close()

@@ -1,7 +1,11 @@
-"""Action plugin behind gpulab_preflight: validates the whole lab definition on the controller.
+"""Action plugin behind gpulab_preflight: validates the whole lab definition on the controller, then
+reaches the APIs the selected stages use.
 
 It reads the inventory's hostvars (only the lab definition's variables) and hands them to
-gpulab.labdef, the same validation `gpulab plan` runs, so the messages are the same.
+gpulab.labdef, the same validation `gpulab plan` runs, so the messages are the same. When the definition
+is valid and a selected stage talks to the Proxmox VE API (vms, network, verify), it reads GET /version
+with the inventory's API settings (gpulab.reach): a refused token or a node that is down stops the run
+before any stage has changed anything.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from gpulab import labdef
+from gpulab import labdef, reach
 
 
 def _plain(value):
@@ -48,14 +52,32 @@ class ActionModule(ActionBase):
 
         lab, problems = labdef.check(groups, hostvar)
         result["changed"] = False
-        result["problems"] = [str(p) for p in problems]
+        result["reached"] = []
         if problems:
+            result["problems"] = [str(p) for p in problems]
             result["failed"] = True
             result["msg"] = (
                 f"The lab definition has {len(problems)} problem(s); nothing was changed:\n"
                 + "\n".join(f"- {p}" for p in problems)
             )
+            return result
+        result["plan"] = labdef.plan_text(lab).splitlines()
+        stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
+        if stages & reach.PVE_STAGES:
+            reached, problem = reach.reach_pve(lab.globals)
+            if problem is not None:
+                problems.append(problem)
+            else:
+                result["reached"].append(reached)
+        result["problems"] = [str(p) for p in problems]
+        if problems:
+            result["failed"] = True
+            result["msg"] = (
+                "The lab definition is valid, but an API it needs is not; nothing was changed:\n"
+                + ("\n".join(f"- {p}" for p in problems))
+            )
         else:
-            result["plan"] = labdef.plan_text(lab).splitlines()
-            result["msg"] = "The lab definition is valid."
+            result["msg"] = "The lab definition is valid" + (
+                f"; reached the {', '.join(result['reached'])}." if result["reached"] else "."
+            )
         return result

@@ -10,6 +10,9 @@ description:
     C(k3s_agent) and their variables) and checks it with the same validation as C(gpulab plan).
   - Fails with one line per problem, each naming the host, the field, the value, why it is wrong and how
     to fix it. Writes nothing anywhere.
+  - When the definition is valid and the run's tags select a stage that uses the Proxmox VE API (vms,
+    network, verify), reads C(GET /version) with the inventory's C(pve_api_*) settings (10 s timeout, one
+    retry) and fails the same way when the API cannot be reached or refuses the credentials.
   - Runs on the controller; takes no options.
 options: {}
 author: gpulab
@@ -29,6 +32,11 @@ plan:
   elements: str
 problems:
   description: Every problem found, as the message shown to the user.
+  returned: always
+  type: list
+  elements: str
+reached:
+  description: The APIs reached, with what they answered (such as the PVE version).
   returned: always
   type: list
   elements: str

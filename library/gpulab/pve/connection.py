@@ -59,3 +59,13 @@ def connection_from_params(params: Mapping[str, Any]) -> PveConnection:
 
 def connect(params: Mapping[str, Any]) -> PveClient:
     return PveClient(connection_from_params(params))
+
+
+def params_from_inventory(hostvars: Mapping[str, Any]) -> dict[str, Any]:
+    """The modules' `api_*` options from the inventory's `pve_api_*` variables (unset ones left out)."""
+    out = {}
+    for name in OPTIONS:
+        value = hostvars.get(f"pve_{name}")
+        if value is not None and value != "":
+            out[name] = value
+    return out

@@ -25,7 +25,7 @@ options:
     description:
       - The lab's VMs, each with C(name), C(node), C(vmid), and optionally C(address) and C(gpu).
       - Optionally C(config), the VM's config as the API returned it earlier in the same run (the
-        C(current) result of gpulab_pve_vm): that VM's config is then not read again.
+        C(current) result of gpulab_pve_vm); that VM's config is then not read again.
     type: list
     elements: dict
     required: true

@@ -1,0 +1,124 @@
+"""Every module in plugins/modules: DOCUMENTATION, EXAMPLES and RETURN parse and match its argument spec.
+
+Modules are found by listing the folder, so a new module is checked without touching this file. A module
+with neither ARGUMENT_SPEC nor build_argument_spec() must be the documentation of an action plugin.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("gpulab_*.py"))
+
+
+def load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def module(name: str) -> ModuleType:
+    return load(ROOT / "plugins" / "modules" / f"{name}.py", name)
+
+
+def argument_spec(mod: ModuleType, fallback=None) -> dict | None:
+    if hasattr(mod, "build_argument_spec"):
+        return mod.build_argument_spec(fallback)
+    return getattr(mod, "ARGUMENT_SPEC", None)
+
+
+def documented_options(doc: dict) -> dict:
+    """The module's options with those of its gpulab doc fragments."""
+    options = {}
+    for fragment in doc.get("extends_documentation_fragment") or []:
+        frag = load(ROOT / "plugins" / "doc_fragments" / f"{fragment}.py", f"fragment_{fragment}")
+        options.update(yaml.safe_load(frag.ModuleDocFragment.DOCUMENTATION)["options"])
+    options.update(doc.get("options") or {})
+    return options
+
+
+def compare(doc: dict, spec: dict, where: str = "") -> list[str]:
+    problems = []
+    for name in sorted(set(doc) | set(spec)):
+        if name not in doc or name not in spec:
+            problems.append(
+                f"{where}{name}: only in {'the argument spec' if name in spec else 'the documentation'}"
+            )
+            continue
+        d, s = doc[name], spec[name]
+        for key, default in (("type", "str"), ("required", False), ("default", None), ("choices", None)):
+            if d.get(key, default) != s.get(key, default):
+                problems.append(
+                    f"{where}{name}: {key} {d.get(key, default)!r} (doc) != {s.get(key, default)!r}"
+                )
+        if d.get("elements") != s.get("elements"):
+            problems.append(f"{where}{name}: elements {d.get('elements')!r} (doc) != {s.get('elements')!r}")
+        if not d.get("description"):
+            problems.append(f"{where}{name}: no description")
+        if "options" in s or "suboptions" in d:
+            problems += compare(d.get("suboptions") or {}, s.get("options") or {}, f"{where}{name}.")
+    return problems
+
+
+def test_every_module_is_found():
+    assert {"gpulab_pve_vm", "gpulab_dhcp_reservation", "gpulab_gpu_facts", "gpulab_preflight"} <= set(
+        MODULES
+    )
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_documentation_matches_argument_spec(name):
+    mod = module(name)
+    doc = yaml.safe_load(mod.DOCUMENTATION)
+    assert doc["module"] == name
+    assert doc.get("short_description") and doc.get("description")
+    spec = argument_spec(mod)
+    if spec is None:
+        # The documentation of an action plugin that takes no options.
+        assert (ROOT / "plugins" / "action" / f"{name}.py").is_file()
+        assert documented_options(doc) == {}
+        return
+    assert compare(documented_options(doc), spec) == []
+    assert doc["attributes"]["check_mode"]["support"] == "full"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_examples_call_the_module_with_documented_options(name):
+    mod = module(name)
+    options = documented_options(yaml.safe_load(mod.DOCUMENTATION))
+    tasks = yaml.safe_load(mod.EXAMPLES)
+    used = [task[name] for task in tasks if name in task]
+    assert used, "no example calls the module"
+    for args in used:
+        assert set(args or {}) <= set(options), set(args or {}) - set(options)
+        for opt, info in options.items():
+            if info.get("required") and not (argument_spec(mod, object()) or {}).get(opt, {}).get("fallback"):
+                assert opt in args, f"an example lacks the required option {opt}"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_return_parses_and_describes_each_value(name):
+    returned = yaml.safe_load(module(name).RETURN)
+    assert returned
+    assert all("description" in v and "returned" in v and "type" in v for v in returned.values())
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if argument_spec(module(n)) is not None])
+def test_secret_options_are_no_log(name):
+    spec = argument_spec(module(name))
+
+    def walk(options, where=""):
+        for opt, info in options.items():
+            if any(word in opt for word in ("password", "secret", "token")) and not opt.endswith("_id"):
+                assert info.get("no_log") is True, f"{where}{opt} is a secret and needs no_log"
+            yield from walk(info.get("options") or {}, f"{where}{opt}.")
+            yield opt
+
+    assert list(walk(spec))

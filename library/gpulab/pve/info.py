@@ -94,12 +94,12 @@ def gather(
 def _nics(client: PveClient, node: str) -> list[dict[str, Any]]:
     """net0 MAC of every VM on the node and, for a running VM whose agent answers, its IPv4 address
     on that NIC: one config read per VM, one agent read per running VM."""
-    from gpulab.pve.vm import _mac, guest_addresses  # the VM engine knows net0 and the agent's answer
+    from gpulab.pve.vm import guest_addresses, net0_mac  # the VM engine knows net0 and the agent's answer
 
     out = []
     for vm in sorted(client.get(f"nodes/{node}/qemu") or [], key=lambda v: int(v.get("vmid", 0))):
         vmid = int(vm["vmid"])
-        mac = _mac(client.get(f"nodes/{node}/qemu/{vmid}/config") or {})
+        mac = net0_mac(client.get(f"nodes/{node}/qemu/{vmid}/config") or {})
         address = None
         if vm.get("status") == "running" and mac:
             try:

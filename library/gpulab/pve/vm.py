@@ -217,7 +217,8 @@ def _find(resources: list[dict[str, Any]], vmid: int) -> dict[str, Any] | None:
     return None
 
 
-def _mac(config: Mapping[str, str]) -> str | None:
+def net0_mac(config: Mapping[str, str]) -> str | None:
+    """The MAC of the VM's first NIC (net0), lower case; None without one."""
     net0 = config.get("net0")
     if not net0:
         return None
@@ -378,7 +379,7 @@ class VmManager:
                     self._wait(upid, f"resize {disk} of VM {spec.vmid} to {size}")
                 after = self.client.get(f"{self.base}/config")
                 res.after = vmconfig.view(after)
-                res.mac = _mac(after)
+                res.mac = net0_mac(after)
                 res.current = after
         else:
             if running:
@@ -393,7 +394,7 @@ class VmManager:
             res.before, res.after = change.before, change.after
             res.set, res.delete, res.resize = _shown(change.set), change.delete, change.resize
             res.status = "running" if running else "stopped"
-            res.mac = _mac(current)
+            res.mac = net0_mac(current)
             res.pending = pending
             res.current = None if change.changed else current
             if change.changed:
@@ -420,7 +421,7 @@ class VmManager:
                     else:
                         after = self._config()
                     res.after = vmconfig.view(after)
-                    res.mac = _mac(after)
+                    res.mac = net0_mac(after)
                     res.current = after
             res.restart_needed = running and bool(res.pending)
 
@@ -455,7 +456,7 @@ class VmManager:
             raise VmError(f"VM {self.spec.vmid} does not exist on node {self.spec.node}: nothing to restart")
         config = self._config()
         res.before = res.after = vmconfig.view(config)
-        res.mac = _mac(config)
+        res.mac = net0_mac(config)
         res.current = config
         res.changed = res.restarted = True
         res.actions += ["shutdown", "start"] if running else ["start"]

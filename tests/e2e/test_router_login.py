@@ -85,11 +85,23 @@ def _play(tmp_path: Path, url: str, password: str) -> subprocess.CompletedProces
     )
 
 
-def _writes(log: Path) -> list[dict]:
+def _requests(log: Path) -> list[dict]:
     if not log.exists():
         return []
-    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    return [r for r in lines if r.get("method") != "GET" and r.get("path") != "/login.cgi"]
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def _writes(log: Path, since: int = 0) -> list[dict]:
+    return [r for r in _requests(log)[since:] if r.get("method") != "GET" and r.get("path") != "/login.cgi"]
+
+
+def _table_writes(log: Path, since: int = 0) -> list[str]:
+    """Changes to the static DHCP table (add, set, del) after the first `since` requests."""
+    return [r["path"] for r in _writes(log, since) if r["path"].startswith("/html/bbsp/dhcpstatic/")]
+
+
+def _logins(log: Path, since: int = 0) -> int:
+    return sum(1 for r in _requests(log)[since:] if r.get("path") == "/login.cgi")
 
 
 def test_router_rejecting_login_then_right_password(huawei: tuple[str, Path], tmp_path: Path) -> None:
@@ -106,14 +118,22 @@ def test_router_rejecting_login_then_right_password(huawei: tuple[str, Path], tm
     assert "huawei_ont router at 192.168.100.1" in msg, msg
     assert "router_password" in msg, msg
     writes_after_refusal = _writes(log)
+    # The refused login is not hammered: the ONT locks logins out after 3 failures in a row.
+    assert 1 <= _logins(log) < 3, _requests(log)
 
+    since = len(_requests(log))
     proc = _play(tmp_path, url, RIGHT)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     assert RIGHT not in output
+    assert "changed=1" in output
+    # The reservation was written once: one add, nothing set or deleted.
+    assert _table_writes(log, since) == ["/html/bbsp/dhcpstatic/add.cgi"]
+    since = len(_requests(log))
     again = _play(tmp_path, url, RIGHT)
     assert again.returncode == 0, again.stdout
     assert "changed=0" in again.stdout
     assert '"bc:24:11:00:00:01"' in again.stdout and again.stdout.count('"address": "192.168.100.53"') == 1
+    assert _table_writes(log, since) == []
     # Nothing but the login was sent before the refusal.
     assert writes_after_refusal == []

@@ -3,6 +3,7 @@ preflight with its message, before any write to the PVE API or to a lab host."""
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,19 @@ def _run_case(lab: Lab, base: Path, case: tuple[str, str, dict[str, Any], str]) 
     return case[0], proc.returncode, proc.stdout + proc.stderr, expected
 
 
+def _stopped_in_preflight(output: str) -> bool:
+    """Only the preflight play ran, and the recap shows no change on any host."""
+    plays = re.findall(r"^PLAY \[(.*?)\] \*", output, re.M)
+    recap = output.split("PLAY RECAP", 1)[-1]
+    counts = re.findall(r"^\S+\s+: ok=\d+\s+changed=(\d+)", recap, re.M)
+    return (
+        bool(plays)
+        and all(p.startswith("Preflight") for p in plays)
+        and bool(counts)
+        and set(counts) == {"0"}
+    )
+
+
 def test_every_mistake_stops_in_preflight_before_any_write(lab: Lab, tmp_path: Path) -> None:
     log_before = len(lab.requests())
     upper_before = lab.upper_snapshot()
@@ -64,6 +78,8 @@ def test_every_mistake_stops_in_preflight_before_any_write(lab: Lab, tmp_path: P
             failures.append(f"{case_id}: {expected!r} not in the output\n{output[-2000:]}")
         elif "nothing was changed" not in output or ". Fix: " not in output:
             failures.append(f"{case_id}: no preflight refusal with a fix\n{output[-2000:]}")
+        elif not _stopped_in_preflight(output):
+            failures.append(f"{case_id}: a play after preflight ran, or a host changed\n{output[-2000:]}")
     assert not failures, "\n\n".join(failures)
     assert lab.writes(log_before) == []
     assert lab.upper_snapshot() == upper_before

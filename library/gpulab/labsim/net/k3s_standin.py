@@ -9,23 +9,27 @@ library only (PyYAML when the host has it, for config.yaml).
 * ``k3s server`` keeps the cluster state in ``/var/lib/rancher/k3s/server/db/gpulab-state.json``,
   writes the join token to ``/var/lib/rancher/k3s/server/token`` (``K10<hash>::server:<secret>``)
   and the kubeconfig to ``/etc/rancher/k3s/k3s.yaml``, registers itself as the control-plane node,
-  creates the ``nvidia`` RuntimeClass a moment after start (k3s ships it in its packaged
-  manifests) and answers on port 6443 of 127.0.0.1 and of the node's lab address only (plain HTTP:
-  the stand-in's clients know).
+  creates k3s' packaged RuntimeClasses (``nvidia``, ``nvidia-experimental``, ``crun`` and the WASM
+  ones) a moment after start and answers on ``https-listen-port`` (6443) of ``bind-address`` when
+  config.yaml sets one, else of 127.0.0.1 and the node's lab address (plain HTTP: the stand-in's
+  clients know). ``node-token`` is a symlink to ``token``, as k3s makes it.
 * ``k3s agent`` joins the server named by ``server``/``token``/``token-file`` (config.yaml) or
-  ``K3S_URL``/``K3S_TOKEN`` and keeps its node Ready with a heartbeat; a wrong token or an
-  unreachable server leaves it unregistered, as with k3s. Like k3s, it looks for
+  ``K3S_URL``/``K3S_TOKEN`` and keeps its node Ready with a heartbeat; a wrong token (401) or an
+  unreachable server leaves it unregistered and retrying, as with k3s. Like k3s, it looks for
   ``nvidia-container-runtime`` once, when it starts.
 * Deployments placed in the manifests folder roll out ``DEPLOY_READY_S`` after the server first sees
   them when their GPU request fits; the server records when each was seen and when it became Ready
   (``/gpulab/workloads``), so tests can check engines sharing a card started one after another.
-* ``k3s kubectl``: ``get nodes|node|runtimeclass|daemonsets`` (``-o json``, ``-o name``,
+* ``k3s kubectl`` reaches the server named in the kubeconfig (``KUBECONFIG`` or
+  ``/etc/rancher/k3s/k3s.yaml``): ``get nodes|node|runtimeclass|daemonsets`` (``-o json``, ``-o name``,
   ``-o jsonpath={.a.b}``, table), ``label node``, ``cordon|uncordon|drain NODE``,
-  ``wait --for=condition=Ready node/NAME``, ``wait --for=condition=complete job/NAME``,
-  ``rollout status deployment|daemonset/NAME`` (waiting up to ``--timeout`` like kubectl); anything else
-  says it is not stood in. Every call is logged (JSON lines) to ``/var/log/gpulab-standins.log``.
-* Like get.k3s.io, the host gets ``k3s-uninstall.sh`` (server) or ``k3s-agent-uninstall.sh`` (agent) next to
-  the binary: the stand-in writes it when the service first starts.
+  ``wait --for=condition=Ready node/NAME``, ``wait --for=condition=complete job/NAME`` (a HelmChart's
+  install job exists once the server has seen the chart; waiting on one that does not exist is an
+  immediate NotFound, as with kubectl), ``rollout status deployment|daemonset/NAME`` (waiting up to
+  ``--timeout`` like kubectl); anything else says it is not stood in. Every call is logged (JSON lines)
+  to ``/var/log/gpulab-standins.log``.
+* The install script stand-in (``K3S_INSTALL`` in ``repo.py``, served as ``install.sh``) writes the
+  unit, env file, ``k3s-killall.sh`` and ``k3s-uninstall.sh``/``k3s-agent-uninstall.sh``, as get.k3s.io.
 """
 
 import contextlib
@@ -49,6 +53,19 @@ KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
 CONFIG = "/etc/rancher/k3s/config.yaml"
 MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 PORT = 6443
+# k3s' manifests/runtimes.yaml: one RuntimeClass per handler (there is no nvidia-cdi class)
+RUNTIME_CLASSES = (
+    "crun",
+    "lunatic",
+    "nvidia",
+    "nvidia-experimental",
+    "slight",
+    "spin",
+    "wasmedge",
+    "wasmer",
+    "wasmtime",
+    "wws",
+)
 HEARTBEAT_S = 3
 NOT_READY_AFTER_S = 40
 DEPLOY_READY_S = 2
@@ -189,38 +206,6 @@ def node_object(name, node):
             },
         },
     }
-
-
-UNINSTALL = """#!/bin/sh
-# gpulab lab stand-in for k3s' @NAME@: stops and removes @SERVICE@, the binary and k3s' data.
-set -e
-[ "$(id -u)" -eq 0 ] || { echo "$0 must be run as root" >&2; exit 1; }
-systemctl disable --now @SERVICE@ >/dev/null 2>&1 || true
-rm -f /etc/systemd/system/@SERVICE@.service /etc/systemd/system/@SERVICE@.service.env
-systemctl daemon-reload || true
-for cmd in kubectl crictl ctr; do
-  if [ "$(readlink "@BIN@/$cmd" 2>/dev/null)" = k3s ]; then rm -f "@BIN@/$cmd"; fi
-done
-rm -rf /etc/rancher/k3s /var/lib/rancher/k3s /var/lib/kubelet /var/lib/gpulab-sim/k3s-version
-rm -f "@BIN@/k3s"
-printf '{"time": %s, "command": "@NAME@", "argv": [], "rc": 0}\\n' "$(date +%s.%N)" >> @LOG@
-rm -f "$0"
-"""
-
-
-def write_uninstall(service):
-    """The uninstall script get.k3s.io leaves next to the binary (k3s-uninstall.sh / k3s-agent-uninstall.sh)."""
-    bin_dir = os.path.dirname(os.path.abspath(sys.argv[0]))
-    name = "k3s-uninstall.sh" if service == "k3s" else "k3s-agent-uninstall.sh"
-    path = os.path.join(bin_dir, name)
-    if os.path.exists(path) or not os.path.exists(os.path.join(bin_dir, "k3s")):
-        return
-    text = UNINSTALL
-    for key, value in (("@NAME@", name), ("@SERVICE@", service), ("@BIN@", bin_dir), ("@LOG@", LOG)):
-        text = text.replace(key, value)
-    with contextlib.suppress(OSError), open(path, "w") as f:
-        f.write(text)
-        os.chmod(path, 0o755)
 
 
 # --- server -------------------------------------------------------------------------------------------------
@@ -403,8 +388,17 @@ def make_handler(cluster, token):
             if self.path == "/gpulab/daemonsets":
                 return self.reply(200, state.get("daemonsets", []))
             if self.path == "/gpulab/workloads":
+                # a HelmChart's install job exists from the moment the server has seen the chart
+                started = [
+                    "{}/helm-install-{}".format(*key.split("/", 1)) for key in state.get("charts_seen", {})
+                ]
                 return self.reply(
-                    200, {"jobs": state.get("jobs", {}), "deployments": state.get("deployments", {})}
+                    200,
+                    {
+                        "jobs": state.get("jobs", {}),
+                        "jobs_started": started,
+                        "deployments": state.get("deployments", {}),
+                    },
                 )
             return self.reply(404, {"error": "not found"})
 
@@ -454,27 +448,37 @@ def make_handler(cluster, token):
 
 
 def run_server():
-    write_uninstall("k3s")
     cfg = load_config()
     name = str(cfg.get("node-name") or socket.gethostname())
     address = str(cfg.get("node-ip") or own_address())
+    port = int(cfg.get("https-listen-port") or PORT)
+    bind = str(cfg.get("bind-address") or "")
     token = server_token(cfg)
-    for path in (TOKEN, "/var/lib/rancher/k3s/server/node-token"):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(token + "\n")
-        os.chmod(path, 0o600)
+    os.makedirs(os.path.dirname(TOKEN), exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(TOKEN + ".tmp")
+    with os.fdopen(os.open(TOKEN + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(token + "\n")  # never readable by others, not even for a moment
+    os.replace(TOKEN + ".tmp", TOKEN)
+    node_token = os.path.join(os.path.dirname(TOKEN), "node-token")
+    if os.path.lexists(node_token) and not (os.path.islink(node_token) and os.readlink(node_token) == TOKEN):
+        os.remove(node_token)  # a plain file from an older stand-in
+    if not os.path.lexists(node_token):
+        os.symlink(TOKEN, node_token)  # k3s keeps node-token as a link to token, for older tools
+    # like k3s: the kubeconfig names the bind address, or the loopback address when none (or 0.0.0.0) is set
+    api_host = bind if bind not in ("", "0.0.0.0", "::") else "127.0.0.1"
     os.makedirs(os.path.dirname(KUBECONFIG), exist_ok=True)
     with open(KUBECONFIG, "w") as f:
         f.write(
-            "apiVersion: v1\nclusters:\n- cluster:\n    server: https://127.0.0.1:6443\n  name: default\n"
+            f"apiVersion: v1\nclusters:\n- cluster:\n    server: https://{api_host}:{port}\n  name: default\n"
             "contexts:\n- context:\n    cluster: default\n    user: default\n  name: default\n"
             "current-context: default\nkind: Config\nusers:\n- name: default\n  user: {}\n"
         )
     os.chmod(KUBECONFIG, int(str(cfg.get("write-kubeconfig-mode") or "600"), 8))
     cluster = Cluster()
     handler = make_handler(cluster, token)
-    servers = [http.server.ThreadingHTTPServer((host, PORT), handler) for host in ("127.0.0.1", address)]
+    hosts = [bind] if bind else ["127.0.0.1", address]
+    servers = [http.server.ThreadingHTTPServer((host, port), handler) for host in dict.fromkeys(hosts)]
     for srv in servers:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
@@ -498,7 +502,7 @@ def run_server():
         cluster.apply_manifests()
         if time.time() - started > 2 and "nvidia" not in cluster.state["runtimeclasses"]:
             with cluster.lock:
-                for handler_name in ("nvidia", "nvidia-experimental", "nvidia-cdi"):
+                for handler_name in RUNTIME_CLASSES:
                     cluster.state["runtimeclasses"][handler_name] = {
                         "apiVersion": "node.k8s.io/v1",
                         "kind": "RuntimeClass",
@@ -513,7 +517,6 @@ def run_server():
 
 
 def run_agent():
-    write_uninstall("k3s-agent")
     cfg = load_config()
     url = str(cfg.get("server") or os.environ.get("K3S_URL") or "")
     token = str(cfg.get("token") or os.environ.get("K3S_TOKEN") or "")
@@ -556,13 +559,25 @@ def run_agent():
 # --- kubectl ------------------------------------------------------------------------------------------------
 
 
+def api_server():
+    """``host:port`` of the server the kubeconfig names (``KUBECONFIG``, else k3s' own kubeconfig)."""
+    path = (os.environ.get("KUBECONFIG") or KUBECONFIG).split(":")[0]
+    with contextlib.suppress(OSError), open(path) as f:
+        for line in f:
+            key, _, value = line.strip().partition(":")
+            if key == "server" and "://" in value:
+                return value.strip().split("://", 1)[1].rstrip("/")
+    return f"127.0.0.1:{PORT}"
+
+
 def api_get(path):
+    server = api_server()
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=5) as resp:
+        with urllib.request.urlopen(f"http://{server}{path}", timeout=5) as resp:
             return json.load(resp)
     except OSError:
         print(
-            f"The connection to the server 127.0.0.1:{PORT} was refused - did you specify the right host or port?",
+            f"The connection to the server {server} was refused - did you specify the right host or port?",
             file=sys.stderr,
         )
         sys.exit(1)
@@ -619,7 +634,7 @@ def duration_s(text):
 def post(path, body):
     """POST to the server; (reply, None) or (None, the error kubectl prints)."""
     req = urllib.request.Request(
-        f"http://127.0.0.1:{PORT}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        f"http://{api_server()}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
@@ -677,20 +692,22 @@ def kubectl(args):
         kind = rest[1].split("/", 1)[0].lower()
         names = rest[2:] or ([rest[1].split("/", 1)[1]] if "/" in rest[1] else [])
         if kind in ("node", "nodes", "no"):
-            all_items, kind = api_get("/gpulab/nodes"), "node"
+            all_items, kind, resource = api_get("/gpulab/nodes"), "node", "nodes"
         elif kind in ("runtimeclass", "runtimeclasses"):
             all_items, kind = api_get("/gpulab/runtimeclasses"), "runtimeclass.node.k8s.io"
+            resource = "runtimeclasses.node.k8s.io"
         elif kind in ("daemonset", "daemonsets", "ds"):
             all_items, kind = (
                 {d["metadata"]["name"]: d for d in api_get("/gpulab/daemonsets")},
                 "daemonset.apps",
             )
+            resource = "daemonsets.apps"
         else:
             print(f'error: the server doesn\'t have a resource type "{rest[1]}"', file=sys.stderr)
             return 1
         for n in names:
             if n not in all_items:
-                print(f'Error from server (NotFound): {kind.split(".")[0]}s "{n}" not found', file=sys.stderr)
+                print(f'Error from server (NotFound): {resource} "{n}" not found', file=sys.stderr)
                 return 1
         items = [all_items[n] for n in names] if names else list(all_items.values())
         output(items, kind, fmt, single=len(names) == 1)
@@ -700,7 +717,7 @@ def kubectl(args):
         labels = {p.split("=", 1)[0]: p.split("=", 1)[1] if "=" in p else "" for p in pairs}
         body = json.dumps({"node": node, "labels": labels, "overwrite": overwrite}).encode()
         req = urllib.request.Request(
-            f"http://127.0.0.1:{PORT}/gpulab/label", body, {"Content-Type": "application/json"}
+            f"http://{api_server()}/gpulab/label", body, {"Content-Type": "application/json"}
         )
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
@@ -745,10 +762,16 @@ def kubectl(args):
         return 1
     if rest[:1] == ["wait"] and len(rest) == 2 and rest[1].startswith("job/"):
         name = rest[1].split("/", 1)[1]
-        if until(
-            lambda: api_get("/gpulab/workloads")["jobs"].get(f"{namespace}/{name}", {}).get("complete"),
-            timeout_s,
-        ):
+        key = f"{namespace}/{name}"
+
+        def job():
+            workloads = api_get("/gpulab/workloads")
+            return workloads["jobs"].get(key) or ({} if key in workloads.get("jobs_started", []) else None)
+
+        if job() is None:  # like kubectl: a job that does not exist (yet) is an error at once
+            print(f'Error from server (NotFound): jobs.batch "{name}" not found', file=sys.stderr)
+            return 1
+        if until(lambda: (job() or {}).get("complete"), timeout_s):
             print(f"job.batch/{name} condition met")
             return 0
         print(f"error: timed out waiting for the condition on jobs/{name}", file=sys.stderr)

@@ -365,65 +365,156 @@ def ensure_signing_key(gnupghome: Path) -> None:
 
 K3S_INSTALL = r"""#!/bin/sh
 # gpulab lab stand-in for https://get.k3s.io: installs the lab's k3s stand-in the way the real script
-# installs k3s (binary, kubectl/crictl/ctr links, systemd unit k3s or k3s-agent, env file), honouring
-# INSTALL_K3S_VERSION, INSTALL_K3S_EXEC, INSTALL_K3S_BIN_DIR, INSTALL_K3S_SKIP_DOWNLOAD, K3S_URL, K3S_TOKEN.
+# installs k3s, with its variables (INSTALL_K3S_VERSION, _EXEC, _BIN_DIR, _SYSTEMD_DIR, _NAME,
+# _SKIP_DOWNLOAD, _SKIP_ENABLE, _SKIP_START, _FORCE_RESTART, _SYMLINK; K3S_URL, K3S_TOKEN, K3S_TOKEN_FILE),
+# refusals, files (binary, kubectl/crictl/ctr links, k3s-killall.sh, <service>-uninstall.sh, unit, 0600 env
+# file), [INFO] lines and idempotence (restart only when binary, unit or env file changed). The binary is
+# the same file for every release: its version lives in /var/lib/gpulab-sim/k3s-version, which counts as
+# part of the binary. Differences: the unit is Type=simple (the stand-in does not notify systemd) and
+# loads no kernel module; the service is not disabled and removed before being written again.
 set -e
-info() { echo "[INFO]  $*"; }
+info() { echo '[INFO] ' "$@"; }
+fatal() { echo '[ERROR] ' "$@" >&2; exit 1; }
+VERSION_FILE=/var/lib/gpulab-sim/k3s-version
 BIN_DIR=${INSTALL_K3S_BIN_DIR:-/usr/local/bin}
+SYSTEMD_DIR=${INSTALL_K3S_SYSTEMD_DIR:-/etc/systemd/system}
 VERSION=${INSTALL_K3S_VERSION:-v1.33.5+k3s1}
-EXEC=${INSTALL_K3S_EXEC:-}
-if [ -z "$EXEC" ]; then if [ -n "$K3S_URL" ]; then EXEC=agent; else EXEC=server; fi; fi
-case "$EXEC" in agent*) SERVICE=k3s-agent ;; *) SERVICE=k3s ;; esac
-UNIT=/etc/systemd/system/$SERVICE.service
-CHANGED=
-info "Using $VERSION as release"
-mkdir -p /var/lib/gpulab-sim
-[ "$(cat /var/lib/gpulab-sim/k3s-version 2>/dev/null)" = "$VERSION" ] || { echo "$VERSION" > /var/lib/gpulab-sim/k3s-version; CHANGED=1; }
-if [ "$INSTALL_K3S_SKIP_DOWNLOAD" != true ]; then
+
+# setup_env: the command, then the checks, before anything is written
+set -- ${INSTALL_K3S_EXEC:-} "$@"
+case "$1" in
+  server|agent) CMD=$1; shift ;;
+  *)
+    if [ -n "$K3S_URL" ]; then
+      CMD=agent
+      if [ -z "$K3S_TOKEN" ] && [ -z "$K3S_TOKEN_FILE" ]; then
+        fatal "Defaulted k3s exec command to 'agent' because K3S_URL is defined, but K3S_TOKEN or K3S_TOKEN_FILE is not defined."
+      fi
+    else
+      CMD=server
+    fi ;;
+esac
+case "$K3S_URL" in
+  ""|https://*) ;;
+  *) fatal "Only https:// URLs are supported for K3S_URL (have $K3S_URL)" ;;
+esac
+if [ -n "$INSTALL_K3S_NAME" ]; then SYSTEM_NAME=k3s-$INSTALL_K3S_NAME
+elif [ "$CMD" = server ]; then SYSTEM_NAME=k3s
+else SYSTEM_NAME=k3s-agent; fi
+UNIT=$SYSTEMD_DIR/$SYSTEM_NAME.service
+ENV_FILE=$UNIT.env
+KILLALL=$BIN_DIR/k3s-killall.sh
+UNINSTALL=$BIN_DIR/$SYSTEM_NAME-uninstall.sh
+hashes() { sha256sum "$BIN_DIR/k3s" "$UNIT" "$ENV_FILE" "$VERSION_FILE" 2>&1 || true; }
+BEFORE=$(hashes)
+
+# download_and_verify
+if [ "$INSTALL_K3S_SKIP_DOWNLOAD" = true ]; then
+  info 'Skipping k3s download and verify'
+  [ -x "$BIN_DIR/k3s" ] || fatal "Executable k3s binary not found at $BIN_DIR/k3s"
+else
+  info "Using $VERSION as release"
+  mkdir -p "$BIN_DIR"
   info "Downloading binary @FILES@/k3s"
   curl -fsS -o "$BIN_DIR/k3s.gpulab-new" "@FILES@/k3s"
-  chmod 755 "$BIN_DIR/k3s.gpulab-new"
-  if cmp -s "$BIN_DIR/k3s.gpulab-new" "$BIN_DIR/k3s"; then rm -f "$BIN_DIR/k3s.gpulab-new"
-  else info "Installing k3s to $BIN_DIR/k3s"; mv "$BIN_DIR/k3s.gpulab-new" "$BIN_DIR/k3s"; CHANGED=1; fi
-else
-  info "Skipping k3s download and verify"
+  if cmp -s "$BIN_DIR/k3s.gpulab-new" "$BIN_DIR/k3s" && [ "$(cat "$VERSION_FILE" 2>/dev/null)" = "$VERSION" ]; then
+    rm -f "$BIN_DIR/k3s.gpulab-new"
+    info 'Skipping binary downloaded, installed k3s matches hash'
+  else
+    info "Installing k3s to $BIN_DIR/k3s"
+    chmod 755 "$BIN_DIR/k3s.gpulab-new"
+    mv -f "$BIN_DIR/k3s.gpulab-new" "$BIN_DIR/k3s"
+  fi
 fi
+mkdir -p "$(dirname "$VERSION_FILE")"
+[ "$(cat "$VERSION_FILE" 2>/dev/null)" = "$VERSION" ] || echo "$VERSION" > "$VERSION_FILE"
+
+# create_symlinks: only where the command is neither in BIN_DIR nor on the PATH (INSTALL_K3S_SYMLINK)
 for cmd in kubectl crictl ctr; do
-  [ -e "$BIN_DIR/$cmd" ] || { info "Creating $BIN_DIR/$cmd symlink to k3s"; ln -sf k3s "$BIN_DIR/$cmd"; }
+  if [ "$INSTALL_K3S_SYMLINK" = skip ]; then continue; fi
+  if [ ! -e "$BIN_DIR/$cmd" ] || [ "$INSTALL_K3S_SYMLINK" = force ]; then
+    found=$(command -v "$cmd" 2>/dev/null || true)
+    if [ -z "$found" ] || [ "$INSTALL_K3S_SYMLINK" = force ]; then
+      info "Creating $BIN_DIR/$cmd symlink to k3s"
+      ln -sf k3s "$BIN_DIR/$cmd"
+    else
+      info "Skipping $BIN_DIR/$cmd symlink to k3s, command exists in PATH at $found"
+    fi
+  else
+    info "Skipping $BIN_DIR/$cmd symlink to k3s, already exists"
+  fi
 done
-ENV_FILE=$UNIT.env
-NEW_ENV=$(env | grep -E '^(K3S|CONTAINERD)_' | grep -v -E '^K3S_(DATA_DIR)=' | sort || true)
-if [ "$(cat "$ENV_FILE" 2>/dev/null)" != "$NEW_ENV" ]; then
-  info "env: Creating environment file $ENV_FILE"; printf '%s
-' "$NEW_ENV" > "$ENV_FILE"; chmod 600 "$ENV_FILE"; CHANGED=1
-fi
-NEW_UNIT="[Unit]
-Description=Lightweight Kubernetes (gpulab lab stand-in)
-Wants=network-online.target
-After=network-online.target
 
-[Service]
-Type=simple
-EnvironmentFile=-$ENV_FILE
-ExecStart=$BIN_DIR/k3s $EXEC
-Restart=always
-RestartSec=2
+# create_killall: stops every k3s service (the stand-in runs no containers to kill)
+info "Creating killall script $KILLALL"
+cat > "$KILLALL" <<EOF
+#!/bin/sh
+# gpulab lab stand-in for k3s-killall.sh: stops the k3s services.
+[ "\$(id -u)" -eq 0 ] || { echo "\$0 must be run as root" >&2; exit 1; }
+for service in $SYSTEMD_DIR/k3s*.service; do
+  [ -s "\$service" ] && systemctl stop "\$(basename "\$service")"
+done
+exit 0
+EOF
+chmod 755 "$KILLALL"
 
-[Install]
-WantedBy=multi-user.target"
-if [ "$(cat "$UNIT" 2>/dev/null)" != "$NEW_UNIT" ]; then
-  info "systemd: Creating service file $UNIT"; printf '%s
-' "$NEW_UNIT" > "$UNIT"; CHANGED=1
-fi
-if [ -z "$CHANGED" ]; then
-  info "No change detected so skipping service start"
+# create_uninstall
+info "Creating uninstall script $UNINSTALL"
+cat > "$UNINSTALL" <<EOF
+#!/bin/sh
+# gpulab lab stand-in for $SYSTEM_NAME-uninstall.sh: stops and removes $SYSTEM_NAME, the binary and k3s' data.
+set -x
+[ "\$(id -u)" -eq 0 ] || { echo "\$0 must be run as root" >&2; exit 1; }
+$KILLALL
+systemctl disable $SYSTEM_NAME >/dev/null 2>&1 || true
+rm -f $UNIT $ENV_FILE
+systemctl daemon-reload || true
+for cmd in kubectl crictl ctr; do
+  if [ "\$(readlink "$BIN_DIR/\$cmd" 2>/dev/null)" = k3s ]; then rm -f "$BIN_DIR/\$cmd"; fi
+done
+rm -rf /etc/rancher/k3s /run/k3s /var/lib/rancher/k3s /var/lib/kubelet $VERSION_FILE
+rm -f $BIN_DIR/k3s $KILLALL
+printf '{"time": %s, "command": "%s", "argv": [], "rc": 0}\n' "\$(date +%s.%N)" "$SYSTEM_NAME-uninstall.sh" >> /var/log/gpulab-standins.log
+rm -f "\$0"
+EOF
+chmod 755 "$UNINSTALL"
+
+# create_env_file: every exported K3S_*/CONTAINERD_* and proxy variable, as `sh -c export` quotes it
+info "env: Creating environment file $ENV_FILE"
+mkdir -p "$SYSTEMD_DIR"
+( umask 0377
+  sh -c export | while read -r _ line; do echo "$line"; done | grep -E '^(K3S|CONTAINERD)_' > "$ENV_FILE.new" || true
+  sh -c export | while read -r _ line; do echo "$line"; done | grep -Ei '^(NO|HTTP|HTTPS)_PROXY' >> "$ENV_FILE.new" || true )
+chmod 600 "$ENV_FILE.new"
+mv -f "$ENV_FILE.new" "$ENV_FILE"
+
+# create_service_file: the command on its own line, then one quoted line per argument
+info "systemd: Creating service file $UNIT"
+{
+  printf '[Unit]\nDescription=Lightweight Kubernetes\nDocumentation=https://k3s.io\n'
+  printf 'Wants=network-online.target\nAfter=network-online.target\n\n'
+  printf '[Install]\nWantedBy=multi-user.target\n\n'
+  printf '[Service]\nType=simple\nEnvironmentFile=-/etc/default/%%N\nEnvironmentFile=-/etc/sysconfig/%%N\n'
+  printf 'EnvironmentFile=-%s\nKillMode=process\nDelegate=yes\nRestart=always\nRestartSec=5s\n' "$ENV_FILE"
+  printf 'ExecStart=%s \\\n    %s \\\n' "$BIN_DIR/k3s" "$CMD"
+  for arg in "$@"; do printf "\t'%s' \\\\\n" "$arg"; done
+  printf '\n'
+} > "$UNIT.new"
+chmod 644 "$UNIT.new"
+mv -f "$UNIT.new" "$UNIT"
+
+# service_enable_and_start
+[ "$INSTALL_K3S_SKIP_ENABLE" = true ] && exit 0
+info "systemd: Enabling $SYSTEM_NAME unit"
+systemctl daemon-reload >/dev/null
+systemctl enable "$SYSTEM_NAME" >/dev/null 2>&1
+[ "$INSTALL_K3S_SKIP_START" = true ] && exit 0
+if [ "$(hashes)" = "$BEFORE" ] && [ "$INSTALL_K3S_FORCE_RESTART" != true ]; then
+  info 'No change detected so skipping service start'
   exit 0
 fi
-info "systemd: Enabling $SERVICE unit"
-systemctl daemon-reload
-systemctl enable "$SERVICE" >/dev/null 2>&1
-info "systemd: Starting $SERVICE"
-systemctl restart "$SERVICE"
+info "systemd: Starting $SYSTEM_NAME"
+systemctl restart "$SYSTEM_NAME"
 """
 
 

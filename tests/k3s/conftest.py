@@ -34,3 +34,29 @@ def run_ansible_module(name, args, check_mode=False):
         return json.loads(proc.stdout)
     except json.JSONDecodeError:
         pytest.fail(f"module {name} printed no JSON: rc={proc.returncode} {proc.stdout!r} {proc.stderr!r}")
+
+
+@pytest.fixture
+def nshosts(tmp_path):
+    """Make lab-like hosts (tests/k3s/nshost.py) that share one k3s release folder; all stopped at the end."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mount namespaces and overlays)")
+    missing = [t for t in ("unshare", "nsenter", "curl", "sha256sum") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"missing {', '.join(missing)}")
+    from .nshost import NsHost, release
+
+    files = release(tmp_path / "k3s-release")
+    made = []
+
+    def make(name, **kw):
+        host = NsHost(tmp_path, name, files, **kw)
+        made.append(host)
+        return host
+
+    yield make
+    for host in made:
+        host.stop()

@@ -1,196 +1,65 @@
-"""k3s_server and k3s_agent run unchanged against the k3s stand-in, each "host" in its own mount namespace.
+"""k3s_server, k3s_agent, then the cluster check, hami and workloads roles, unchanged, against the lab's k3s.
 
-Each host sees its own copy-on-write /etc, /var and /usr (overlays whose upper folders are in the test's
-temporary folder), with the stand-in's k3s binary and install script pre-placed (air-gap install) and its
-systemctl first on the PATH, since no systemd runs here. The server listens on 127.0.0.1 only. Nothing
-outside the temporary folder changes: the overlays exist only inside the namespaces.
+Each host is a mount namespace of its own (tests/k3s/nshost.py) with the lab's k3s release pre-placed
+(air-gap install): the roles install and run the lab's k3s stand-in with the lab's install script stand-in.
+The server listens on 127.0.0.1 only, on a free port. Nothing outside the temporary folder changes.
 """
 
-import contextlib
 import json
 import os
-import re
-import shutil
-import socket
-import subprocess
-import sys
+import time
 
 import pytest
 import yaml
 
-from gpulab.k8s import k3s_standin
+from .nshost import PLAYBOOK, VERSION, free_port, recap
+from .test_roles_local import CLUSTER, HAMI, WORKLOADS, Lab, engines
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STANDIN = os.path.abspath(k3s_standin.__file__)
-PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-VERSION = "v1.33.5+k3s1"
-UUID0 = "GPU-e1924eea-b9bb-d537-39f2-b345087fa145"
+OUTSIDE = ("/etc/rancher", "/var/lib/rancher", "/usr/local/bin/k3s", "/var/lib/gpulab-sim/k3s-version")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def wait_nodes(server, names, tries=100):
+    nodes = {}
+    for _ in range(tries):
+        nodes = server.nodes()
+        if set(names) <= set(nodes):
+            break
+        time.sleep(0.2)
+    return nodes
 
 
-class NsHost:
-    """A host: overlays on /etc, /var and /usr inside a private mount namespace, per command."""
-
-    def __init__(self, base, name, gpu=False, toolkit=False):
-        self.base = base / name
-        self.name = name
-        for d in ("etc", "var", "usr"):
-            (self.base / d / "upper").mkdir(parents=True)
-            (self.base / d / "work").mkdir()
-        bin_dir = self.base / "usr/upper/local/bin"
-        bin_dir.mkdir(parents=True)
-        py = sys.executable
-        scripts = {
-            "k3s": k3s_standin.binary_wrapper(VERSION, py, STANDIN),
-            "k3s-install.sh": f'#!/bin/sh\nexec {py} {STANDIN} install "$@"\n',
-            "systemctl": f'#!/bin/sh\nexec {py} {STANDIN} systemctl "$@"\n',
-        }
-        if gpu:
-            scripts["nvidia-smi"] = (
-                f"#!/bin/sh\necho '{UUID0}, NVIDIA GeForce RTX 3090, 24576, 580.173.02, 00000000:01:00.0'\n"
-            )
-        if toolkit:
-            (self.base / "usr/upper/bin").mkdir(parents=True)
-            runtime = self.base / "usr/upper/bin/nvidia-container-runtime"
-            runtime.write_text("#!/bin/sh\nexit 0\n")
-            runtime.chmod(0o755)
-        for fname, text in scripts.items():
-            (bin_dir / fname).write_text(text)
-            (bin_dir / fname).chmod(0o755)
-        (self.base / "tmp").mkdir()
-
-    def upper(self, p):
-        top, _, rest = p.strip("/").partition("/")
-        return self.base / top / "upper" / rest
-
-    def run(self, argv, timeout=600):
-        mounts = " && ".join(
-            f"mount -t overlay overlay -o lowerdir=/{d},upperdir={self.base}/{d}/upper,workdir={self.base}/{d}/work /{d}"
-            for d in ("etc", "var", "usr")
+def play_on(server, lab, tasks, extra_vars):
+    """test_roles_local's play (its inventory, GPU facts and JSON callback), run inside the server's host."""
+    facts = {
+        "name": "GPU facts of vm-gpu",
+        "gpulab_gpu_facts": {"nvidia_smi": str(lab.root / "bin" / "nvidia-smi")},
+        "delegate_to": "vm-gpu",
+        "delegate_facts": True,
+    }
+    book = [{"name": "test", "hosts": "vm-1", "gather_facts": False, "tasks": [facts, *tasks]}]
+    path = lab.root / "play.yml"
+    path.write_text(yaml.safe_dump(book, sort_keys=False))
+    env = {
+        "ANSIBLE_STDOUT_CALLBACK": "gpulab_test_json",
+        "ANSIBLE_CALLBACK_PLUGINS": str(lab.root / "callbacks"),
+    }
+    result = server.run(
+        PLAYBOOK, "-i", lab.root / "hosts.yml", path, "-e", json.dumps(extra_vars), env=env, timeout=600
+    )
+    try:
+        return result.returncode, json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(
+            f"ansible-playbook printed no JSON: rc={result.returncode}\n{result.stdout}\n{result.stderr}"
         )
-        env = {
-            "PATH": f"/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:{os.path.dirname(sys.executable)}",
-            "HOME": str(self.base / "tmp"),
-            "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
-            "ANSIBLE_LIBRARY": os.path.join(ROOT, "plugins", "modules"),
-            "ANSIBLE_ROLES_PATH": os.path.join(ROOT, "roles"),
-            "ANSIBLE_LOCAL_TEMP": str(self.base / "tmp" / "local"),
-            "ANSIBLE_REMOTE_TEMP": str(self.base / "tmp" / "remote"),
-            "ANSIBLE_HOME": str(self.base / "tmp" / "home"),
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_FORCE_COLOR": "0",
-            "GPULAB_K3S_HEARTBEAT": "1",
-        }
-        cmd = [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            f'{mounts} && exec "$@"',
-            "sh",
-            *argv,
-        ]
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-
-    def play(self, role, role_vars, *args):
-        book = [
-            {
-                "name": "test",
-                "hosts": "localhost",
-                "connection": "local",
-                "gather_facts": False,
-                "vars": {"ansible_python_interpreter": sys.executable},
-                "roles": [{"role": role, "vars": role_vars}],
-            }
-        ]
-        path = self.base / "tmp" / "play.yml"
-        path.write_text(yaml.safe_dump(book, sort_keys=False))
-        return self.run([PLAYBOOK, "-i", "localhost,", str(path), "-v", *args])
-
-    def unit_pid(self, unit):
-        st = self.upper(f"/var/lib/gpulab-sim/systemd/{unit}.service.json")
-        return json.loads(st.read_text()).get("pid") if st.exists() else None
-
-    def calls(self, command):
-        log = self.upper("/var/log/gpulab-standins.log")
-        lines = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
-        return [c["argv"] for c in lines if c["argv"][:1] == [command]]
-
-    def stop(self):
-        for unit in ("k3s", "k3s-agent"):
-            pid = self.unit_pid(unit)
-            if pid:
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, 15)
 
 
-def recap(result):
-    m = re.search(
-        r"localhost\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", result.stdout
-    )
-    assert m, result.stdout[-3000:] + result.stderr[-2000:]
-    return {"ok": int(m[1]), "changed": int(m[2]), "failed": int(m[4])}
-
-
-def server_nodes(server):
-    pid = server.unit_pid("k3s")
-    out = subprocess.run(
-        [
-            "nsenter",
-            "-t",
-            str(pid),
-            "-m",
-            "--",
-            "/usr/local/bin/k3s",
-            "kubectl",
-            "get",
-            "nodes",
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
-    )
-    assert out.returncode == 0, out.stderr
-    return {n["metadata"]["name"]: n for n in json.loads(out.stdout)["items"]}
-
-
-@pytest.fixture
-def hosts(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount namespaces and overlays)")
-    for tool in ("unshare", "nsenter"):
-        if not shutil.which(tool):
-            pytest.skip(f"{tool} (util-linux) is missing")
-    made = []
-
-    def make(name, **kw):
-        host = NsHost(tmp_path, name, **kw)
-        made.append(host)
-        return host
-
-    yield make
-    for host in made:
-        host.stop()
-
-
-def test_k3s_server_and_gpu_agent_roles(hosts):
-    outside = [os.path.exists(p) for p in ("/etc/rancher", "/var/lib/rancher", "/usr/local/bin/k3s")]
+def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
+    outside = [os.path.exists(p) for p in OUTSIDE]
     port = free_port()
-    server = hosts("vm-1")
+    server = nshosts("vm-1", airgap=True)
     server_vars = {
         "k3s_server_version": VERSION,
         "k3s_server_airgap": True,
@@ -209,16 +78,17 @@ def test_k3s_server_and_gpu_agent_roles(hosts):
     assert token.startswith("K10") and token not in first.stdout and token.split(":")[-1] not in first.stdout
     config = yaml.safe_load(server.upper("/etc/rancher/k3s/config.yaml").read_text())
     assert config["node-name"] == "vm-1" and config["tls-san"] == ["127.0.0.1"] and "token" not in config
-    assert ["install"] in server.calls("install")
-    assert "vm-1" in server_nodes(server)
+    assert "Skipping k3s download and verify" in first.stdout
+    assert server.systemctl_calls().count(["restart", "k3s"]) == 1
+    assert "vm-1" in server.nodes()
 
     # Second run: nothing changes, nothing restarts.
-    restarts = server.calls("systemctl").count(["systemctl", "restart", "k3s"])
+    pid = server.unit_pid("k3s")
     second = server.play("k3s_server", server_vars)
     assert recap(second) == {**recap(second), "changed": 0, "failed": 0}, second.stdout[-4000:]
-    assert server.calls("systemctl").count(["systemctl", "restart", "k3s"]) == restarts
+    assert server.systemctl_calls().count(["restart", "k3s"]) == 1 and server.unit_pid("k3s") == pid
 
-    # --check with a new setting: reported, not written.
+    # --check with a new setting: reported, not written, not restarted.
     changed_vars = {
         **server_vars,
         "k3s_server_config": {**server_vars["k3s_server_config"], "disable": ["traefik"]},
@@ -227,12 +97,14 @@ def test_k3s_server_and_gpu_agent_roles(hosts):
     check = server.play("k3s_server", changed_vars, "--check")
     assert recap(check)["failed"] == 0 and recap(check)["changed"] > 0, check.stdout[-4000:]
     assert server.upper("/etc/rancher/k3s/config.yaml").read_text() == before
+    assert server.systemctl_calls().count(["restart", "k3s"]) == 1
 
     # The change for real: config written, k3s restarted once through the handler.
     apply = server.play("k3s_server", changed_vars)
     assert recap(apply)["failed"] == 0, apply.stdout[-4000:]
     assert "traefik" in server.upper("/etc/rancher/k3s/config.yaml").read_text()
-    assert server.calls("systemctl").count(["systemctl", "restart", "k3s"]) == restarts + 1
+    assert server.systemctl_calls().count(["restart", "k3s"]) == 2
+    assert server.unit_pid("k3s") != pid
 
     agent_vars = {
         "k3s_agent_version": VERSION,
@@ -244,30 +116,62 @@ def test_k3s_server_and_gpu_agent_roles(hosts):
     }
 
     # A GPU agent without its container toolkit is refused before anything is installed.
-    bare = hosts("vm-gpu-bare", gpu=True)
+    bare = nshosts("vm-gpu-bare", gpu=True, airgap=True)
     refused = bare.play("k3s_agent", agent_vars)
     assert recap(refused)["failed"] == 1
     assert "NVIDIA container toolkit is missing" in refused.stdout
     assert not bare.upper("/etc/systemd/system/k3s-agent.service").exists()
+    assert bare.systemctl_calls() == []
 
     # With driver and toolkit it joins, labelled, and the token stays out of the output and the config.
-    gpu = hosts("vm-gpu", gpu=True, toolkit=True)
+    gpu = nshosts("vm-gpu", gpu=True, toolkit=True, airgap=True)
     joined = gpu.play("k3s_agent", agent_vars)
     assert recap(joined)["failed"] == 0, joined.stdout[-4000:]
-    assert token not in joined.stdout
+    assert token not in joined.stdout and token.split(":")[-1] not in joined.stdout
     agent_config = gpu.upper("/etc/rancher/k3s/config.yaml").read_text()
     assert token not in agent_config and "gpu=on" in agent_config
     assert oct(gpu.upper("/etc/rancher/k3s/agent-token").stat().st_mode & 0o777) == "0o600"
-    nodes = {}
-    for _ in range(100):
-        nodes = server_nodes(server)
-        if "vm-gpu" in nodes:
-            break
-        subprocess.run(["sleep", "0.2"], check=False)
+    assert gpu.systemctl_calls().count(["restart", "k3s-agent"]) == 1
+
+    plain = nshosts("vm-2", airgap=True)
+    plain_vars = {**agent_vars, "k3s_agent_node_name": "vm-2", "k3s_agent_gpu": False}
+    assert recap(plain.play("k3s_agent", plain_vars))["failed"] == 0
+
+    nodes = wait_nodes(server, ["vm-1", "vm-2", "vm-gpu"])
     assert nodes["vm-gpu"]["metadata"]["labels"]["gpu"] == "on"
+    assert "gpu" not in nodes["vm-2"]["metadata"]["labels"]
 
     again = gpu.play("k3s_agent", agent_vars)
     assert recap(again)["changed"] == 0 and recap(again)["failed"] == 0, again.stdout[-4000:]
+    assert gpu.systemctl_calls().count(["restart", "k3s-agent"]) == 1
+
+    # The cluster check, hami and workloads roles, run on the server against the joined cluster.
+    (tmp_path / "controller").mkdir()
+    lab = Lab(tmp_path / "controller")
+    where = {"bin": "/usr/local/bin", "manifests": "/var/lib/rancher/k3s/server/manifests"}
+    cluster = {**CLUSTER, "vars": {**CLUSTER["vars"], "k3s_server_ready_timeout": 30}}
+    hami = {**HAMI, "vars": {**HAMI["vars"], "hami_ready_timeout": 120, "hami_poll_interval": 2}}
+
+    rc, out = play_on(server, lab, [cluster], where)
+    assert rc == 0, lab.failures(out)
+    assert server.nodes()["vm-gpu"]["metadata"]["labels"]["gpu"] == "on"
+
+    rc, out = play_on(server, lab, [hami], where)
+    assert rc == 0, lab.failures(out)
+    assert server.nodes()["vm-gpu"]["status"]["allocatable"]["nvidia.com/gpu"] == "10"
+    assert "nvidia.com/gpu" not in server.nodes()["vm-2"]["status"]["allocatable"]
+
+    pytest.importorskip(
+        "kubernetes_validate", reason="manifest validation needs the kubernetes-validate package"
+    )
+    plan = {**where, "workloads_engines": engines(45, 45)}
+    rc, out = play_on(server, lab, [WORKLOADS], plan)
+    assert rc == 0, lab.failures(out)
+    state = json.loads(server.upper("/var/lib/rancher/k3s/server/db/gpulab-state.json").read_text())
+    assert state["deployments"]["default/e0"]["ready"] is True
+
+    rc, out = play_on(server, lab, [cluster, hami, WORKLOADS], plan)
+    assert rc == 0 and out["stats"]["vm-1"]["changed"] == 0, out["stats"]
 
     # This machine's own files were never touched: the overlays existed only in the namespaces.
-    assert [os.path.exists(p) for p in ("/etc/rancher", "/var/lib/rancher", "/usr/local/bin/k3s")] == outside
+    assert [os.path.exists(p) for p in OUTSIDE] == outside

@@ -1,347 +1,255 @@
-"""The lab's k3s stand-in behaves like k3s at the interfaces the roles use.
+"""The lab's k3s stand-in and install script behave like k3s and get.k3s.io at the interfaces the roles use.
 
-Each host gets its own root (GPULAB_K3S_ROOT); a fake `systemctl` starts the unit's ExecStart in the
-background, as systemd would. The server listens on 127.0.0.1 only.
+Each host is a mount namespace of its own (tests/k3s/nshost.py) that installs the lab's k3s release the way
+a lab VM does; the server listens on 127.0.0.1 and a free port.
 """
 
-import contextlib
 import json
-import os
-import pathlib
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
-import yaml
 
 from gpulab import hami
-from gpulab.k8s import k3s_standin
 
-# Each test starts real background processes (server, agents) and waits for them.
-pytestmark = pytest.mark.slow
+from .nshost import PATH, VERSION, free_port
 
-STANDIN = pathlib.Path(k3s_standin.__file__).resolve()
-UUID0 = "GPU-e1924eea-b9bb-d537-39f2-b345087fa145"
+# Each test starts real background processes (server, agents) in mount namespaces and waits for them.
+pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-FAKE_SYSTEMCTL = textwrap.dedent(
-    """\
-    #!/usr/bin/env python3
-    # Test systemctl: logs each call; start/restart runs the unit's ExecStart in the background.
-    import os, re, signal, subprocess, sys
-    root = os.environ["GPULAB_K3S_ROOT"]
-    args = sys.argv[1:]
-    with open(os.path.join(root, "systemctl.log"), "a") as f:
-        f.write(" ".join(args) + "\\n")
-    if args and args[0] in ("start", "restart", "stop"):
-        name = args[1]
-        pidfile = os.path.join(root, name + ".pid")
-        if os.path.exists(pidfile):
-            try:
-                os.kill(int(open(pidfile).read()), signal.SIGTERM)
-            except (OSError, ValueError):
-                pass
-            os.remove(pidfile)
-        if args[0] != "stop":
-            unit = open(os.path.join(root, "etc/systemd/system", name + ".service")).read()
-            m = re.search(r"ExecStart=(\\S+) \\\\\\n\\s+(\\w+)", unit)
-            binary = os.path.join(root, m.group(1).lstrip("/"))
-            log = open(os.path.join(root, name + ".out"), "a")
-            p = subprocess.Popen([binary, m.group(2)], stdout=log, stderr=log, start_new_session=True)
-            open(pidfile, "w").write(str(p.pid))
-    """
-)
+NEW_VERSION = "v1.34.1+k3s1"
+# k3s' packaged RuntimeClasses (manifests/runtimes.yaml; shared/reference/guest-stack.md 4.6)
+RUNTIME_CLASSES = {
+    "nvidia", "nvidia-experimental", "crun", "lunatic", "slight", "spin", "wws", "wasmedge", "wasmer", "wasmtime",
+}  # fmt: skip
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Host:
-    """One lab host: its own root, PATH with the fake systemctl (and optionally a GPU), the stand-in."""
-
-    def __init__(self, root, gpu=False):
-        self.root = root
-        fakebin = root / "fakebin"
-        fakebin.mkdir(parents=True)
-        systemctl = fakebin / "systemctl"
-        systemctl.write_text(FAKE_SYSTEMCTL)
-        systemctl.chmod(0o755)
-        if gpu:
-            smi = fakebin / "nvidia-smi"
-            smi.write_text(f"#!/bin/sh\necho '{UUID0}, NVIDIA GeForce RTX 3090, 24576'\n")
-            smi.chmod(0o755)
-            runtime = root / "usr/bin/nvidia-container-runtime"
-            runtime.parent.mkdir(parents=True)
-            runtime.write_text("#!/bin/sh\n")
-            runtime.chmod(0o755)
-        self.env = {
-            **os.environ,
-            "GPULAB_K3S_ROOT": str(root),
-            "GPULAB_K3S_SCRIPT": str(STANDIN),
-            "GPULAB_K3S_HEARTBEAT": "0.5",
-            "PATH": f"{fakebin}:{os.environ['PATH']}",
-        }
-
-    def config(self, conf):
-        path = self.root / "etc/rancher/k3s/config.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(conf))
-
-    def install(self, **env):
-        return subprocess.run(
-            [sys.executable, str(STANDIN), "install"],
-            env={**self.env, **env},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    def k3s(self, *args):
-        return subprocess.run(
-            [str(self.root / "usr/local/bin/k3s"), *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    def systemctl_calls(self):
-        log = self.root / "systemctl.log"
-        return log.read_text().splitlines() if log.exists() else []
-
-    def pid(self, name):
-        path = self.root / f"{name}.pid"
-        return int(path.read_text()) if path.exists() else None
-
-    def stop_all(self):
-        for pidfile in self.root.glob("*.pid"):
-            with contextlib.suppress(OSError, ValueError):
-                os.killpg(int(pidfile.read_text()), signal.SIGTERM)
-
-
-def wait_for(predicate, timeout=20.0):
+def wait_for(predicate, timeout=30.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = predicate()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(0.2)
     return predicate()
 
 
 @pytest.fixture
-def hosts(tmp_path):
-    made = []
-
-    def make(name, gpu=False):
-        host = Host(tmp_path / name, gpu=gpu)
-        made.append(host)
-        return host
-
-    yield make
-    for host in made:
-        host.stop_all()
-
-
-def nodes(server):
-    out = server.k3s("kubectl", "get", "nodes", "-o", "json")
-    return {n["metadata"]["name"]: n for n in json.loads(out.stdout)["items"]} if out.returncode == 0 else {}
-
-
-@pytest.fixture
-def cluster(hosts):
+def cluster(nshosts):
     port = free_port()
-    server = hosts("vm-1")
+    server = nshosts("vm-1")
     server.config({"node-name": "vm-1", "bind-address": "127.0.0.1", "https-listen-port": port})
-    result = server.install(INSTALL_K3S_VERSION="v1.33.5+k3s1", INSTALL_K3S_EXEC="server")
-    assert result.returncode == 0, result.stderr
-    token = (
-        wait_for(lambda: (server.root / "var/lib/rancher/k3s/server/token").exists())
-        and (server.root / "var/lib/rancher/k3s/server/token").read_text().strip()
-    )
-    assert wait_for(lambda: "vm-1" in nodes(server))
-    return server, port, token
+    result = server.install(INSTALL_K3S_VERSION=VERSION, INSTALL_K3S_EXEC="server")
+    assert result.returncode == 0, result.stdout + result.stderr
+    token_file = server.upper("/var/lib/rancher/k3s/server/token")
+    assert wait_for(token_file.exists)
+    assert wait_for(lambda: "vm-1" in server.nodes()), server.log("k3s")
+    return server, port, token_file.read_text().strip()
 
 
-def join(hosts, name, port, token, gpu=False, labels=()):
-    agent = hosts(name, gpu=gpu)
-    (agent.root / "etc/rancher/k3s").mkdir(parents=True)
-    (agent.root / "etc/rancher/k3s/agent-token").write_text(token + "\n")
-    conf = {
-        "server": f"https://127.0.0.1:{port}",
-        "token-file": "/etc/rancher/k3s/agent-token",
-        "node-name": name,
-    }
+def join(nshosts, name, port, token, *, labels=(), env_token=False, **kw):
+    """An agent installed like a lab VM: token in a 0600 file named by config.yaml, or K3S_URL/K3S_TOKEN."""
+    agent = nshosts(name, **kw)
+    conf = {"node-name": name}
+    env = {"INSTALL_K3S_VERSION": VERSION, "INSTALL_K3S_EXEC": "agent"}
+    if env_token:
+        env.update(K3S_URL=f"https://127.0.0.1:{port}", K3S_TOKEN=token)
+    else:
+        agent.put("/etc/rancher/k3s/agent-token", token + "\n", 0o600)
+        conf.update({"server": f"https://127.0.0.1:{port}", "token-file": "/etc/rancher/k3s/agent-token"})
     if labels:
         conf["node-label"] = list(labels)
     agent.config(conf)
-    result = agent.install(INSTALL_K3S_VERSION="v1.33.5+k3s1", INSTALL_K3S_EXEC="agent")
-    assert result.returncode == 0, result.stderr
+    result = agent.install(**env)
+    assert result.returncode == 0, result.stdout + result.stderr
     return agent
 
 
 def test_install_writes_k3s_files_and_starts_only_on_change(cluster):
     server, _port, token = cluster
-    root = server.root
-    assert token.startswith("K10") and "::server:" in token and len(token.split("::server:")[0]) == 67
-    assert (root / "var/lib/rancher/k3s/server/node-token").is_symlink()
-    unit = (root / "etc/systemd/system/k3s.service").read_text()
-    assert "ExecStart=/usr/local/bin/k3s \\\n    server" in unit
-    env_file = root / "etc/systemd/system/k3s.service.env"
-    assert oct(env_file.stat().st_mode & 0o777) == "0o600"
-    assert (root / "usr/local/bin/k3s-uninstall.sh").exists() and (
-        root / "usr/local/bin/k3s-killall.sh"
-    ).exists()
-    # Like the real script: the link is made only when no kubectl is on the PATH already.
-    assert (root / "usr/local/bin/kubectl").is_symlink() == (shutil.which("kubectl") is None)
-    assert server.systemctl_calls() == ["daemon-reload", "enable k3s", "restart k3s"]
-    assert server.k3s("--version").stdout.startswith("k3s version v1.33.5+k3s1 (")
+    secret = token.split("::server:")[1]
+    assert token.startswith("K10") and len(token.split("::server:")[0]) == 67 and secret
+    node_token = server.upper("/var/lib/rancher/k3s/server/node-token")
+    assert node_token.is_symlink() and str(node_token.readlink()) == "/var/lib/rancher/k3s/server/token"
+    assert oct(server.upper("/var/lib/rancher/k3s/server/token").stat().st_mode & 0o777) == "0o600"
+    unit = server.upper("/etc/systemd/system/k3s.service").read_text()
+    assert "ExecStart=/usr/local/bin/k3s \\\n    server \\\n" in unit
+    assert "EnvironmentFile=-/etc/systemd/system/k3s.service.env" in unit
+    assert oct(server.upper("/etc/systemd/system/k3s.service.env").stat().st_mode & 0o777) == "0o600"
+    for script in ("k3s-uninstall.sh", "k3s-killall.sh"):
+        assert server.upper(f"/usr/local/bin/{script}").stat().st_mode & 0o111, script
+    assert not server.upper("/usr/local/bin/k3s-agent-uninstall.sh").exists()
+    # Like the real script: a link only for a command that is on the PATH nowhere yet.
+    for cmd in ("kubectl", "crictl", "ctr"):
+        link = server.upper(f"/usr/local/bin/{cmd}")
+        assert link.is_symlink() == (shutil.which(cmd, path=PATH) is None), cmd
+        assert not link.is_symlink() or str(link.readlink()) == "k3s"
+    assert server.systemctl_calls() == [["daemon-reload"], ["enable", "k3s"], ["restart", "k3s"]]
+    assert server.k3s("--version").stdout.startswith(f"k3s version {VERSION} (")
+    pid = server.unit_pid("k3s")
 
-    again = server.install(INSTALL_K3S_VERSION="v1.33.5+k3s1", INSTALL_K3S_EXEC="server")
+    again = server.install(INSTALL_K3S_VERSION=VERSION, INSTALL_K3S_EXEC="server")
+    assert again.returncode == 0, again.stderr
+    assert "Skipping binary downloaded, installed k3s matches hash" in again.stdout
     assert "No change detected so skipping service start" in again.stdout
-    assert server.systemctl_calls()[-1] == "enable k3s"
+    assert server.systemctl_calls()[-1] == ["enable", "k3s"]
+    assert server.unit_pid("k3s") == pid
 
-    upgrade = server.install(INSTALL_K3S_VERSION="v1.34.1+k3s1", INSTALL_K3S_EXEC="server")
-    assert "Using v1.34.1+k3s1 as release" in upgrade.stdout
-    assert server.systemctl_calls()[-1] == "restart k3s"
-    assert server.k3s("--version").stdout.split()[2] == "v1.34.1+k3s1"
+    upgrade = server.install(INSTALL_K3S_VERSION=NEW_VERSION, INSTALL_K3S_EXEC="server")
+    assert f"Using {NEW_VERSION} as release" in upgrade.stdout and "systemd: Starting k3s" in upgrade.stdout
+    assert server.systemctl_calls()[-1] == ["restart", "k3s"]
+    assert server.systemctl_calls().count(["restart", "k3s"]) == 2
+    assert server.unit_pid("k3s") != pid
+    assert server.k3s("--version").stdout.split()[2] == NEW_VERSION
+    assert wait_for(lambda: server.nodes()["vm-1"]["status"]["nodeInfo"]["kubeletVersion"] == NEW_VERSION)
+    # the restarted server kept its token
+    assert server.upper("/var/lib/rancher/k3s/server/token").read_text().strip() == token
 
 
-def test_install_refusals_match_the_real_script(hosts):
-    host = hosts("vm-x")
+def test_install_refusals_match_the_real_script(nshosts):
+    host = nshosts("vm-x")
     skip = host.install(INSTALL_K3S_SKIP_DOWNLOAD="true")
-    assert skip.returncode == 1 and "Executable k3s binary not found at /usr/local/bin/k3s" in skip.stderr
+    assert skip.returncode == 1
+    assert "[ERROR]  Executable k3s binary not found at /usr/local/bin/k3s" in skip.stderr
     url = host.install(K3S_URL="https://10.0.0.1:6443")
     assert url.returncode == 1 and "K3S_TOKEN or K3S_TOKEN_FILE is not defined" in url.stderr
-    assert not (host.root / "etc/systemd/system").exists()
+    plain = host.install(K3S_URL="http://10.0.0.1:6443", K3S_TOKEN="x")
+    assert plain.returncode == 1 and "Only https:// URLs are supported for K3S_URL" in plain.stderr
+    # refused before anything was written or started
+    assert not host.upper("/etc/systemd/system").exists()
+    assert not host.upper("/usr/local/bin/k3s").exists()
+    assert not host.upper("/var/lib/gpulab-sim/k3s-version").exists()
+    assert host.systemctl_calls() == []
 
 
-def test_air_gap_install_uses_the_pre_placed_binary(hosts):
-    host = hosts("vm-air")
-    host.config({"bind-address": "127.0.0.1", "https-listen-port": free_port()})
-    binary = host.root / "usr/local/bin/k3s"
-    binary.parent.mkdir(parents=True)
-    binary.write_text(k3s_standin.binary_wrapper("v1.33.5+k3s1", sys.executable, str(STANDIN)))
-    binary.chmod(0o755)
-    before = binary.read_text()
-    result = host.install(INSTALL_K3S_SKIP_DOWNLOAD="true", INSTALL_K3S_EXEC="server")
-    assert result.returncode == 0 and "Skipping k3s download and verify" in result.stdout
-    assert binary.read_text() == before
+def test_air_gap_install_uses_the_pre_placed_binary(nshosts):
+    host = nshosts("vm-air", airgap=True)
+    host.config({"node-name": "vm-air", "bind-address": "127.0.0.1", "https-listen-port": free_port()})
+    binary = host.upper("/usr/local/bin/k3s")
+    before = binary.read_bytes()
+    result = host.run(
+        "/usr/local/bin/k3s-install.sh",
+        env={"INSTALL_K3S_SKIP_DOWNLOAD": "true", "INSTALL_K3S_VERSION": VERSION},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Skipping k3s download and verify" in result.stdout and "Using" not in result.stdout
+    assert binary.read_bytes() == before
+    assert host.systemctl_calls()[-1] == ["restart", "k3s"]
+    assert wait_for(lambda: "vm-air" in host.nodes()), host.log("k3s")
 
 
-def test_agents_join_with_labels_and_hami_gives_vgpus(cluster, hosts):
+def test_agents_join_with_labels_and_hami_gives_vgpus(cluster, nshosts):
     server, port, token = cluster
-    join(hosts, "vm-2", port, token)
-    join(hosts, "vm-gpu", port, token.split("::server:")[1], gpu=True, labels=["gpu=on"])  # bare password
-    seen = wait_for(lambda: {"vm-1", "vm-2", "vm-gpu"} <= set(nodes(server)) and nodes(server))
+    plain = join(nshosts, "vm-2", port, token, env_token=True)  # K3S_URL/K3S_TOKEN through the env file
+    env_file = plain.upper("/etc/systemd/system/k3s-agent.service.env").read_text()
+    assert f"K3S_URL='https://127.0.0.1:{port}'" in env_file.splitlines()
+    assert plain.upper("/usr/local/bin/k3s-agent-uninstall.sh").exists()
+    # the bare password is enough, as with k3s
+    join(nshosts, "vm-gpu", port, token.split("::server:")[1], labels=["gpu=on"], gpu=True, toolkit=True)
+    seen = wait_for(lambda: {"vm-1", "vm-2", "vm-gpu"} <= set(server.nodes()) and server.nodes())
+    assert seen, server.nodes()
     assert seen["vm-gpu"]["metadata"]["labels"]["gpu"] == "on"
     assert "gpu" not in seen["vm-2"]["metadata"]["labels"]
     assert seen["vm-1"]["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] == "true"
+    assert "node-role.kubernetes.io/control-plane" not in seen["vm-2"]["metadata"]["labels"]
     ready = [c for c in seen["vm-2"]["status"]["conditions"] if c["type"] == "Ready"]
     assert ready[0]["status"] == "True"
     assert all("nvidia.com/gpu" not in n["status"]["allocatable"] for n in seen.values())
 
     _values, manifest = hami.render("2.10.0", device_split_count=7)
-    (server.root / "var/lib/rancher/k3s/server/manifests/hami.yaml").write_text(manifest)
-    after = nodes(server)
+    server.put("/var/lib/rancher/k3s/server/manifests/hami.yaml", manifest, 0o600)
+    job = server.k3s(
+        "kubectl", "-n", "kube-system", "wait", "--for=condition=complete", "job/helm-install-hami",
+        "--timeout=30s",
+    )  # fmt: skip
+    if "NotFound" in job.stderr:  # the helm controller had not picked the chart up yet
+        time.sleep(4)
+        job = server.k3s("kubectl", "-n", "kube-system", "wait", "--for=condition=complete",
+                         "job/helm-install-hami", "--timeout=30s")  # fmt: skip
+    assert job.returncode == 0, job.stderr
+    after = server.nodes()
     assert after["vm-gpu"]["status"]["allocatable"]["nvidia.com/gpu"] == "7"
     assert "nvidia.com/gpu" not in after["vm-2"]["status"]["allocatable"]
     ds = json.loads(server.k3s("kubectl", "get", "daemonsets", "--all-namespaces", "-o", "json").stdout)
     assert [d["metadata"]["name"] for d in ds["items"]] == ["hami-device-plugin"]
-    job = server.k3s(
-        "kubectl", "-n", "kube-system", "wait", "--for=condition=complete", "job/helm-install-hami"
-    )
-    assert job.returncode == 0
-    rollout = server.k3s("kubectl", "-n", "kube-system", "rollout", "status", "deployment/hami-scheduler")
-    assert rollout.returncode == 0
+    for what in ("daemonset/hami-device-plugin", "deployment/hami-scheduler"):
+        rollout = server.k3s("kubectl", "-n", "kube-system", "rollout", "status", what)
+        assert rollout.returncode == 0 and "successfully rolled out" in rollout.stdout, what
 
 
-def test_a_wrong_token_is_refused(cluster, hosts):
+def test_a_wrong_token_is_refused(cluster, nshosts):
     server, port, _token = cluster
-    agent = join(hosts, "vm-bad", port, "not-the-token")
-    assert wait_for(lambda: "token rejected" in (agent.root / "k3s-agent.out").read_text())
-    assert "vm-bad" not in nodes(server)
+    agent = join(nshosts, "vm-bad", port, "not-the-token")
+    assert wait_for(lambda: "401 Unauthorized" in agent.log("k3s-agent")), agent.log("k3s-agent")
+    assert "vm-bad" not in server.nodes()
 
 
 def test_kubectl_label_drain_runtimeclass_and_not_found(cluster):
     server, _port, _token = cluster
-    assert (
-        server.k3s("kubectl", "get", "runtimeclass", "nvidia", "-o", "jsonpath={.handler}").stdout == "nvidia"
+    handler = wait_for(
+        lambda: server.k3s("kubectl", "get", "runtimeclass", "nvidia", "-o", "jsonpath={.handler}").stdout
     )
-    assert server.k3s("kubectl", "get", "runtimeclass", "nvidia-cdi").returncode == 1
-    assert server.k3s("kubectl", "label", "node", "vm-1", "gpu=on", "--overwrite").returncode == 0
-    assert nodes(server)["vm-1"]["metadata"]["labels"]["gpu"] == "on"
-    assert server.k3s("kubectl", "drain", "vm-1", "--ignore-daemonsets").returncode == 0
-    assert nodes(server)["vm-1"]["spec"] == {"unschedulable": True}
+    assert handler == "nvidia"
+    names = server.k3s("kubectl", "get", "runtimeclass", "-o", "name").stdout.split()
+    assert {n.split("/", 1)[1] for n in names} == RUNTIME_CLASSES
+    cdi = server.k3s("kubectl", "get", "runtimeclass", "nvidia-cdi")
+    assert cdi.returncode == 1
+    assert 'Error from server (NotFound): runtimeclasses.node.k8s.io "nvidia-cdi" not found' in cdi.stderr
+
+    assert server.k3s("kubectl", "label", "node", "vm-1", "gpu=on").returncode == 0
+    clash = server.k3s("kubectl", "label", "node", "vm-1", "gpu=off")
+    assert clash.returncode == 1 and "--overwrite is false" in clash.stderr
+    assert server.k3s("kubectl", "label", "node", "vm-1", "gpu=off", "--overwrite").returncode == 0
+    assert server.nodes()["vm-1"]["metadata"]["labels"]["gpu"] == "off"
+    assert server.k3s("kubectl", "label", "node", "nope", "gpu=on").returncode == 1
+
+    drain = server.k3s("kubectl", "drain", "vm-1", "--ignore-daemonsets", "--delete-emptydir-data")
+    assert drain.returncode == 0 and "node/vm-1 drained" in drain.stdout
+    spec = server.nodes()["vm-1"]["spec"]
+    assert spec["unschedulable"] is True and spec["taints"][0]["key"] == "node.kubernetes.io/unschedulable"
     assert server.k3s("kubectl", "uncordon", "vm-1").returncode == 0
-    assert nodes(server)["vm-1"]["spec"] == {}
+    assert "unschedulable" not in server.nodes()["vm-1"]["spec"]
+    assert server.k3s("kubectl", "drain", "nope").returncode == 1
+
+    ready = server.k3s("kubectl", "wait", "--for=condition=Ready", "node/vm-1", "--timeout=10s")
+    assert ready.returncode == 0 and "condition met" in ready.stdout
     missing = server.k3s("kubectl", "-n", "default", "rollout", "status", "deployment/nope")
     assert missing.returncode == 1 and 'deployments.apps "nope" not found' in missing.stderr
-    assert server.k3s("kubectl", "wait", "--for=condition=complete", "job/helm-install-hami").returncode == 1
-
-
-def test_uninstall_stays_inside_the_hosts_root(cluster):
-    server, _port, _token = cluster
-    script = server.root / "usr/local/bin/k3s-uninstall.sh"
-    text = script.read_text()
-    for line in text.splitlines():
-        if line.startswith("rm "):
-            assert all(p.startswith(str(server.root)) for p in line.split()[2:]), line
-    subprocess.run(["sh", str(script)], env=server.env, check=True, timeout=30)
-    assert not (server.root / "etc/systemd/system/k3s.service").exists()
-    assert not (server.root / "var/lib/rancher/k3s/server").exists()
-    assert not script.exists()
-
-
-def test_files_for_a_lab_host():
-    files = k3s_standin.files("v1.33.5+k3s1")
-    assert set(files) == {
-        "/usr/local/lib/gpulab/k3s_standin.py",
-        "/usr/local/bin/k3s",
-        "/usr/local/bin/k3s-install.sh",
-        "/usr/local/bin/systemctl",
-    }
-    assert "/usr/bin/python3 /usr/local/lib/gpulab/k3s_standin.py k3s" in files["/usr/local/bin/k3s"][1]
-    assert all(mode == 0o755 for mode, _ in files.values())
-
-
-def test_roles_drive_the_stand_in_cluster(cluster, hosts, tmp_path):
-    """cluster check -> hami -> workloads, from the roles, against the stand-in server and its joined agents."""
-    from .test_roles_local import CLUSTER, HAMI, WORKLOADS, Lab, engines
-
-    server, port, token = cluster
-    join(hosts, "vm-2", port, token)
-    join(hosts, "vm-gpu", port, token, gpu=True)  # no node-label: the cluster check labels it
-    assert wait_for(lambda: {"vm-1", "vm-2", "vm-gpu"} <= set(nodes(server)))
-    (tmp_path / "controller").mkdir()
-    lab = Lab(tmp_path / "controller")
-    where = {
-        "bin": str(server.root / "usr/local/bin"),
-        "manifests": str(server.root / "var/lib/rancher/k3s/server/manifests"),
-    }
-
-    rc, out = lab.play([CLUSTER], extra_vars=where)
-    assert rc == 0, lab.failures(out)
-    assert nodes(server)["vm-gpu"]["metadata"]["labels"]["gpu"] == "on"
-
-    rc, out = lab.play([HAMI], extra_vars=where)
-    assert rc == 0, lab.failures(out)
-    assert nodes(server)["vm-gpu"]["status"]["allocatable"]["nvidia.com/gpu"] == "10"
-
-    pytest.importorskip(
-        "kubernetes_validate", reason="manifest validation needs the kubernetes-validate package"
+    # kubectl does not wait for a job that does not exist: NotFound at once, not a timeout
+    job = server.k3s(
+        "kubectl", "-n", "kube-system", "wait", "--for=condition=complete", "job/helm-install-hami"
     )
-    rc, out = lab.play([WORKLOADS], extra_vars={**where, "workloads_engines": engines(45, 45)})
-    assert rc == 0, lab.failures(out)
+    assert job.returncode == 1 and 'jobs.batch "helm-install-hami" not found' in job.stderr
+    unknown = server.k3s("kubectl", "get", "pods")
+    assert unknown.returncode == 1 and "pods" in unknown.stderr
+    assert [c["argv"][:2] for c in server.standin_calls()].count(["kubectl", "label"]) == 4
 
-    rc, out = lab.play([CLUSTER, HAMI, WORKLOADS], extra_vars={**where, "workloads_engines": engines(45, 45)})
-    assert rc == 0 and out["stats"]["vm-1"]["changed"] == 0
+
+def test_uninstall_stops_k3s_and_removes_what_the_install_made(cluster):
+    server, _port, _token = cluster
+    pid = server.unit_pid("k3s")
+    result = server.run("/usr/local/bin/k3s-uninstall.sh")
+    assert result.returncode == 0, result.stderr
+    assert pid and wait_for(lambda: not _alive(pid), 10)
+    for path in (
+        "/etc/systemd/system/k3s.service",
+        "/etc/systemd/system/k3s.service.env",
+        "/var/lib/rancher/k3s",
+        "/etc/rancher/k3s",
+        "/usr/local/bin/k3s",
+        "/usr/local/bin/k3s-killall.sh",
+        "/usr/local/bin/k3s-uninstall.sh",
+        "/var/lib/gpulab-sim/k3s-version",
+    ):
+        assert server.gone(path), path
+    assert ["disable", "k3s"] in server.systemctl_calls()
+    assert len(server.standin_calls("k3s-uninstall.sh")) == 1
+    assert server.k3s("--version").returncode != 0
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

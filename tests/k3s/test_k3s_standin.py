@@ -158,15 +158,15 @@ def test_agents_join_with_labels_and_hami_gives_vgpus(cluster, nshosts):
 
     _values, manifest = hami.render("2.10.0", device_split_count=7)
     server.put("/var/lib/rancher/k3s/server/manifests/hami.yaml", manifest, 0o600)
-    job = server.k3s(
-        "kubectl", "-n", "kube-system", "wait", "--for=condition=complete", "job/helm-install-hami",
-        "--timeout=30s",
-    )  # fmt: skip
-    if "NotFound" in job.stderr:  # the helm controller had not picked the chart up yet
-        time.sleep(4)
-        job = server.k3s("kubectl", "-n", "kube-system", "wait", "--for=condition=complete",
-                         "job/helm-install-hami", "--timeout=30s")  # fmt: skip
-    assert job.returncode == 0, job.stderr
+    wait = ("kubectl", "-n", "kube-system", "wait", "--for=condition=complete", "job/helm-install-hami")
+
+    # NotFound until the helm controller has picked the chart up (the hami role retries the same way)
+    def created():
+        result = server.k3s(*wait, "--timeout=30s")
+        return None if "NotFound" in result.stderr else result
+
+    job = wait_for(created)
+    assert job is not None and job.returncode == 0, job and job.stderr
     after = server.nodes()
     assert after["vm-gpu"]["status"]["allocatable"]["nvidia.com/gpu"] == "7"
     assert "nvidia.com/gpu" not in after["vm-2"]["status"]["allocatable"]

@@ -39,8 +39,10 @@ CREATE = r"^POST /api2/json/nodes/[^/]+/qemu$"
 DOWNLOAD = r"^POST /api2/json/nodes/[^/]+/storage/[^/]+/download-url$"
 MAPPING = r"^POST /api2/json/cluster/mapping/pci$"
 DEMO_VMS = {100: "vm-1", 101: "vm-2", 102: "vm-gpu"}
-# VM creation lasts long enough here for a test to see its lock.
-CREATE_S = 4.0
+# VM creation lasts long enough here for a test to see its lock: the locked-VM test creates a VM through
+# the API and starts ansible-playbook at once; the module's first look came 1.2 s after the create on an
+# idle machine and 2.5 s after it on a loaded one, and it must come while the create still runs.
+CREATE_S = 8.0
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +168,6 @@ def test_a_api_500s_and_resets_persisting_then_passing(lab: Lab) -> None:
     # Retried with a growing pause between attempts, then given up with the number of attempts.
     tries = _calls(lab, CREATE, start)
     assert len(tries) > 1 and {r["status"] for r in tries} == {500}, tries
-    assert len({r["params"]["vmid"] for r in tries}) == 1, "the run went on after the failed create"
     assert f"still failing after {len(tries)} attempts" in msgs, msgs
     gaps = [b["time"] - a["time"] for a, b in pairwise(tries)]
     assert gaps[-1] > gaps[0], f"no backoff between attempts: {gaps}"
@@ -192,7 +193,7 @@ def test_a_api_500s_and_resets_persisting_then_passing(lab: Lab) -> None:
         int(r["params"]["vmid"]) for r in _calls(lab, CREATE, since) if r["status"] == 200
     ) == sorted(DEMO_VMS)
     # The image was downloaded and the mapping made once over the three runs, not again on each.
-    assert len(_calls(lab, DOWNLOAD, start)) <= 1
+    assert len(_calls(lab, DOWNLOAD, start)) == 1
     assert len(_calls(lab, MAPPING, start)) == 1
     _assert_demo_vms_once(lab)
 
@@ -288,6 +289,7 @@ def _scratch_play(lab: Lab, tmp_path: Path, lock_timeout: int) -> subprocess.Com
 def test_c_locked_vm_refused_then_waited_for(lab: Lab, tmp_path: Path) -> None:
     node = lab.info["node"]
     upid = api(lab, "POST", f"/nodes/{node}/qemu", vmid=150, name="scratch", memory=512, cores=1)
+    since = len(lab.requests())
     proc = _scratch_play(lab, tmp_path, lock_timeout=1)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
@@ -295,13 +297,12 @@ def test_c_locked_vm_refused_then_waited_for(lab: Lab, tmp_path: Path) -> None:
     assert "VM 150 is locked (create)" in msgs and "qm unlock 150" in msgs, msgs
 
     # The second run waits for the lock (if the create still runs) and completes; nothing doubled.
-    since = len(lab.requests())
     proc = _scratch_play(lab, tmp_path, lock_timeout=30)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert wait_task(lab, upid)["exitstatus"] == "OK"
     vms = _vms(lab)
     assert vms[150]["name"] == "scratch" and not vms[150].get("lock")
-    assert _creates(lab, since) == 0
+    assert _creates(lab, since) == 0, "a second create of the locked VM"
     config = api(lab, "GET", f"/nodes/{node}/qemu/150/config")
     assert (str(config["cores"]), str(config["memory"])) == ("1", "512"), config
     _assert_demo_vms_once(lab, extra=frozenset({150}))

@@ -31,10 +31,11 @@ lint: venv
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 
+# Every pytest test, the whole-lab proofs of tests/e2e included (about 7 of its minutes, as root).
 unit: venv
-	$(BIN)/pytest --ignore=tests/e2e
+	$(BIN)/pytest
 
-# Whole-lab proofs (bad input through site.yml, faults, secrets at -vvv): about 10 minutes as root.
+# Only the whole-lab proofs (bad input through site.yml, faults, secrets at -vvv).
 e2e: venv
 	$(BIN)/pytest tests/e2e
 

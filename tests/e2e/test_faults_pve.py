@@ -209,10 +209,13 @@ def test_b_task_error_then_second_run(lab: Lab) -> None:
     msgs = " ".join(_fatal_msgs(out))
     assert "start failed: injected QEMU error" in msgs, msgs
     assert "101" in msgs or "vm-2" in msgs, msgs
+    # As on PVE, a start that ended in error leaves the VM stopped: the second run has to start it.
+    assert _vms(lab)[101]["status"] == "stopped"
     faults.clear(lab.state)
     rc, out = _vms_stage(lab)
     assert rc == 0, out[-3000:]
     assert _creates(lab, since) == 0
+    assert _vms(lab)[101]["status"] == "running"
     _assert_demo_vms_once(lab)
 
 

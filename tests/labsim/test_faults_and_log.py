@@ -59,6 +59,18 @@ def test_next_task_ends_in_error(lab, api):
     assert api.run("POST", "/nodes/pve/qemu", vmid=400, memory="512")["exitstatus"] == "OK"
 
 
+def test_a_start_ending_in_error_leaves_the_vm_stopped(lab, api):
+    assert api.run("POST", "/nodes/pve/qemu", vmid=401, memory="512")["exitstatus"] == "OK"
+    faults.inject(
+        lab.state_dir, task_error_next=1, task_error_message="start failed: QEMU exited with code 1"
+    )
+    st = api.run("POST", "/nodes/pve/qemu/401/status/start")
+    assert st["exitstatus"] == "start failed: QEMU exited with code 1"
+    assert api.data("GET", "/nodes/pve/qemu/401/status/current")["status"] == "stopped"
+    assert api.run("POST", "/nodes/pve/qemu/401/status/start")["exitstatus"] == "OK"
+    assert api.data("GET", "/nodes/pve/qemu/401/status/current")["status"] == "running"
+
+
 def test_control_endpoint_is_root_only(lab, root, api):
     r = requests.put(
         lab.url + "/_lab/faults",

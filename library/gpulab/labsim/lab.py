@@ -1425,7 +1425,11 @@ class Lab:
             self._sleep("qmstart")
             self._start_now(task, node, vmid)
 
-        return self.tasks.start(node, "qmstart", str(vmid), who.userid, body)
+        def on_error(task, error):
+            # A start task that ends in error leaves the VM stopped, as on PVE (QEMU is not left running).
+            self._stop_now(node, vmid)
+
+        return self.tasks.start(node, "qmstart", str(vmid), who.userid, body, on_error)
 
     def _stop_now(self, node: str, vmid: int) -> None:
         with self.lock:

@@ -1,7 +1,7 @@
 """Callback for scripts/benchmark.py: when each play starts and how many task results it had.
 
 Writes one JSON line per play to $GPULAB_TIMELINE: {"stage", "play", "start", "end", "ran",
-"changed", "skipped"}. The stage is the play's first tag other than "always" (site.yml tags every play
+"changed", "skipped"}. The stage is the play's tag other than "always" and "never" (site.yml tags every play
 with its stage). Enabled only by the benchmark (ANSIBLE_CALLBACKS_ENABLED); nothing else loads it.
 """
 
@@ -44,7 +44,7 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_play_start(self, play):
         self._close()
-        tags = [t for t in play.tags if t != "always"]
+        tags = sorted(t for t in play.tags if t not in ("always", "never"))
         self._play = {
             "stage": tags[0] if tags else "untagged",
             "play": play.get_name(),

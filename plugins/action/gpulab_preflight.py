@@ -52,9 +52,9 @@ class ActionModule(ActionBase):
 
         lab, problems = labdef.check(groups, hostvar)
         result["changed"] = False
+        result["problems"] = [str(p) for p in problems]
         result["reached"] = []
         if problems:
-            result["problems"] = [str(p) for p in problems]
             result["failed"] = True
             result["msg"] = (
                 f"The lab definition has {len(problems)} problem(s); nothing was changed:\n"
@@ -62,22 +62,17 @@ class ActionModule(ActionBase):
             )
             return result
         result["plan"] = labdef.plan_text(lab).splitlines()
+        result["msg"] = "The lab definition is valid."
         stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         if stages & reach.PVE_STAGES:
             reached, problem = reach.reach_pve(lab.globals)
             if problem is not None:
-                problems.append(problem)
-            else:
-                result["reached"].append(reached)
-        result["problems"] = [str(p) for p in problems]
-        if problems:
-            result["failed"] = True
-            result["msg"] = (
-                "The lab definition is valid, but an API it needs is not; nothing was changed:\n"
-                + ("\n".join(f"- {p}" for p in problems))
-            )
-        else:
-            result["msg"] = "The lab definition is valid" + (
-                f"; reached the {', '.join(result['reached'])}." if result["reached"] else "."
-            )
+                result["problems"] = [str(problem)]
+                result["failed"] = True
+                result["msg"] = (
+                    f"The lab definition is valid, but an API it needs is not; nothing was changed:\n- {problem}"
+                )
+                return result
+            result["reached"] = [reached]
+            result["msg"] = f"The lab definition is valid; reached the {reached}."
         return result

@@ -112,16 +112,17 @@ except ImportError:
 else:
     HAS_GPULAB, GPULAB_ERR = True, None
 
-SECTIONS = ["version", "memory", "pci", "vms", "storages", "mappings", "nics"]
-# nics costs a read per VM: only when asked for.
-DEFAULT_SECTIONS = SECTIONS[:-1]
+# The engine's sections (nics, a read per VM, only when asked for); empty without gpulab, which then
+# fails with the missing-library message.
+SECTIONS = list(info.SECTIONS) if HAS_GPULAB else []
+DEFAULT_SECTIONS = list(info.DEFAULT_SECTIONS) if HAS_GPULAB else []
 
 
 def build_argument_spec(fallback=None):
     spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
     spec.update(
         node={"type": "str", "required": True},
-        gather={"type": "list", "elements": "str", "choices": SECTIONS, "default": list(DEFAULT_SECTIONS)},
+        gather={"type": "list", "elements": "str", "choices": SECTIONS, "default": DEFAULT_SECTIONS},
     )
     return spec
 

@@ -32,28 +32,16 @@ def wait_nodes(server, names, tries=100):
 
 def play_on(server, lab, tasks, extra_vars):
     """test_roles_local's play (its inventory, GPU facts and JSON callback), run inside the server's host."""
-    facts = {
-        "name": "GPU facts of vm-gpu",
-        "gpulab_gpu_facts": {"nvidia_smi": str(lab.root / "bin" / "nvidia-smi")},
-        "delegate_to": "vm-gpu",
-        "delegate_facts": True,
-    }
-    book = [{"name": "test", "hosts": "vm-1", "gather_facts": False, "tasks": [facts, *tasks]}]
-    path = lab.root / "play.yml"
-    path.write_text(yaml.safe_dump(book, sort_keys=False))
+    path = lab.write_play(tasks)
     env = {
         "ANSIBLE_STDOUT_CALLBACK": "gpulab_test_json",
         "ANSIBLE_CALLBACK_PLUGINS": str(lab.root / "callbacks"),
     }
-    result = server.run(
-        PLAYBOOK, "-i", lab.root / "hosts.yml", path, "-e", json.dumps(extra_vars), env=env, timeout=600
-    )
-    try:
-        return result.returncode, json.loads(result.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(
-            f"ansible-playbook printed no JSON: rc={result.returncode}\n{result.stdout}\n{result.stderr}"
+    return lab.result(
+        server.run(
+            PLAYBOOK, "-i", lab.root / "hosts.yml", path, "-e", json.dumps(extra_vars), env=env, timeout=600
         )
+    )
 
 
 def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):

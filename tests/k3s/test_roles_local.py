@@ -160,8 +160,9 @@ class Lab:
         path = self.root / "state" / "calls.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
-    def play(self, tasks, *, check=False, extra_vars=None):
-        # The GPU node's facts come from the module itself, as in the stages (delegated, facts kept on vm-gpu).
+    def write_play(self, tasks) -> pathlib.Path:
+        """The test playbook on vm-1: the GPU node's facts from the module itself, as in the stages
+        (delegated, facts kept on vm-gpu), then `tasks`."""
         facts = {
             "name": "GPU facts of vm-gpu",
             "gpulab_gpu_facts": {"nvidia_smi": str(self.root / "bin" / "nvidia-smi")},
@@ -171,6 +172,20 @@ class Lab:
         playbook = [{"name": "test", "hosts": "vm-1", "gather_facts": False, "tasks": [facts, *tasks]}]
         path = self.root / "play.yml"
         path.write_text(yaml.safe_dump(playbook, sort_keys=False))
+        return path
+
+    @staticmethod
+    def result(proc):
+        """(rc, the JSON callback's output) of an ansible-playbook run."""
+        try:
+            return proc.returncode, json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(
+                f"ansible-playbook printed no JSON: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            )
+
+    def play(self, tasks, *, check=False, extra_vars=None):
+        path = self.write_play(tasks)
         env = {
             **os.environ,
             "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
@@ -191,14 +206,9 @@ class Lab:
             **(extra_vars or {}),
         }
         cmd += ["-e", json.dumps(all_vars)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
-        try:
-            out = json.loads(proc.stdout)
-        except json.JSONDecodeError:
-            pytest.fail(
-                f"ansible-playbook printed no JSON: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-            )
-        return proc.returncode, out
+        return self.result(
+            subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+        )
 
     @staticmethod
     def failures(out):

@@ -120,6 +120,32 @@ def run_playbook(
     )
 
 
+def run_local_play(
+    path: Path, name: str, tasks: list[dict[str, Any]], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """A play of `tasks` on localhost (its modules import gpulab from this virtualenv), written to `path` and run."""
+    play = [
+        {
+            "name": name,
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": False,
+            "vars": {"ansible_python_interpreter": sys.executable},
+            "tasks": tasks,
+        }
+    ]
+    path.write_text(yaml.safe_dump(play, sort_keys=False))
+    return subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", "localhost,", str(path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def inventory_copy(dest: Path) -> Path:
     shutil.copytree(DEMO, dest)
     return dest

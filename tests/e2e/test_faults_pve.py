@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
@@ -20,15 +19,14 @@ from gpulab.labsim import faults
 from gpulab.labsim.fixture import reference_fixture_path
 
 from .helpers import (
-    ANSIBLE_PLAYBOOK,
     DEMO,
-    REPO,
     Lab,
     api,
     lab_down,
     lab_up,
     need_root,
     playbook_env,
+    run_local_play,
     run_playbook,
     wait_task,
 )
@@ -247,45 +245,28 @@ def test_b2_create_task_error_then_second_run(lab: Lab) -> None:
 
 
 def _scratch_play(lab: Lab, tmp_path: Path, lock_timeout: int) -> subprocess.CompletedProcess[str]:
-    play = [
+    tasks = [
         {
-            "name": "A VM somebody else is creating",
-            "hosts": "localhost",
-            "connection": "local",
-            "gather_facts": False,
-            "vars": {"ansible_python_interpreter": sys.executable},
-            "tasks": [
-                {
-                    "name": "Scratch VM",
-                    "gpulab_pve_vm": {
-                        "api_url": lab.info["pve_url"],
-                        "api_token_id": lab.info["token_id"],
-                        "api_token_secret": "{{ (lookup('ansible.builtin.file', '"
-                        + str(lab.state / "lab.json")
-                        + "') | from_json).token_secret }}",
-                        "api_fingerprint": lab.info["fingerprint"],
-                        "node": lab.info["node"],
-                        "vmid": 150,
-                        "name": "scratch",
-                        "state": "present",
-                        "cores": 1,
-                        "memory": 512,
-                        "lock_timeout": lock_timeout,
-                    },
-                }
-            ],
+            "name": "Scratch VM",
+            "gpulab_pve_vm": {
+                "api_url": lab.info["pve_url"],
+                "api_token_id": lab.info["token_id"],
+                "api_token_secret": "{{ (lookup('ansible.builtin.file', '"
+                + str(lab.state / "lab.json")
+                + "') | from_json).token_secret }}",
+                "api_fingerprint": lab.info["fingerprint"],
+                "node": lab.info["node"],
+                "vmid": 150,
+                "name": "scratch",
+                "state": "present",
+                "cores": 1,
+                "memory": 512,
+                "lock_timeout": lock_timeout,
+            },
         }
     ]
-    path = tmp_path / f"scratch-{lock_timeout}.yml"
-    path.write_text(yaml.safe_dump(play, sort_keys=False))
-    return subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-i", "localhost,", str(path)],
-        cwd=REPO,
-        env=playbook_env(lab),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return run_local_play(
+        tmp_path / f"scratch-{lock_timeout}.yml", "A VM somebody else is creating", tasks, playbook_env(lab)
     )
 
 

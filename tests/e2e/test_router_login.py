@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from .helpers import ANSIBLE_PLAYBOOK, REPO
+from .helpers import REPO, run_local_play
 
 pytestmark = [pytest.mark.slow]
 
@@ -39,50 +38,29 @@ def huawei(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
 
 
 def _play(tmp_path: Path, url: str, password: str) -> subprocess.CompletedProcess[str]:
-    play = [
+    tasks = [
         {
-            "name": "Reserve vm-1's address on the ONT",
-            "hosts": "localhost",
-            "connection": "local",
-            "gather_facts": False,
-            "vars": {"ansible_python_interpreter": sys.executable},
-            "tasks": [
-                {
-                    "name": "Reservation",
-                    "gpulab_dhcp_reservation": {
-                        "kind": "huawei_ont",
-                        "address": "192.168.100.1",
-                        "subnet": "192.168.100.0/24",
-                        "pool": {"start": "192.168.100.2", "end": "192.168.100.254"},
-                        "url": url,
-                        "user": "admin",
-                        "password": password,
-                        "reservations": [
-                            {"mac": "BC:24:11:00:00:01", "address": "192.168.100.53", "name": "vm-1"}
-                        ],
-                    },
-                    "register": "result",
-                },
-                {"name": "Result", "ansible.builtin.debug": {"var": "result.reservations"}},
-            ],
-        }
+            "name": "Reservation",
+            "gpulab_dhcp_reservation": {
+                "kind": "huawei_ont",
+                "address": "192.168.100.1",
+                "subnet": "192.168.100.0/24",
+                "pool": {"start": "192.168.100.2", "end": "192.168.100.254"},
+                "url": url,
+                "user": "admin",
+                "password": password,
+                "reservations": [{"mac": "BC:24:11:00:00:01", "address": "192.168.100.53", "name": "vm-1"}],
+            },
+            "register": "result",
+        },
+        {"name": "Result", "ansible.builtin.debug": {"var": "result.reservations"}},
     ]
-    path = tmp_path / "play.yml"
-    path.write_text(yaml.safe_dump(play, sort_keys=False))
     env = {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
         "PATH": "/usr/bin:/bin",
     }
-    return subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-i", "localhost,", str(path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_local_play(tmp_path / "play.yml", "Reserve vm-1's address on the ONT", tasks, env)
 
 
 def _requests(log: Path) -> list[dict]:

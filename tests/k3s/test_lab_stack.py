@@ -14,10 +14,7 @@ Ready, each node's version) and the version file the install script stand-in wri
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +22,7 @@ import pytest
 import requests
 import urllib3
 import yaml
+from simlab import running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -126,28 +124,14 @@ def changed(recap: dict) -> int:
 
 @pytest.fixture(scope="module")
 def lab():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the lab's hosts live in network namespaces")
-    missing = [t for t in ("dnsmasq", "sshd") if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"missing {', '.join(missing)}")
-    state = Path(tempfile.mkdtemp(prefix="gtlabstack"))
-    cli = [sys.executable, "-m", "gpulab.labsim.cli"]
-    try:
-        up = subprocess.run([*cli, "up", "--state", str(state)], capture_output=True, text=True, timeout=300,
-                            check=False, cwd=ROOT)  # fmt: skip
-        desc = json.loads((state / "lab.json").read_text()) if (state / "lab.json").exists() else {}
-        if up.returncode != 0 or desc.get("network") != "up" or desc.get("vm_init") != "systemd":
-            pytest.skip(f"the simulated lab did not come up with its hosts: {up.stderr[-500:]}")
+    def hosts_up(desc):
+        return desc.get("vm_init") == "systemd"
+
+    with running_lab("gtlabstack", ("dnsmasq", "sshd"), hosts_up, "with its hosts") as (state, desc):
         lab = Lab(state, desc)
         rc, _, out = lab.play("site.yml")
         assert rc == 0, out[-6000:]
         yield lab
-    finally:
-        subprocess.run(
-            [*cli, "down", "--state", str(state)], capture_output=True, timeout=120, check=False, cwd=ROOT
-        )
-        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -5,17 +5,14 @@ The VMs' MACs come from an extra inventory layer here (stage vms records them as
 and the addresses are the planned ones, since no VM has booted to hold a lease.
 """
 
-import json
 import os
 import re
-import shutil
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
+from simlab import running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -25,29 +22,13 @@ MACS = {"vm-1": "BC:24:11:4D:00:01", "vm-2": "BC:24:11:4D:00:02", "vm-gpu": "BC:
 
 @pytest.fixture
 def demo_lab():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the lab's hosts live in network namespaces")
-    missing = [t for t in ("dnsmasq", "sshd", "dhclient") if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"missing {', '.join(missing)}")
-    state = Path(tempfile.mkdtemp(prefix="gt4lab"))
-    cli = [sys.executable, "-m", "gpulab.labsim.cli"]
-    try:
-        up = subprocess.run([*cli, "up", "--state", str(state)], capture_output=True, text=True, timeout=300,
-                            check=False, cwd=ROOT)  # fmt: skip
-        desc = json.loads((state / "lab.json").read_text()) if (state / "lab.json").exists() else {}
-        if (
-            up.returncode != 0
-            or desc.get("network") != "up"
-            or desc.get("router", {}).get("server") != "dnsmasq"
-        ):
-            pytest.skip(f"the simulated lab did not come up with a dnsmasq router host: {up.stderr[-500:]}")
-        yield state, desc
-    finally:
-        subprocess.run(
-            [*cli, "down", "--state", str(state)], capture_output=True, timeout=120, check=False, cwd=ROOT
-        )
-        shutil.rmtree(state, ignore_errors=True)
+    def dnsmasq_router(desc):
+        return desc.get("router", {}).get("server") == "dnsmasq"
+
+    with running_lab(
+        "gt4lab", ("dnsmasq", "sshd", "dhclient"), dnsmasq_router, "with a dnsmasq router host"
+    ) as lab:
+        yield lab
 
 
 def play(state: Path, extra_inv: Path, *args):

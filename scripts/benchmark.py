@@ -33,9 +33,8 @@ VM_PATH = re.compile(r"/nodes/[^/]+/qemu/(\d+)(/|$)")
 TASK_PATH = re.compile(r"/tasks/([^/]+)/status")
 
 
-def lab(*args: str, env: dict) -> dict:
-    out = subprocess.run([BIN / "gpulab", "lab", *args], env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout) if out.stdout.strip().startswith("{") else {}
+def lab(*args: str, env: dict) -> None:
+    subprocess.run([BIN / "gpulab", "lab", *args], env=env, capture_output=True, text=True, check=True)
 
 
 def requests_since(log: Path, offset: int) -> tuple[list[dict], int]:

@@ -1,8 +1,8 @@
 """Callback for scripts/benchmark.py: when each play starts and how many task results it had.
 
 Writes one JSON line per play to $GPULAB_TIMELINE: {"stage", "play", "start", "end", "ran",
-"changed", "skipped"}. The stage is the play's tag other than "always" and "never" (site.yml tags every play
-with its stage). Enabled only by the benchmark (ANSIBLE_CALLBACKS_ENABLED); nothing else loads it.
+"changed"}, counting task results per host (skipped ones not). The stage is the play's tag other than
+"always" and "never" (site.yml tags every play with its stage). Enabled only by the benchmark (ANSIBLE_CALLBACKS_ENABLED); nothing else loads it.
 """
 
 from __future__ import annotations
@@ -51,23 +51,18 @@ class CallbackModule(CallbackBase):
             "start": time.time(),
             "ran": 0,
             "changed": 0,
-            "skipped": 0,
         }
 
-    def _count(self, result, key):
+    def _ran(self, result):
         if self._play is not None:
-            self._play[key] += 1
-            if key == "ran" and result._result.get("changed"):
-                self._play["changed"] += 1
+            self._play["ran"] += 1
+            self._play["changed"] += bool(result._result.get("changed"))
 
     def v2_runner_on_ok(self, result):
-        self._count(result, "ran")
+        self._ran(result)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        self._count(result, "ran")
-
-    def v2_runner_on_skipped(self, result):
-        self._count(result, "skipped")
+        self._ran(result)
 
     def v2_playbook_on_stats(self, stats):
         self._close()

@@ -8,22 +8,27 @@ PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyen
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv demo test lint unit e2e molecule clean docs
+.PHONY: deps venv demo test lint unit e2e molecule clean docs
+
+# The Debian packages of system-packages.txt that this machine lacks (as root: installed; else the
+# apt-get line to run). Every target below runs it first.
+deps:
+	@scripts/system-deps.sh
 
 venv: $(VENV)/.stamp
 
-$(VENV)/.stamp: pyproject.toml
+$(VENV)/.stamp: pyproject.toml | deps
 	@test -n "$(PYTHON)" || { echo "gpulab needs Python >= 3.12 (none found: install python3.12 or newer)"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
 
-demo: venv
+demo: deps venv
 	@$(BIN)/gpulab lab status >/dev/null 2>&1 || $(BIN)/gpulab lab up >/dev/null
 	$(BIN)/ansible-playbook site.yml -i inventory/demo
 
-test: venv lint unit molecule
+test: deps venv lint unit molecule
 
 lint: venv
 	$(BIN)/ruff check library plugins tests scripts

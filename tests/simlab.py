@@ -36,8 +36,11 @@ def running_lab(
         up = subprocess.run([*CLI, "up", "--state", str(state)], capture_output=True, text=True, timeout=300,
                             check=False, cwd=ROOT)  # fmt: skip
         desc = json.loads((state / "lab.json").read_text()) if (state / "lab.json").exists() else {}
-        if up.returncode != 0 or desc.get("network") != "up" or not ready(desc):
-            pytest.skip(f"the simulated lab did not come up {what}: {up.stderr[-500:]}")
+        if up.returncode != 0 or desc.get("network") != "up":
+            # as root with the lab's programs present, a lab that cannot start is a failure, not a skip
+            pytest.fail(f"the simulated lab did not come up: {up.stderr[-800:]}")
+        if not ready(desc):
+            pytest.skip(f"the simulated lab came up, but not {what}: {up.stderr[-500:]}")
         yield state, desc
     finally:
         subprocess.run(

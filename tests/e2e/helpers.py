@@ -71,7 +71,7 @@ def lab_up(state: Path, fixture: Path | None = None) -> Lab:
         [GPULAB, "lab", "up", "--state", str(state), *extra],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,  # the first lab on a machine builds the guest image (about a minute)
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

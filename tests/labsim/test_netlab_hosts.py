@@ -22,6 +22,8 @@ from gpulab.labsim import netlab
 from gpulab.labsim.fixture import load_fixture
 from gpulab.labsim.net import addressing
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth links and mounts"),
@@ -185,6 +187,86 @@ def test_hosts_are_isolated_from_each_other_and_from_the_machine(lab):
     finally:
         hooks.vm_destroyed("pve", 190)
     assert ssh(facts, "root", facts["node_host"]["address"], "qm list").stdout == ""
+
+
+def _image_list(root, *argv):
+    return subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True, check=True).stdout
+
+
+def test_vm_boots_from_the_guest_image_and_borrows_nothing_of_the_machine(lab):
+    state, fixture, facts = lab
+    img = Path(facts["guest_image"])
+    hooks = netlab.make_hooks(state, fixture)
+    cfg = vm_config(facts, "img-vm", "bc:24:11:00:10:07")
+    hooks.vm_started("pve", 196, cfg)
+    try:
+        (addr,) = ens18(hooks, 196, cfg)
+
+        def vm(command):
+            return ssh(facts, "ubuntu", addr, command).stdout
+
+        # package selections: the image's; what the machine installed for the lab is not in the VM
+        packages = _image_list(img, "dpkg-query", "-W", "-f", "${Package}\n").split()
+        assert vm("dpkg-query -W -f '${Package}\\n'").split() == packages
+        assert {"sudo", "python3-apt", "systemd-timesyncd", "openssh-server", "gnupg"} <= set(packages)
+        assert "dnsmasq-base" not in packages and Path("/usr/sbin/dnsmasq").exists()
+        assert vm("test -e /usr/sbin/dnsmasq || echo absent") == "absent\n"
+        # users and sudoers: the image's, plus what cloud-init makes for ciuser
+        image_users = [line.split(":")[0] for line in (img / "etc/passwd").read_text().splitlines()]
+        assert [line.split(":")[0] for line in vm("cat /etc/passwd").splitlines()] == [*image_users, "ubuntu"]
+        assert vm("sudo -n ls /etc/sudoers.d").split() == sorted(
+            [*os.listdir(img / "etc/sudoers.d"), "90-gpulab-ubuntu"]
+        )
+        # apt: the lab archive as its only source, and no lists until its first update
+        router = facts["router"]["address"]
+        assert vm("cat /etc/apt/sources.list") == f"deb [trusted=yes] http://{router}/ubuntu ./\n"
+        assert vm("ls -A /etc/apt/sources.list.d") == ""
+        assert set(vm("ls -A /var/lib/apt/lists").split()) <= {"lock", "partial"}
+        assert vm("cat /etc/machine-id").strip() not in ("", Path("/etc/machine-id").read_text().strip())
+    finally:
+        hooks.vm_destroyed("pve", 196)
+
+
+@pytest.mark.parametrize(
+    "machine_lists_age_s", [0, 5 * 86400], ids=["machine-just-updated", "machine-days-old"]
+)
+def test_guest_base_apt_refresh_does_not_depend_on_the_machine_apt_lists(lab, machine_lists_age_s):
+    """guest_base's refresh (cache_valid_time) reads the VM's own lists, however old the machine's are."""
+    state, fixture, facts = lab
+    import yaml
+
+    valid = yaml.safe_load((ROOT / "roles/guest_base/defaults/main.yml").read_text())[
+        "guest_base_apt_cache_valid_time"
+    ]
+    lists = Path("/var/lib/apt/lists")
+    before = lists.stat()
+    stamp = time.time() - machine_lists_age_s
+    os.utime(lists, (stamp, stamp))
+    vmid = 197 if machine_lists_age_s == 0 else 198
+    hooks = netlab.make_hooks(state, fixture)
+    cfg = vm_config(facts, f"apt-vm-{vmid}", f"bc:24:11:00:10:{vmid - 100:02x}")
+    hooks.vm_started("pve", vmid, cfg)
+    try:
+        (addr,) = ens18(hooks, vmid, cfg)
+        ssh_args = f"-o UserKnownHostsFile={facts['ssh_known_hosts']} -o StrictHostKeyChecking=yes"
+        args = json.dumps({"name": "qemu-guest-agent", "update_cache": True, "cache_valid_time": valid})
+        res = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("ansible")), "all", "-i", f"{addr},", "-u", "ubuntu", "-b",
+                "--private-key", facts["ssh_private_key"], "-e", f"ansible_ssh_common_args='{ssh_args}'",
+                "-m", "ansible.builtin.apt", "-a", args, "-o",
+            ],
+            capture_output=True, text=True, timeout=180, check=False,
+            env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        )  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "CHANGED" in res.stdout  # refreshed from the lab archive and installed
+        assert ssh(facts, "ubuntu", addr, "dpkg-query -W -f '${Status}' qemu-guest-agent").stdout == (
+            "install ok installed"
+        )
+    finally:
+        hooks.vm_destroyed("pve", vmid)
+        os.utime(lists, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def test_listeners_are_bound_to_lab_addresses_only(lab):

@@ -90,10 +90,8 @@ def _netlab():
         return None, f"{API_ONLY_ENV} is set"
     if os.geteuid() != 0:
         return None, "not root"
-    try:
-        from gpulab.labsim import netlab  # type: ignore[attr-defined]
-    except ImportError:
-        return None, "gpulab.labsim.netlab is not installed"
+    from gpulab.labsim import netlab
+
     return netlab, None
 
 
@@ -110,25 +108,41 @@ def status(state_dir: Path) -> dict[str, Any] | None:
 
 
 def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
-    """Start the lab (or find it running) and return its description."""
+    """Start the lab (or find it running) and return its description.
+
+    The lab's prerequisites (every program its hosts run, the guest image) are checked before
+    anything starts; a start that fails stops what it started (the PVE API simulator included).
+    """
     state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o700)
-    desc = status(state_dir)
-    if desc is None:
-        desc = _start_server(state_dir, fixture)
     netlab, reason = _netlab()
-    if netlab is not None and hasattr(netlab, "up"):
+    if netlab is not None:
         from gpulab.labsim.fixture import load_fixture
 
-        extra = netlab.up(state_dir, load_fixture(desc.get("fixture") or fixture)) or {}
+        netlab.prepare(load_fixture(_recorded_fixture(state_dir) or fixture))
+    desc = status(state_dir)
+    started = desc is None
+    if started:
+        desc = _start_server(state_dir, fixture)
+    if netlab is not None:
+        try:
+            extra = netlab.up(state_dir, load_fixture(desc.get("fixture") or fixture)) or {}
+        except BaseException:
+            if started:
+                with contextlib.suppress(Exception):
+                    down(state_dir)
+            raise
         desc.update({k: v for k, v in extra.items() if k not in CORE_KEYS})
     else:
-        print(
-            f"gpulab lab: real lab hosts skipped ({reason or 'netlab has no up()'}); the PVE API runs alone",
-            file=sys.stderr,
-        )
+        print(f"gpulab lab: real lab hosts skipped ({reason}); the PVE API runs alone", file=sys.stderr)
     _write_lab_json(state_dir, desc)
     return desc
+
+
+def _recorded_fixture(state_dir: Path) -> str | None:
+    """The fixture of the lab that runs in ``state_dir`` (a running lab keeps its own)."""
+    desc = status(state_dir)
+    return desc.get("fixture") if desc else None
 
 
 def _start_server(state_dir: Path, fixture: str | None) -> dict[str, Any]:
@@ -190,10 +204,10 @@ def down(state_dir: Path) -> bool:
     """Stop the lab and everything it started; True when something was running. Idempotent."""
     stopped = False
     netlab, reason = _netlab()
-    if netlab is not None and hasattr(netlab, "down"):
+    if netlab is not None:
         netlab.down(state_dir)
     elif (state_dir / LAB_JSON).exists():
-        print(f"gpulab lab: real lab hosts skipped ({reason or 'netlab has no down()'})", file=sys.stderr)
+        print(f"gpulab lab: real lab hosts skipped ({reason})", file=sys.stderr)
     pid = _running_pid(state_dir)
     if pid is not None:
         stopped = True

@@ -18,7 +18,7 @@ Run as root, :func:`up` builds, on this machine but apart from it:
 
 :func:`make_hooks` gives the PVE simulator hooks that turn a started VM into such a host, with
 the MAC of its net0, an address from the router's DHCP, the cloud-init user and keys, systemd as
-its service manager (where the machine has systemd and cgroup2; ``network.vm_init``), the GPUs its
+its service manager (the guest image's systemd, where the machine mounts cgroup2; ``network.vm_init``), the GPUs its
 ``hostpciN`` passes through (as nvidia-smi shows them), and a guest-agent answer from the address
 it really holds. Each host's PID 1 is :mod:`gpulab.labsim.net.hostinit`.
 
@@ -46,6 +46,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -61,17 +62,31 @@ NET_DIR = "net"
 HOST_TIMEOUT_S = 30.0
 NET_PACKAGE = Path(__file__).resolve().parent / "net"
 
-#: tools the lab needs, with the Debian package that has them
+#: programs this machine runs for the lab (its own side, the router host, the archive), with their Debian
+#: package; the VM and node hosts run the guest image's own (gpulab.labsim.net.image.COMMANDS)
 TOOLS = {
     "ip": "iproute2",
     "unshare": "util-linux",
+    "nsenter": "util-linux",
+    "mount": "mount",
+    "chroot": "coreutils",
+    "stat": "coreutils",
+    "/usr/bin/python3": "python3",  # the router host's archive server (the machine's own root)
     "sshd": "openssh-server",
+    "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
-    "dhclient": "isc-dhcp-client",
+    "gpg": "gnupg",
+    "gpgconf": "gnupg",
+    "dpkg-deb": "dpkg",
 }
 ROUTER_TOOLS = {
     "dnsmasq": {"dnsmasq": "dnsmasq-base"},
     "kea": {"kea-dhcp4": "kea-dhcp4-server", "kea-ctrl-agent": "kea-ctrl-agent"},
+}
+#: what building the guest image needs (only while this machine has none for the current package list)
+IMAGE_TOOLS = {
+    "debootstrap": "debootstrap",
+    "/usr/share/keyrings/debian-archive-keyring.gpg": "debian-archive-keyring",
 }
 
 _thread_lock = threading.RLock()
@@ -377,10 +392,13 @@ def cgroup2_mount() -> Path | None:
     return None
 
 
-def systemd_hosts_possible() -> str | None:
-    """None when VM hosts can boot systemd here, else why not."""
-    if not Path("/lib/systemd/systemd").exists():
-        return "systemd is not installed on this machine (apt package systemd)"
+def systemd_hosts_possible(image_root: Path | None = None) -> str | None:
+    """None when VM hosts can boot systemd here (the guest image's), else why not."""
+    from gpulab.labsim.net import image
+
+    root = image_root or image.image_root()
+    if image.ready() and not (root / "lib/systemd/systemd").exists():
+        return f"the guest image {root} has no systemd"
     if cgroup2_mount() is None:
         return "this machine has no cgroup2 hierarchy mounted"
     return None
@@ -424,8 +442,13 @@ def _start_host(
     tools: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
     generation: str = "",
+    lower: str = "/",
 ) -> dict[str, Any]:
-    """Start one host (node or VM) and wait until its sshd answers; return its status."""
+    """Start one host (node or VM) and wait until its sshd answers; return its status.
+
+    ``lower`` is the read-only half of its root: the guest image for the node and the VMs, the
+    machine's ``/`` only for the router (whose DHCP servers are the machine's programs).
+    """
     subnet = ipaddress.ip_network(facts["subnet"])
     hdir = lab.hosts_dir / name
     for sub in ("upper", "work", "root", "state"):
@@ -440,6 +463,7 @@ def _start_host(
     identity = f"{facts['subnet']} {generation}".strip()
     if not marker.exists() or marker.read_text().split("\n")[0] != identity:
         _write_first_boot_files(upper, hostname, address, files or {})
+        (upper / "etc" / "machine-id").write_text(uuid.uuid4().hex + "\n")  # as a first boot makes it
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(f"{identity}\nthis host is part of a gpulab lab; its files live in its upper dir\n")
     _write_files(upper, tools or {})
@@ -451,7 +475,7 @@ def _start_host(
         "root": str(hdir / "root"),
         "upper": str(upper),
         "work": str(hdir / "work"),
-        "lower": "/",
+        "lower": lower,
         "state": str(state),
         "iface": iface,
         "address": address,
@@ -658,6 +682,15 @@ KEA_SOCKET = "/run/kea/kea4-ctrl-socket"
 ARCHIVE_DIR = "/srv/gpulab-lab"
 
 
+#: the router host runs the machine's DHCP programs, but none of the machine's package or login state
+ROUTER_PRIVATE = {
+    "/var/lib/apt/lists": "@opaque",
+    "/var/cache/apt": "@opaque",
+    "/etc/apt/sources.list.d": "@opaque",
+    "/etc/sudoers.d": "@opaque",
+}
+
+
 def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: list) -> dict[str, Any]:
     """The router host: its own root, sshd for root with the lab key, and the DHCP server as a service."""
     subnet = ipaddress.ip_network(facts["subnet"])
@@ -700,7 +733,7 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
         mac="02:00:00:00:00:01",
         address=address,
         users=[{"name": "root", "keys": [lab_key]}],
-        files=files,
+        files={**ROUTER_PRIVATE, **files},
         extra={"services": services, "run_dirs": run_dirs},
         generation=f"{rs['server']} renew={rs['renew_s']}",
     )
@@ -897,8 +930,49 @@ def check_disk_fs(state_dir: Path) -> None:
 
 
 def _missing_tools(server: str) -> list[str]:
+    from gpulab.labsim.net import image
+
     need = {**TOOLS, **ROUTER_TOOLS.get(server, {})}
-    return [f"{tool} (apt package {pkg})" for tool, pkg in need.items() if not shutil.which(tool)]
+    if not image.ready():
+        need.update(IMAGE_TOOLS)
+    return [f"{tool} (apt package {pkg})" for tool, pkg in need.items() if not _have(tool)]
+
+
+def _have(tool: str) -> bool:
+    if tool.startswith("/"):
+        return os.path.exists(tool) and (tool.endswith((".gpg", ".asc")) or os.access(tool, os.X_OK))
+    return shutil.which(tool) is not None
+
+
+def missing_packages(fixture: dict[str, Any]) -> list[str]:
+    """The apt packages whose programs the lab would run and this machine lacks (empty: none)."""
+    server = "kea" if (fixture.get("network") or {}).get("router") == "kea" else "dnsmasq"
+    return sorted({m.rsplit("(apt package ", 1)[1].rstrip(")") for m in _missing_tools(server)})
+
+
+def prepare(fixture: dict[str, Any]) -> Path:
+    """Everything the lab needs before it starts: the programs (:func:`check_prerequisites`), then the guest image."""
+    from gpulab.labsim.net import image
+
+    if os.geteuid() != 0:
+        raise LabNetError("the lab's hosts need root (network namespaces, veth links, routes and mounts)")
+    check_prerequisites(fixture)
+    try:
+        return image.ensure(log=lambda msg: print(f"gpulab lab: {msg}", file=sys.stderr, flush=True))
+    except image.ImageError as exc:
+        raise LabNetError(str(exc)) from None
+
+
+def check_prerequisites(fixture: dict[str, Any]) -> None:
+    """Refuse, before anything starts, a machine that lacks a program the lab's hosts run; name each one."""
+    server = "kea" if (fixture.get("network") or {}).get("router") == "kea" else "dnsmasq"
+    missing = _missing_tools(server)
+    if missing:
+        pkgs = missing_packages(fixture)
+        raise LabNetError(
+            f"the lab needs {', '.join(missing)}; install them (`make deps`, or apt-get install "
+            f"{' '.join(pkgs)}) and retry"
+        )
 
 
 def _health(lab: Lab, rec: dict[str, Any]) -> list[str]:
@@ -941,11 +1015,7 @@ def up(state_dir: Path, fixture: dict[str, Any]) -> dict[str, Any]:
     lab = Lab(state_dir)
     if os.geteuid() != 0:
         return _skipped("needs root (network namespaces, veth links, routes and mounts need CAP_SYS_ADMIN)")
-    net = fixture.get("network") or {}
-    server = "kea" if net.get("router") == "kea" else "dnsmasq"
-    missing = _missing_tools(server)
-    if missing:
-        raise LabNetError(f"the lab needs {', '.join(missing)}; install them (apt-get install ...) and retry")
+    check_prerequisites(fixture)
     check_disk_fs(lab.state_dir)
     with lab.locked():
         rec = lab.load()
@@ -1026,8 +1096,10 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
         ssh_known_hosts=str(lab.ssh_dir / "known_hosts"),
         ssh_control_path_dir=str(lab.cp_dir),
     )
+    guest_image = prepare(fixture)
+    facts["guest_image"] = str(guest_image)
     wanted_init = str(net.get("vm_init") or "auto")
-    why_not = systemd_hosts_possible()
+    why_not = systemd_hosts_possible(guest_image)
     if wanted_init == "systemd" and why_not:
         raise LabNetError(f"network.vm_init is systemd, but {why_not}")
     facts["vm_init"] = "simple" if wanted_init == "simple" or why_not else "systemd"
@@ -1053,6 +1125,7 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
             files=spec["files"],
             tools=spec["tools"],
             extra=spec["init"],
+            lower=str(guest_image),
         )
         facts["router"] = router.result()
         st = node_host.result()
@@ -1208,8 +1281,9 @@ class NetVmHooks(VmHooks):
             address=static_address(config),
             users=cloud_init_users(config, lab_key),
             files=_vm_files(facts["router"]["address"]),
-            tools=_vm_tools(systemd=facts.get("vm_init") == "systemd"),
+            tools=_vm_tools(Path(facts["guest_image"]), systemd=facts.get("vm_init") == "systemd"),
             extra={"boot_hook": VM_BOOT_HOOK, "init": facts.get("vm_init", "simple")},
+            lower=facts["guest_image"],
         )
         self._node_vm(vmid, config, status="running")
 
@@ -1346,11 +1420,11 @@ MASKED_UNITS = (
 )  # fmt: skip
 
 
-def _systemd_files() -> dict[str, str]:
-    """A systemd VM's units: our sshd, the machine's own wants hidden (opaque), noisy units masked."""
+def _systemd_files(image_root: Path) -> dict[str, str]:
+    """A systemd VM's units: our sshd, the image's enabled units hidden (opaque), noisy units masked."""
     files: dict[str, str] = {"/etc/systemd/system/gpulab-sshd.service": SSHD_UNIT}
     with contextlib.suppress(OSError):
-        for entry in os.listdir("/etc/systemd/system"):
+        for entry in os.listdir(image_root / "etc/systemd/system"):
             if entry.endswith(".wants"):
                 files[f"/etc/systemd/system/{entry}"] = "@opaque"
     files["/etc/systemd/system/multi-user.target.wants"] = "@opaque"
@@ -1361,7 +1435,7 @@ def _systemd_files() -> dict[str, str]:
         files[f"/etc/systemd/system/{unit}"] = "@symlink:/dev/null"
     # the guest keeps "its clock in sync" as a real one would, but never touches the machine's clock
     files["/etc/systemd/system/systemd-timesyncd.service.d/gpulab-lab.conf"] = TIMESYNCD_DROPIN
-    # enabled in an Ubuntu image, as its alias on this machine makes `systemctl is-enabled` say anyway
+    # enabled in an Ubuntu image (the opaque sysinit.target.wants hid the image's own link)
     files["/etc/systemd/system/sysinit.target.wants/systemd-timesyncd.service"] = (
         "@symlink:/lib/systemd/system/systemd-timesyncd.service"
     )
@@ -1383,12 +1457,12 @@ ExecStart=/bin/sleep infinity
 """
 
 
-def _vm_tools(systemd: bool) -> dict[str, str]:
+def _vm_tools(image_root: Path, systemd: bool) -> dict[str, str]:
     """The lab's tools in a VM (rewritten at each start): systemd units or power stand-ins, cloud-init."""
     from gpulab.labsim.net import node as node_setup
 
     tools = (
-        {**_systemd_files(), **node_setup.guest_standins(power=False)}
+        {**_systemd_files(image_root), **node_setup.guest_standins(power=False)}
         if systemd
         else node_setup.guest_standins()
     )
@@ -1397,13 +1471,10 @@ def _vm_tools(systemd: bool) -> dict[str, str]:
 
 
 def _vm_files(router: str) -> dict[str, str]:
-    """A VM's image: apt pointed at the lab's archive (the machine's own sources hidden)."""
-    # directories every Ubuntu guest has, even where this machine lacks them (kmod not installed)
+    """A VM's "installation" over the guest image: apt pointed at the lab's archive (its mirror setting)."""
+    # directories every Ubuntu guest has
     files: dict[str, str] = {"/etc/modprobe.d": "@dir", "/etc/modules-load.d": "@dir"}
     files["/etc/apt/sources.list"] = f"deb [trusted=yes] http://{router}/ubuntu ./\n"
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/etc/apt/sources.list.d"):
-            files[f"/etc/apt/sources.list.d/{entry}"] = ""  # the machine's own sources are not the VM's
     files["/etc/apt/apt.conf.d/99gpulab-lab"] = (
         f'Acquire::http::Proxy::{router} "DIRECT";\nAcquire::Retries "0";\n'
     )

@@ -9,7 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-list=system-packages.txt
+# (GPULAB_SYSTEM_PACKAGES: another list, for the tests of this script)
+list=${GPULAB_SYSTEM_PACKAGES:-system-packages.txt}
+[ -r "$list" ] || { echo "deps: cannot read the package list $list" >&2; exit 1; }
 mapfile -t wanted < <(sed -e 's/#.*//' "$list" | tr -s ' \t' '\n' | sed '/^$/d')
 missing=()
 for pkg in "${wanted[@]}"; do

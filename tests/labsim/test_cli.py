@@ -105,3 +105,71 @@ def test_bad_fixture_is_reported(tmp_path, capsys, monkeypatch):
     rc, _, err = run_cli(capsys, "up", "--state", str(tmp_path / "s"), "--fixture", str(bad))
     assert rc == 1 and "did not start" in err
     assert "defines no nodes" in (tmp_path / "s" / "server.log").read_text()
+
+
+def _servers_of(state_dir):
+    """PIDs of PVE simulator processes serving ``state_dir``."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"gpulab.labsim.server" in argv and str(state_dir.resolve()).encode() in argv:
+            found.append(int(cmdline.parent.name))
+    return [p for p in found if p != os.getpid()]
+
+
+@pytest.mark.root
+def test_up_refuses_missing_programs_before_it_starts_anything(tmp_path, monkeypatch, capsys):
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: without it the lab's hosts (and their checks) are skipped")
+    from gpulab.labsim import netlab
+
+    monkeypatch.delenv(cli.API_ONLY_ENV, raising=False)
+    monkeypatch.setattr(netlab, "TOOLS", {**netlab.TOOLS, "gpulab-no-such-sshd": "gpulab-sshd-pkg"})
+    state_dir = tmp_path / "state"
+    rc, _, err = run_cli(
+        capsys, "up", "--state", str(state_dir), "--fixture", str(write_fast_fixture(tmp_path / "f.yml"))
+    )
+    assert rc == 1
+    assert (
+        "gpulab-no-such-sshd (apt package gpulab-sshd-pkg)" in err
+        and "apt-get install gpulab-sshd-pkg" in err
+    )
+    assert _servers_of(state_dir) == [] and not (state_dir / "server.pid").exists()
+    assert not (state_dir / "lab.json").exists()
+
+
+@pytest.mark.root
+def test_a_failed_up_stops_the_simulator_it_started(tmp_path, monkeypatch, capsys):
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: without it the lab's hosts are skipped")
+    from gpulab.labsim import netlab
+
+    monkeypatch.delenv(cli.API_ONLY_ENV, raising=False)
+    monkeypatch.setattr(netlab, "prepare", lambda _fixture: None)
+    seen = []
+
+    def failing_up(state_dir, _fixture):
+        seen.extend(_servers_of(state_dir))  # the simulator runs by now
+        raise netlab.LabNetError("lab host node0 did not boot: injected")
+
+    monkeypatch.setattr(netlab, "up", failing_up)
+    state_dir = tmp_path / "state"
+    rc, _, err = run_cli(
+        capsys, "up", "--state", str(state_dir), "--fixture", str(write_fast_fixture(tmp_path / "f.yml"))
+    )
+    assert rc == 1 and "injected" in err
+    assert len(seen) == 1
+    deadline = time.monotonic() + 10
+    while _servers_of(state_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _servers_of(state_dir) == [] and not (state_dir / "server.pid").exists()

@@ -50,8 +50,9 @@ Needs root, debootstrap (apt package debootstrap) and the network. What it does:
  3. clones this repository with git clone --no-local into $PROJECT_DIR of the root. Only
     the committed HEAD is cloned: uncommitted changes, staged or not, and untracked files are NOT
     part of the run.
- 4. runs the commands as root in /root/gpulab of the root (chroot), in a pid, mount and cgroup
-    namespace of their own, on this machine's network, with a clean environment: HOME, PATH, LANG,
+ 4. runs the commands as root in /root/gpulab of the root (pivot_root: it is the namespace's own
+    root), in a pid, mount and cgroup namespace of their own, on this machine's network, with a
+    clean environment: HOME, PATH, LANG,
     TERM and, where set here, only CI, the proxy variables and PIP_CERT, PIP_DEFAULT_TIMEOUT,
     PIP_INDEX_URL, PIP_EXTRA_INDEX_URL. /proc, /sys (cgroup2 at /sys/fs/cgroup) and /dev are
     mounted; /run, /tmp and /dev/shm are fresh; stdin is /dev/null.
@@ -172,7 +173,7 @@ is_empty_dir() {
 # and the mount namespace takes all its mounts with it.
 # ---------------------------------------------------------------------------------------------------
 inside() {
-  local root=$1 results=$2 cmd line var start rc failed=0
+  local root=$1 results=$2 cmd line var start rc failed=0  # $results: a path inside the root
   shift 2
   (($$ == 1)) || die "--inside is internal: it runs as pid 1 of the namespace the script makes"
 
@@ -189,6 +190,15 @@ inside() {
   mount -t tmpfs -o nosuid,nodev,mode=755 tmpfs "$root/run"
   mkdir -m 1777 "$root/run/lock"
   mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs "$root/tmp"
+  # The root becomes this namespace's own root (pivot_root, not only a chroot), as on a real machine:
+  # a process that enters a mount namespace made inside (nsenter -m, as tests/k3s does) lands at that
+  # namespace's root, which must be the fresh machine's and not this one's.
+  cd "$root"
+  mkdir .fresh-machine-oldroot
+  pivot_root . .fresh-machine-oldroot
+  cd /
+  umount -l /.fresh-machine-oldroot
+  rmdir /.fresh-machine-oldroot
 
   local -a inner_env=(HOME=/root "PATH=$INNER_PATH" LANG=C.UTF-8 TERM=dumb)
   for var in "${PASS_ENV[@]}"; do
@@ -201,7 +211,7 @@ inside() {
     rc=0
     # --default-signal: the signals a background job of this script ignores (SIGINT, SIGQUIT) are
     # back to their defaults, as on a fresh machine.
-    chroot "$root" /usr/bin/env -i --default-signal --chdir="$PROJECT_DIR" "${inner_env[@]}" \
+    /usr/bin/env -i --default-signal --chdir="$PROJECT_DIR" "${inner_env[@]}" \
       /bin/bash -c "$cmd" </dev/null || rc=$?
     line=$(printf "'%s' exited %d after %d s" "$cmd" "$rc" $((SECONDS - start)))
     say "$line"
@@ -403,11 +413,12 @@ run_commands() {
   mount --bind "$root" "$root"
   self_bound=1
   mount --make-private "$root"
-  results=$(mktemp /tmp/fresh-machine.XXXXXX)
+  results=$root/.fresh-machine-results
+  : >"$results"
   # --cgroup only when the run has a cgroup of its own: the namespace's cgroup root is then that one.
   local -a ns=(--mount --propagation private --pid --fork --kill-child)
   [[ -n $run_cgroup ]] && ns+=(--cgroup)
-  spawn unshare "${ns[@]}" -- "$BASH" "$self" --inside "$root" "$results" "${commands[@]}"
+  spawn unshare "${ns[@]}" -- "$BASH" "$self" --inside "$root" /.fresh-machine-results "${commands[@]}"
   reap
   run_rc=$reaped
   mapfile -t lines <"$results"
@@ -452,9 +463,9 @@ main() {
     commands=("${DEFAULT_COMMANDS[@]}")
   fi
 
-  ((EUID == 0)) || die "must run as root (it runs debootstrap, mounts and chroots)"
+  ((EUID == 0)) || die "must run as root (it runs debootstrap, mounts and pivot_root)"
   local tool
-  for tool in debootstrap:debootstrap unshare:util-linux setpriv:util-linux chroot:coreutils git:git; do
+  for tool in debootstrap:debootstrap unshare:util-linux setpriv:util-linux pivot_root:util-linux git:git; do
     command -v "${tool%%:*}" >/dev/null ||
       die "${tool%%:*} is not installed: install the apt package ${tool#*:} (apt-get install ${tool#*:})"
   done

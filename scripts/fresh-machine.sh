@@ -47,7 +47,8 @@ Needs root, debootstrap (apt package debootstrap) and the network. What it does:
  2. copies in this machine's registry settings, not project state: its CA certificates
     (/etc/ssl/certs/ca-certificates.crt, and /usr/local/share/ca-certificates so that they survive
     the root's own ca-certificates install), /etc/resolv.conf and /etc/pip.conf if there is one.
- 3. clones this repository with git clone --no-local into $PROJECT_DIR of the root. Only
+ 3. clones this repository with git clone --no-local into $PROJECT_DIR of the root (and copies
+    the shared/ folder beside the repository, if there is one, beside the clone). Only
     the committed HEAD is cloned: uncommitted changes, staged or not, and untracked files are NOT
     part of the run.
  4. runs the commands as root in /root/gpulab of the root (pivot_root: it is the namespace's own
@@ -374,6 +375,11 @@ clone_project() {
   fi
   cloned=$("${git[@]}" -C "$dest" log -1 --format='%h (%s)')
   say "cloned $repo at $cloned into $PROJECT_DIR"
+  # shared/ (the project's reference data, which some tests read) sits beside the clone, as in CI
+  if [[ -d $repo/../shared ]]; then
+    cp -a -- "$repo/../shared" "$root${PROJECT_DIR%/*}/shared"
+    say "copied $(realpath -- "$repo/../shared") beside it"
+  fi
   status=$("${git[@]}" -C "$repo" status --porcelain)
   if [[ -n $status ]]; then
     mapfile -t status <<<"$status"

@@ -230,7 +230,11 @@ def kea_router(lan):
     }
     (d / "kea4.json").write_text(json.dumps(conf, indent=2))
     (d / "ca.json").write_text(json.dumps(agent, indent=2))
-    env = dict(os.environ, KEA_PIDFILE_DIR=str(d), KEA_LOCKFILE_DIR=str(d))
+    # Kea 2.6.2+ takes lease files, logs and sockets only from its own folders or these (the socket's
+    # folder 0750 at most); Kea 2.2 ignores the variables
+    d.chmod(0o750)
+    dirs = ("PIDFILE", "LOCKFILE", "CONTROL_SOCKET", "DHCP_DATA", "LOG_FILE")
+    env = dict(os.environ, **{f"KEA_{name}_DIR": str(d) for name in dirs})
     lan.start(lan.router, ["kea-dhcp4", "-c", str(d / "kea4.json")], "kea4.out", env=env)
     for _ in range(100):
         if Path(sock).exists():

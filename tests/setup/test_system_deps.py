@@ -12,13 +12,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts/system-deps.sh"
 
 
-def deps(tmp_path, packages, *prefix, env=None):
+def deps(tmp_path, packages, *prefix, env=None, script=SCRIPT):
     listing = tmp_path / "packages.txt"
     listing.write_text("# a list like system-packages.txt\n" + "".join(f"{p}   # why\n" for p in packages))
     listing.chmod(0o644)
     tmp_path.chmod(0o755)
     return subprocess.run(
-        [*prefix, "bash", str(SCRIPT)],
+        [*prefix, "bash", str(script)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -65,7 +65,12 @@ def test_without_root_it_prints_the_one_apt_line_and_what_it_skips(tmp_path):
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     tmp_path = Path(tempfile.mkdtemp(prefix="gpulab-deps-"))  # a folder the other user can read
     try:
-        res = deps(tmp_path, ["bash", "gpulab-no-such-package-a", "gpulab-no-such-package-b"], *nobody)
+        # (a copy of the script: the project may sit in /root, which the other user cannot read)
+        script = tmp_path / "system-deps.sh"
+        shutil.copyfile(SCRIPT, script)
+        script.chmod(0o755)
+        packages = ["bash", "gpulab-no-such-package-a", "gpulab-no-such-package-b"]
+        res = deps(tmp_path, packages, *nobody, script=script)
     finally:
         shutil.rmtree(tmp_path)
     assert res.returncode == 0, res.stderr

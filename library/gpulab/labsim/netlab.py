@@ -679,6 +679,9 @@ KEA_DHCP4_CONF = "/etc/kea/kea-dhcp4.conf"
 KEA_CTRL_CONF = "/etc/kea/kea-ctrl-agent.conf"
 KEA_LEASES = "/var/lib/kea/kea-leases4.csv"
 KEA_SOCKET = "/run/kea/kea4-ctrl-socket"
+# Kea 2.6.2+ accepts lease files, logs and control sockets only in its own directories (the socket's
+# 0750 at most): the router keeps Debian's layout
+KEA_LOG = "/var/log/kea/kea-dhcp4.log"
 ARCHIVE_DIR = "/srv/gpulab-lab"
 
 
@@ -829,7 +832,7 @@ def _kea_setup(subnet, address: str, ranges, renew_s: int):
             "loggers": [
                 {
                     "name": "kea-dhcp4",
-                    "output_options": [{"output": "/var/log/kea-dhcp4.log"}],
+                    "output_options": [{"output": KEA_LOG}],
                     "severity": "INFO",
                 }
             ],
@@ -843,7 +846,7 @@ def _kea_setup(subnet, address: str, ranges, renew_s: int):
             "loggers": [
                 {
                     "name": "kea-ctrl-agent",
-                    "output_options": [{"output": "/var/log/kea-ctrl-agent.log"}],
+                    "output_options": [{"output": "/var/log/kea/kea-ctrl-agent.log"}],
                     "severity": "INFO",
                 }
             ],
@@ -853,6 +856,7 @@ def _kea_setup(subnet, address: str, ranges, renew_s: int):
         KEA_DHCP4_CONF: json.dumps(dhcp4, indent=1) + "\n",
         KEA_CTRL_CONF: json.dumps(ctrl, indent=1) + "\n",
         "/var/lib/kea/.keep": "",
+        "/var/log/kea/.keep": "",
     }
     env = {"KEA_PIDFILE_DIR": "/run/kea", "KEA_LOCKFILE_DIR": "/run/kea"}
     services = [
@@ -869,7 +873,7 @@ def _kea_setup(subnet, address: str, ranges, renew_s: int):
         "config_file": KEA_DHCP4_CONF,
         "leases_file": KEA_LEASES,
         "control_socket": KEA_SOCKET,
-        "log_file": "/var/log/kea-dhcp4.log",
+        "log_file": KEA_LOG,
     }
     return files, services, ["/run/kea"], info
 

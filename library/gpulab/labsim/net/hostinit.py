@@ -269,6 +269,7 @@ class Host:
     def start_services(self):
         for d in self.cfg.get("run_dirs", []):
             os.makedirs(self.path(d), exist_ok=True)
+            os.chmod(self.path(d), 0o750)  # as systemd's RuntimeDirectory= makes them (Kea wants no more)
         for index in range(len(self.cfg.get("services", []))):
             self.start_service(index)
 

@@ -445,6 +445,17 @@ def make_handler(cluster, token):
     return Handler
 
 
+def sd_notify(message):
+    """Tell the service manager (systemd's Type=notify) how the service is, as k3s does; no-op without one."""
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return
+    if path.startswith("@"):
+        path = "\0" + path[1:]  # an abstract socket
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(message.encode(), path)
+
+
 def run_server():
     cfg = load_config()
     name = str(cfg.get("node-name") or socket.gethostname())
@@ -495,6 +506,8 @@ def run_server():
     }
     started = time.time()
     os.makedirs(MANIFESTS, exist_ok=True)
+    cluster.register(me)
+    sd_notify("READY=1")  # Type=notify, as k3s: `systemctl start k3s` returns once the server is up
     while True:
         cluster.register(me)
         cluster.apply_manifests()

@@ -370,7 +370,7 @@ K3S_INSTALL = r"""#!/bin/sh
 # refusals, files (binary, kubectl/crictl/ctr links, k3s-killall.sh, <service>-uninstall.sh, unit, 0600 env
 # file), [INFO] lines and idempotence (restart only when binary, unit or env file changed). The binary is
 # the same file for every release: its version lives in /var/lib/gpulab-sim/k3s-version, which counts as
-# part of the binary. Differences: the unit is Type=simple (the stand-in does not notify systemd) and
+# part of the binary. Differences: the unit
 # loads no kernel module; the service is not disabled and removed before being written again.
 set -e
 info() { echo '[INFO] ' "$@"; }
@@ -494,7 +494,9 @@ info "systemd: Creating service file $UNIT"
   printf '[Unit]\nDescription=Lightweight Kubernetes\nDocumentation=https://k3s.io\n'
   printf 'Wants=network-online.target\nAfter=network-online.target\n\n'
   printf '[Install]\nWantedBy=multi-user.target\n\n'
-  printf '[Service]\nType=simple\nEnvironmentFile=-/etc/default/%%N\nEnvironmentFile=-/etc/sysconfig/%%N\n'
+  # get.k3s.io: the server tells systemd when it is ready (its token written, its API listening)
+  if [ "$CMD" = server ]; then SYSTEMD_TYPE=notify; else SYSTEMD_TYPE=exec; fi
+  printf '[Service]\nType=%s\nEnvironmentFile=-/etc/default/%%N\nEnvironmentFile=-/etc/sysconfig/%%N\n' "$SYSTEMD_TYPE"
   printf 'EnvironmentFile=-%s\nKillMode=process\nDelegate=yes\nRestart=always\nRestartSec=5s\n' "$ENV_FILE"
   printf 'ExecStart=%s \\\n    %s \\\n' "$BIN_DIR/k3s" "$CMD"
   for arg in "$@"; do printf "\t'%s' \\\\\n" "$arg"; done

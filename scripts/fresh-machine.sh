@@ -219,6 +219,16 @@ inside() {
     printf '%s\n' "$line" >>"$results"
     ((rc == 0)) || failed=1
   done
+  # `make demo` leaves its lab running, as for a user; the lab's bridge and route live in this
+  # machine's network namespace, which outlives the fresh one: stop it as the README says.
+  if [[ -e $PROJECT_DIR/.lab/lab.json ]]; then
+    rc=0
+    /usr/bin/env -i --chdir="$PROJECT_DIR" "${inner_env[@]}" .venv/bin/gpulab lab down </dev/null || rc=$?
+    line=$(printf "'.venv/bin/gpulab lab down' (the lab make demo left running) exited %d" "$rc")
+    say "$line"
+    printf '%s\n' "$line" >>"$results"
+    ((rc == 0)) || failed=1
+  fi
   return "$failed"
 }
 

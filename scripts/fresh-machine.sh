@@ -167,6 +167,30 @@ is_empty_dir() {
   return 0
 }
 
+# lab_objects: the simulated lab's objects in this machine's network namespace (links named gl + 3 hex
+# digits, its blackhole routes of metric 4242), one a line: the run's labs make them here, since the
+# fresh machine shares this machine's network.
+lab_objects() {
+  ip -o link show | sed -nE 's/^[0-9]+: (gl[0-9a-f]{3}[^:@]*)[:@].*/link \1/p'
+  ip route show table all type blackhole | sed -nE 's/^blackhole ([0-9./]+) .*metric 4242.*/route \1/p'
+}
+
+# remove_new_lab_objects: what lab_objects lists now and did not before the run (an interrupted run's
+# labs); the machine's own labs, there before, stay.
+remove_new_lab_objects() {
+  local kind name
+  while read -r kind name; do
+    [[ -n $kind ]] || continue
+    grep -qxF "$kind $name" <<<"$lab_objects_before" && continue
+    say "removing what a lab of the run left in this machine's network: $kind $name"
+    if [[ $kind == link ]]; then
+      ip link del "$name" 2>/dev/null
+    else
+      ip route del blackhole "$name" metric 4242 2>/dev/null
+    fi
+  done <<<"$(lab_objects)"
+}
+
 # ---------------------------------------------------------------------------------------------------
 # Inside: the first process of the run's pid namespace (pid 1; its mount and cgroup namespaces are
 # the run's own, its network is this machine's). It mounts the machine's file systems into the root,
@@ -235,7 +259,8 @@ inside() {
 # ---------------------------------------------------------------------------------------------------
 # Outside: build the root, fill it, enter it, and clean up.
 # ---------------------------------------------------------------------------------------------------
-root='' keep=0 root_made=0 self_bound=0 run_cgroup='' results='' run_rc=0
+root='' keep=0 root_made=0 self_bound=0 run_cgroup='' results='' run_rc=0 lab_objects_before=''
+
 debootstrap_log='' keep_debootstrap_log=0
 summary=()
 commands=()
@@ -266,6 +291,7 @@ cleanup() {
       rc=1
     fi
   fi
+  [[ -n $lab_objects_before ]] && remove_new_lab_objects
   if ((self_bound)); then
     umount "$root" 2>/dev/null || umount -l "$root" || say "could not unmount $root" >&2
   fi
@@ -426,6 +452,7 @@ make_run_cgroup() {
 run_commands() {
   local i
   local -a lines
+  lab_objects_before=$(lab_objects)$'\n'
   mount --bind "$root" "$root"
   self_bound=1
   mount --make-private "$root"

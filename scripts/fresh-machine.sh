@@ -13,7 +13,6 @@ readonly SUITE=trixie
 readonly SUITE_NAME="Debian 13"
 readonly DEFAULT_ROOT=/var/tmp/gpulab-fresh-root
 readonly DEFAULT_COMMANDS=("make demo" "make test")
-readonly FALLBACK_MIRROR=http://deb.debian.org/debian
 # The file that says "this script made this root": only such a root is ever removed.
 readonly MARKER=.gpulab-fresh-machine
 # Where the clone lives inside the root, and the environment the commands get there.
@@ -41,9 +40,9 @@ Example: scripts/fresh-machine.sh -- 'make test'
               removed and built again).
   --keep      leave the root in DIR afterwards, to look around (default: it is removed)
 
-Needs root, debootstrap (apt package debootstrap) and the network. What it does:
+Needs root, debootstrap (apt package debootstrap), python3 and the network. What it does:
  1. debootstrap $SUITE into DIR from the Debian mirror this machine's apt uses (else
-    $FALLBACK_MIRROR): the default variant plus make, nothing else.
+    deb.debian.org): the default variant plus make, nothing else.
  2. copies in this machine's registry settings, not project state: its CA certificates
     (/etc/ssl/certs/ca-certificates.crt, and /usr/local/share/ca-certificates so that they survive
     the root's own ca-certificates install), /etc/resolv.conf and /etc/pip.conf if there is one.
@@ -84,37 +83,11 @@ mounts_at_or_below() {
   done </proc/self/mountinfo
 }
 
-# find_mirror: the first Debian mirror this machine's apt is set up with (a URI whose path ends in
-# /debian, so not debian-security), else the fallback.
+# find_mirror: the Debian mirror this machine's apt is set up with, as the lab's guest image takes it
+# (gpulab.labsim.net.image.machine_mirror: standard library only, so the machine's python3 runs it).
 find_mirror() {
-  local file line kind rest uri
-  local -a words uris=()
-  for file in /etc/apt/sources.list.d/*.sources; do
-    [[ -f $file ]] || continue
-    while IFS= read -r line; do
-      if [[ $line =~ ^[Uu][Rr][Ii][Ss]:(.*)$ ]]; then
-        read -ra words <<<"${BASH_REMATCH[1]}"
-        uris+=("${words[@]}")
-      fi
-    done <"$file"
-  done
-  for file in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -f $file ]] || continue
-    while read -r kind rest; do
-      [[ $kind == deb ]] || continue
-      [[ $rest == \[* ]] && rest=${rest#*]} # the [ option=value ... ] part
-      read -r uri _ <<<"$rest"
-      uris+=("$uri")
-    done <"$file"
-  done
-  for uri in "${uris[@]}"; do
-    uri=${uri%/}
-    if [[ $uri =~ ^(https?|ftp|file)://.*/debian$ ]]; then
-      printf '%s\n' "$uri"
-      return
-    fi
-  done
-  printf '%s\n' "$FALLBACK_MIRROR"
+  PYTHONPATH="${self%/*}/../library" python3 -c \
+    'from gpulab.labsim.net.image import machine_mirror; print(machine_mirror())'
 }
 
 # cgroup2_mount: where this machine mounts the cgroup2 hierarchy (/sys/fs/cgroup or, on a hybrid
@@ -508,7 +481,7 @@ main() {
 
   ((EUID == 0)) || die "must run as root (it runs debootstrap, mounts and pivot_root)"
   local tool
-  for tool in debootstrap:debootstrap unshare:util-linux setpriv:util-linux pivot_root:util-linux git:git; do
+  for tool in debootstrap:debootstrap unshare:util-linux setpriv:util-linux pivot_root:util-linux git:git python3:python3; do
     command -v "${tool%%:*}" >/dev/null ||
       die "${tool%%:*} is not installed: install the apt package ${tool#*:} (apt-get install ${tool#*:})"
   done

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -47,3 +48,16 @@ def running_lab(
             [*CLI, "down", "--state", str(state)], capture_output=True, timeout=120, check=False, cwd=ROOT
         )
         shutil.rmtree(state, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def machine_apt_lists_aged(age_s: float) -> Iterator[None]:
+    """The machine's /var/lib/apt/lists dated ``age_s`` seconds ago for the block (0: just updated), then back."""
+    lists = Path("/var/lib/apt/lists")
+    before = lists.stat()
+    stamp = time.time() - age_s
+    os.utime(lists, (stamp, stamp))
+    try:
+        yield
+    finally:
+        os.utime(lists, ns=(before.st_atime_ns, before.st_mtime_ns))

@@ -22,7 +22,7 @@ import pytest
 import requests
 import urllib3
 import yaml
-from simlab import running_lab
+from simlab import machine_apt_lists_aged, running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -129,18 +129,14 @@ def lab():
 
     # The machine's apt lists days old (CI's make demo runs right after an apt-get update): the VMs'
     # apt refresh must not depend on either (they have lists of their own).
-    lists = Path("/var/lib/apt/lists")
-    before = lists.stat()
-    stamp = time.time() - 5 * 86400
-    os.utime(lists, (stamp, stamp))
-    try:
-        with running_lab("gtlabstack", ("dnsmasq", "sshd"), hosts_up, "with its hosts") as (state, desc):
-            lab = Lab(state, desc)
-            rc, _, out = lab.play("site.yml")
-            assert rc == 0, out[-6000:]
-            yield lab
-    finally:
-        os.utime(lists, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with (
+        machine_apt_lists_aged(5 * 86400),
+        running_lab("gtlabstack", ("dnsmasq", "sshd"), hosts_up, "with its hosts") as (state, desc),
+    ):
+        lab = Lab(state, desc)
+        rc, _, out = lab.play("site.yml")
+        assert rc == 0, out[-6000:]
+        yield lab
 
 
 @pytest.fixture(scope="module")

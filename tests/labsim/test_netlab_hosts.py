@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from simlab import machine_apt_lists_aged
 
 from gpulab.labsim import netlab
 from gpulab.labsim.fixture import load_fixture
@@ -238,35 +239,31 @@ def test_guest_base_apt_refresh_does_not_depend_on_the_machine_apt_lists(lab, ma
     valid = yaml.safe_load((ROOT / "roles/guest_base/defaults/main.yml").read_text())[
         "guest_base_apt_cache_valid_time"
     ]
-    lists = Path("/var/lib/apt/lists")
-    before = lists.stat()
-    stamp = time.time() - machine_lists_age_s
-    os.utime(lists, (stamp, stamp))
     vmid = 197 if machine_lists_age_s == 0 else 198
     hooks = netlab.make_hooks(state, fixture)
     cfg = vm_config(facts, f"apt-vm-{vmid}", f"bc:24:11:00:10:{vmid - 100:02x}")
-    hooks.vm_started("pve", vmid, cfg)
-    try:
-        (addr,) = ens18(hooks, vmid, cfg)
-        ssh_args = f"-o UserKnownHostsFile={facts['ssh_known_hosts']} -o StrictHostKeyChecking=yes"
-        args = json.dumps({"name": "qemu-guest-agent", "update_cache": True, "cache_valid_time": valid})
-        res = subprocess.run(
-            [
-                str(Path(sys.executable).with_name("ansible")), "all", "-i", f"{addr},", "-u", "ubuntu", "-b",
-                "--private-key", facts["ssh_private_key"], "-e", f"ansible_ssh_common_args='{ssh_args}'",
-                "-m", "ansible.builtin.apt", "-a", args, "-o",
-            ],
-            capture_output=True, text=True, timeout=180, check=False,
-            env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
-        )  # fmt: skip
-        assert res.returncode == 0, res.stdout + res.stderr
-        assert "CHANGED" in res.stdout  # refreshed from the lab archive and installed
-        assert ssh(facts, "ubuntu", addr, "dpkg-query -W -f '${Status}' qemu-guest-agent").stdout == (
-            "install ok installed"
-        )
-    finally:
-        hooks.vm_destroyed("pve", vmid)
-        os.utime(lists, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with machine_apt_lists_aged(machine_lists_age_s):
+        hooks.vm_started("pve", vmid, cfg)
+        try:
+            (addr,) = ens18(hooks, vmid, cfg)
+            ssh_args = f"-o UserKnownHostsFile={facts['ssh_known_hosts']} -o StrictHostKeyChecking=yes"
+            args = json.dumps({"name": "qemu-guest-agent", "update_cache": True, "cache_valid_time": valid})
+            res = subprocess.run(
+                [
+                    str(Path(sys.executable).with_name("ansible")), "all", "-i", f"{addr},", "-u", "ubuntu", "-b",
+                    "--private-key", facts["ssh_private_key"], "-e", f"ansible_ssh_common_args='{ssh_args}'",
+                    "-m", "ansible.builtin.apt", "-a", args, "-o",
+                ],
+                capture_output=True, text=True, timeout=180, check=False,
+                env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+            )  # fmt: skip
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert "CHANGED" in res.stdout  # refreshed from the lab archive and installed
+            assert ssh(facts, "ubuntu", addr, "dpkg-query -W -f '${Status}' qemu-guest-agent").stdout == (
+                "install ok installed"
+            )
+        finally:
+            hooks.vm_destroyed("pve", vmid)
 
 
 def test_listeners_are_bound_to_lab_addresses_only(lab):

@@ -116,11 +116,11 @@ def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
     state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o700)
     netlab, reason = _netlab()
+    desc = status(state_dir)
     if netlab is not None:
         from gpulab.labsim.fixture import load_fixture
 
-        netlab.prepare(load_fixture(_recorded_fixture(state_dir) or fixture))
-    desc = status(state_dir)
+        netlab.prepare(load_fixture((desc or {}).get("fixture") or fixture))  # a running lab keeps its own
     started = desc is None
     if started:
         desc = _start_server(state_dir, fixture)
@@ -137,12 +137,6 @@ def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
         print(f"gpulab lab: real lab hosts skipped ({reason}); the PVE API runs alone", file=sys.stderr)
     _write_lab_json(state_dir, desc)
     return desc
-
-
-def _recorded_fixture(state_dir: Path) -> str | None:
-    """The fixture of the lab that runs in ``state_dir`` (a running lab keeps its own)."""
-    desc = status(state_dir)
-    return desc.get("fixture") if desc else None
 
 
 def _start_server(state_dir: Path, fixture: str | None) -> dict[str, Any]:

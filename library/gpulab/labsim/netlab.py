@@ -933,13 +933,15 @@ def check_disk_fs(state_dir: Path) -> None:
         )
 
 
-def _missing_tools(server: str) -> list[str]:
+def _missing_tools(fixture: dict[str, Any]) -> dict[str, str]:
+    """The programs the lab would run that this machine lacks, each with its Debian package."""
     from gpulab.labsim.net import image
 
-    need = {**TOOLS, **ROUTER_TOOLS.get(server, {})}
+    server = "kea" if (fixture.get("network") or {}).get("router") == "kea" else "dnsmasq"
+    need = {**TOOLS, **ROUTER_TOOLS[server]}
     if not image.ready():
         need.update(IMAGE_TOOLS)
-    return [f"{tool} (apt package {pkg})" for tool, pkg in need.items() if not _have(tool)]
+    return {tool: pkg for tool, pkg in need.items() if not _have(tool)}
 
 
 def _have(tool: str) -> bool:
@@ -948,19 +950,18 @@ def _have(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
-def missing_packages(fixture: dict[str, Any]) -> list[str]:
-    """The apt packages whose programs the lab would run and this machine lacks (empty: none)."""
-    server = "kea" if (fixture.get("network") or {}).get("router") == "kea" else "dnsmasq"
-    return sorted({m.rsplit("(apt package ", 1)[1].rstrip(")") for m in _missing_tools(server)})
-
-
 def prepare(fixture: dict[str, Any]) -> Path:
     """Everything the lab needs before it starts: the programs (:func:`check_prerequisites`), then the guest image."""
-    from gpulab.labsim.net import image
-
     if os.geteuid() != 0:
         raise LabNetError("the lab's hosts need root (network namespaces, veth links, routes and mounts)")
     check_prerequisites(fixture)
+    return _guest_image()
+
+
+def _guest_image() -> Path:
+    """The guest image's root, built first (with progress on stderr) when this machine has none."""
+    from gpulab.labsim.net import image
+
     try:
         return image.ensure(log=lambda msg: print(f"gpulab lab: {msg}", file=sys.stderr, flush=True))
     except image.ImageError as exc:
@@ -969,13 +970,12 @@ def prepare(fixture: dict[str, Any]) -> Path:
 
 def check_prerequisites(fixture: dict[str, Any]) -> None:
     """Refuse, before anything starts, a machine that lacks a program the lab's hosts run; name each one."""
-    server = "kea" if (fixture.get("network") or {}).get("router") == "kea" else "dnsmasq"
-    missing = _missing_tools(server)
+    missing = _missing_tools(fixture)
     if missing:
-        pkgs = missing_packages(fixture)
+        named = ", ".join(f"{tool} (apt package {pkg})" for tool, pkg in missing.items())
         raise LabNetError(
-            f"the lab needs {', '.join(missing)}; install them (`make deps`, or apt-get install "
-            f"{' '.join(pkgs)}) and retry"
+            f"the lab needs {named}; install them (`make deps`, or apt-get install "
+            f"{' '.join(sorted(set(missing.values())))}) and retry"
         )
 
 
@@ -1100,7 +1100,7 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
         ssh_known_hosts=str(lab.ssh_dir / "known_hosts"),
         ssh_control_path_dir=str(lab.cp_dir),
     )
-    guest_image = prepare(fixture)
+    guest_image = _guest_image()  # up() checked the programs first
     facts["guest_image"] = str(guest_image)
     wanted_init = str(net.get("vm_init") or "auto")
     why_not = systemd_hosts_possible(guest_image)

@@ -506,8 +506,9 @@ def run_server():
     }
     started = time.time()
     os.makedirs(MANIFESTS, exist_ok=True)
-    cluster.register(me)
-    sd_notify("READY=1")  # Type=notify, as k3s: `systemctl start k3s` returns once the server is up
+    sd_notify(
+        "READY=1"
+    )  # Type=notify, as k3s: `systemctl start k3s` returns once the token and API are there
     while True:
         cluster.register(me)
         cluster.apply_manifests()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Make the PVE API schema subset that the simulated lab (gpulab.labsim) validates against.
+"""Make the PVE API schema subset that the simulated lab (labsim) validates against.
 
 Input: a full ``apidoc.json`` (the Proxmox VE API dump, pve-docs ``api-viewer/apidata.js`` as JSON) and
 the hand-transcribed supplement ``named-formats.json`` (sub-keys of the named property-string formats,
@@ -11,7 +11,7 @@ dropped to keep it small, plus the supplement and a provenance/licence block.
 
     scripts/pve_schema_subset.py --apidoc ../shared/pve-api/apidoc.json \
         --named-formats ../shared/pve-api/named-formats.json \
-        --out library/gpulab/labsim/data/pve-api-subset.json
+        --out library/labsim/data/pve-api-subset.json
 
 The output is deterministic (sorted keys), so re-running it on the same input gives the same bytes.
 """
@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-# The endpoints gpulab.labsim serves; every method the schema lists for them is kept.
+# The endpoints labsim serves; every method the schema lists for them is kept.
 SERVED_PATHS = (
     "/version",
     "/access/ticket",

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "gpulab.labsim.cli"]
+CLI = [sys.executable, "-m", "labsim"]
 
 
 @contextlib.contextmanager

@@ -1,3 +1,6 @@
-"""gpulab: the Python engine behind the playbooks (Proxmox API, routers, lab definition, labsim)."""
+"""gpulab: the Python engine behind the playbooks (Proxmox API, routers, lab definition, CLI).
+
+The simulated lab that proves it is a package of its own, labsim (library/labsim/).
+"""
 
 __version__ = "0.1.0"

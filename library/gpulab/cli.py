@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -29,9 +30,8 @@ def _plan(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lab"]:
-        from gpulab.labsim import cli as labcli
-
-        return labcli.main(argv[1:])
+        # The simulated lab is a package of its own (labsim), run as a program: the product imports none of it.
+        os.execv(sys.executable, [sys.executable, "-m", "labsim", *argv[1:]])
     parser = argparse.ArgumentParser(prog="gpulab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan", help="validate a lab definition and print what site.yml would build")

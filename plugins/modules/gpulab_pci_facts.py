@@ -30,7 +30,7 @@ options:
   root:
     description:
       - Directory that holds the C(sys), C(proc) and C(lib/modules) trees to read.
-      - V(/) on a real host; a fixture tree (see C(gpulab.labsim.sysfs_tree)) in tests and in the lab.
+      - V(/) on a real host; a fixture tree (see C(labsim.sysfs_tree)) in tests and in the lab.
     type: path
     default: /
   slots:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpulab.labsim import faults
-from gpulab.labsim.fixture import reference_fixture_path
+from labsim import faults
+from labsim.fixture import reference_fixture_path
 
 from .helpers import (
     DEMO,

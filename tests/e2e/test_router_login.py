@@ -23,7 +23,7 @@ WRONG = "Wrong-Pass-c04e22"
 def huawei(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     log = tmp_path_factory.mktemp("huawei") / "requests.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpulab.labsim.routers", "huawei_ont", "--password", RIGHT, "--log", str(log)],
+        [sys.executable, "-m", "labsim.routers", "huawei_ont", "--password", RIGHT, "--log", str(log)],
         stdout=subprocess.PIPE,
         text=True,
     )

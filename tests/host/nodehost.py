@@ -52,7 +52,7 @@ QM_HEADER = "      VMID NAME                 STATUS     MEM(MB)    BOOTDISK(GB) 
 
 BOOT_PY = """
 import json, pathlib, sys, uuid
-from gpulab.labsim.sysfs_tree import boot_state, materialise
+from labsim.sysfs_tree import boot_state, materialise
 lab = pathlib.Path(sys.argv[1])
 cfg = json.loads((lab / "node.json").read_text())
 if cfg["loader"] == "systemd-boot":

@@ -21,7 +21,7 @@ def test_return_documents_what_the_modules_return(tmp_path):
 
     facts = load_module("gpulab_pci_facts")
     contains = yaml.safe_load(facts.RETURN)["ansible_facts"]["contains"]["gpulab_pci"]["contains"]
-    from gpulab.labsim import sysfs_tree
+    from labsim import sysfs_tree
 
     root = sysfs_tree.materialise(tmp_path / "n", "vfio")
     pci = run_module("gpulab_pci_facts", {"root": str(root)})["ansible_facts"]["gpulab_pci"]

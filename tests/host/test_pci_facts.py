@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from gpulab.labsim import sysfs_tree
+from labsim import sysfs_tree
 
 from .conftest import DATA, run_module
 
@@ -81,7 +81,7 @@ def test_every_device_matches_lspci_nn(facts_mod, tmp_path):
 def test_loaded_modules_match_lsmod_sample(facts_mod, tmp_path, state):
     root = sysfs_tree.materialise(tmp_path, state)
     facts = facts_mod.gather(str(root))
-    sample = sysfs_tree.resources.files("gpulab.labsim") / "data/pve-sysfs" / f"pve-modules-state-{state}.txt"
+    sample = sysfs_tree.resources.files("labsim") / "data/pve-sysfs" / f"pve-modules-state-{state}.txt"
     text = sample.read_text()
     if "lsmod output" in text:
         block = text.split("lsmod output", 1)[1].split("=====\n", 1)[1].split("\n\n", 1)[0]

@@ -1,10 +1,10 @@
-"""gpulab.labsim.sysfs_tree: the fixture format, the materialised trees per state and variant, boot_state."""
+"""labsim.sysfs_tree: the fixture format, the materialised trees per state and variant, boot_state."""
 
 import os
 
 import pytest
 
-from gpulab.labsim import sysfs_tree as st
+from labsim import sysfs_tree as st
 
 GPU = "sys/bus/pci/devices/0000:02:00.0"
 AUDIO = "sys/bus/pci/devices/0000:02:00.1"

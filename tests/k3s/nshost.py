@@ -2,7 +2,7 @@
 
 A host sees copy-on-write /etc, /var, /usr and /run (overlays whose upper folders lie in the test's temporary
 folder), held by one `sleep` process per host; every command runs inside with `nsenter`. The k3s release the
-hosts install is the lab's own: the k3s stand-in (gpulab.labsim.net.k3s_standin) as the binary and the lab's
+hosts install is the lab's own: the k3s stand-in (labsim.net.k3s_standin) as the binary and the lab's
 install script stand-in (repo.K3S_INSTALL), downloaded from a file:// folder the way lab VMs download them
 from the router's file server. A GPU host gets the lab's nvidia-smi stand-in and one RTX 3090, a toolkit host
 the lab's /usr/bin/nvidia-container-runtime. No systemd runs here: tests/k3s/fake_systemctl.py stands in for
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from gpulab.labsim.net import k3s_standin, repo
+from labsim.net import k3s_standin, repo
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = Path(k3s_standin.__file__).resolve()

@@ -7,10 +7,9 @@ import stat
 import time
 
 import pytest
+from pve_sim_client import Api, write_fast_fixture
 
-from gpulab.labsim import cli
-
-from .conftest import Api, write_fast_fixture
+from labsim import cli
 
 REQUIRED = {"pve_url", "node", "token_id", "token_secret", "user", "password", "fingerprint", "state_dir"}
 
@@ -118,7 +117,7 @@ def _servers_of(state_dir):
             argv = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"gpulab.labsim.server" in argv and str(state_dir.resolve()).encode() in argv:
+        if b"labsim.server" in argv and str(state_dir.resolve()).encode() in argv:
             found.append(int(cmdline.parent.name))
     return [p for p in found if p != os.getpid()]
 
@@ -129,7 +128,7 @@ def test_up_refuses_missing_programs_before_it_starts_anything(tmp_path, monkeyp
 
     if os.geteuid() != 0:
         pytest.skip("needs root: without it the lab's hosts (and their checks) are skipped")
-    from gpulab.labsim import netlab
+    from labsim import netlab
 
     monkeypatch.delenv(cli.API_ONLY_ENV, raising=False)
     monkeypatch.setattr(netlab, "TOOLS", {**netlab.TOOLS, "gpulab-no-such-sshd": "gpulab-sshd-pkg"})
@@ -152,7 +151,7 @@ def test_a_failed_up_stops_the_simulator_it_started(tmp_path, monkeypatch, capsy
 
     if os.geteuid() != 0:
         pytest.skip("needs root: without it the lab's hosts are skipped")
-    from gpulab.labsim import netlab
+    from labsim import netlab
 
     monkeypatch.delenv(cli.API_ONLY_ENV, raising=False)
     monkeypatch.setattr(netlab, "prepare", lambda _fixture: None)

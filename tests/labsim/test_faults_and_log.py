@@ -7,7 +7,7 @@ import time
 import pytest
 import requests
 
-from gpulab.labsim import faults
+from labsim import faults
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,11 @@
-"""The lab's guest image (gpulab.labsim.net.image): its key, its mirror, its checks, its published look."""
+"""The lab's guest image (labsim.net.image): its key, its mirror, its checks, its published look."""
 
 import os
 import time
 
 import pytest
 
-from gpulab.labsim.net import image
+from labsim.net import image
 
 
 def test_mirror_is_the_machine_apt_debian_mirror(tmp_path):

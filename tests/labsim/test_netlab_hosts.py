@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from simlab import machine_apt_lists_aged
 
-from gpulab.labsim import netlab
-from gpulab.labsim.fixture import load_fixture
-from gpulab.labsim.net import addressing
+from labsim import netlab
+from labsim.fixture import load_fixture
+from labsim.net import addressing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -442,8 +442,8 @@ def test_kea_router_serves_reservations_set_through_its_control_agent(tmp_path):
 CRASHER = """
 import os, signal, sys, urllib.parse
 from pathlib import Path
-from gpulab.labsim import netlab
-from gpulab.labsim.fixture import load_fixture
+from labsim import netlab
+from labsim.fixture import load_fixture
 state, fixture = Path(sys.argv[1]), load_fixture()
 facts = netlab.up(state, fixture)
 key = Path(facts["ssh_public_key"]).read_text()

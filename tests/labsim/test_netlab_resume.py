@@ -7,10 +7,9 @@ import os
 import time
 
 import pytest
+from pve_sim_client import Api, write_fast_fixture
 
-from gpulab.labsim import cli
-
-from .conftest import Api, write_fast_fixture
+from labsim import cli
 
 pytestmark = [
     pytest.mark.root,

@@ -6,10 +6,10 @@ import urllib.parse
 
 import pytest
 
-from gpulab.labsim import netlab
-from gpulab.labsim.hooks import VmHooks
-from gpulab.labsim.net import addressing
-from gpulab.labsim.net.addressing import SubnetConflict
+from labsim import netlab
+from labsim.hooks import VmHooks
+from labsim.net import addressing
+from labsim.net.addressing import SubnetConflict
 
 HOME_ROUTES = [
     {"dst": "default", "gateway": "192.168.100.1", "dev": "wlan0", "protocol": "dhcp"},
@@ -131,7 +131,7 @@ def test_without_root_up_changes_nothing_and_says_what_it_skipped(tmp_path, monk
 
 
 def test_vm_gpus_follow_hostpci_and_the_fixture():
-    from gpulab.labsim.fixture import load_fixture
+    from labsim.fixture import load_fixture
 
     fixture = load_fixture()
     assert netlab.vm_gpus({"name": "vm-1"}, fixture, "pve") == []
@@ -147,7 +147,7 @@ def test_vm_gpus_follow_hostpci_and_the_fixture():
 def test_lab_archive_has_the_real_package_names_and_a_signed_nvidia_repository(tmp_path):
     import subprocess
 
-    from gpulab.labsim.net import repo
+    from labsim.net import repo
 
     paths = repo.build(tmp_path / "srv", tmp_path / "gnupg", kernel="6.8.0-90-generic")
     ubuntu = (tmp_path / "srv" / paths["ubuntu"] / "Packages").read_text()
@@ -202,7 +202,7 @@ def test_vm_firmware_and_secure_boot_follow_pve_semantics():
 def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_path, monkeypatch):
     import time
 
-    from gpulab.labsim.net import k3s_standin as k3s
+    from labsim.net import k3s_standin as k3s
 
     monkeypatch.setattr(k3s, "STATE", str(tmp_path / "state.json"))
     monkeypatch.setattr(k3s, "MANIFESTS", str(tmp_path / "manifests"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.labsim.schema import ParamError, load_schema, perl_regex
+from labsim.schema import ParamError, load_schema, perl_regex
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "pve-api"
@@ -326,7 +326,7 @@ def test_generator_reproduces_the_committed_subset(tmp_path):
         check=True,
         capture_output=True,
     )
-    committed = ROOT / "library" / "gpulab" / "labsim" / "data" / "pve-api-subset.json"
+    committed = ROOT / "library" / "labsim" / "data" / "pve-api-subset.json"
     assert json.loads(out.read_text()) == json.loads(committed.read_text())
     assert "AGPL-3.0-or-later" in json.loads(committed.read_text())["_license"]
 

@@ -6,10 +6,10 @@ import ipaddress
 import re
 import time
 
-from gpulab.labsim.fixture import load_fixture, network_settings
-from gpulab.labsim.tasks import UPID_RE
+from pve_sim_client import create_vm
 
-from .conftest import create_vm
+from labsim.fixture import load_fixture, network_settings
+from labsim.tasks import UPID_RE
 
 
 def test_nextid_is_a_string_and_vmid_check(api):

@@ -1,4 +1,4 @@
-"""A strict simulated PVE API per test (gpulab.labsim), and a runner for the modules."""
+"""A strict simulated PVE API per test (labsim), and a runner for the modules."""
 
 from __future__ import annotations
 
@@ -84,13 +84,13 @@ class Lab:
         return connection.connect(self.conn(**over))
 
     def inject(self, **faults):
-        from gpulab.labsim import faults as f
+        from labsim import faults as f
 
         f.inject(self.state, **faults)
 
 
 def start_lab(tmp: pathlib.Path, timings: dict | None = None) -> Lab:
-    from gpulab.labsim.fixture import reference_fixture_path
+    from labsim.fixture import reference_fixture_path
 
     fixture = yaml.safe_load(pathlib.Path(reference_fixture_path()).read_text())
     fixture["timings"] = {**(fixture.get("timings") or {}), **FAST, **(timings or {})}
@@ -101,7 +101,7 @@ def start_lab(tmp: pathlib.Path, timings: dict | None = None) -> Lab:
     fx.write_text(yaml.safe_dump(fixture))
     env = dict(os.environ, GPULAB_LAB_API_ONLY="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpulab.labsim.server", "--state", str(state), "--fixture", str(fx)],
+        [sys.executable, "-m", "labsim.server", "--state", str(state), "--fixture", str(fx)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -143,7 +143,7 @@ def shared_lab(tmp_path_factory):
 def lab(shared_lab):
     """The module's simulated PVE (reference machine, fast timings) with no VM and no fault; after the
     test, every request it sent must have passed the simulator's schema validation (no 400/501)."""
-    from gpulab.labsim import faults
+    from labsim import faults
 
     mark = shared_lab.mark()
     yield shared_lab

@@ -3,10 +3,10 @@
 import pytest
 import requests
 
-from gpulab.labsim.routers.huawei import MAX_ENTRIES, HuaweiOntSim, js_escape
 from gpulab.routers import make_backend
 from gpulab.routers.httpform import js_unescape
 from gpulab.routers.model import AuthError, ConflictError, LimitError, RouterError
+from labsim.routers.huawei import MAX_ENTRIES, HuaweiOntSim, js_escape
 
 PW = "Ont-Pa55!word"
 VMS = {"vm-1": ("bc:24:11:00:08:01", "192.168.100.53"), "vm-2": ("bc:24:11:00:08:02", "192.168.100.54"),

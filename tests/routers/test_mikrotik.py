@@ -3,10 +3,10 @@
 import pytest
 import requests
 
-from gpulab.labsim.routers.base import Reply
-from gpulab.labsim.routers.mikrotik import MikroTikSim
 from gpulab.routers import make_backend
 from gpulab.routers.model import AuthError, ConflictError, ConnectError, PolicyError, RouterError
+from labsim.routers.base import Reply
+from labsim.routers.mikrotik import MikroTikSim
 
 PW = "Rtr-pa55-word"
 MAC, OTHER = "bc:24:11:00:05:01", "bc:24:11:00:05:02"

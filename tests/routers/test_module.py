@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.labsim.routers.mikrotik import MikroTikSim
 from gpulab.routers import OPTION_DEFAULTS, RouterError, make_backend
+from labsim.routers.mikrotik import MikroTikSim
 
 ROOT = Path(__file__).resolve().parents[2]
 PATH = ROOT / "plugins/modules/gpulab_dhcp_reservation.py"

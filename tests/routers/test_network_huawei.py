@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpulab.labsim.routers.huawei import HuaweiOntSim
+from labsim.routers.huawei import HuaweiOntSim
 
 ROOT = Path(__file__).resolve().parents[2]
 PW = "Homelab-Ont-Pw-7"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.labsim.routers import openwrt_uci
-from gpulab.labsim.routers.openwrt_uci import parse
 from gpulab.routers.model import ApplyError, ConflictError, RouterError
 from gpulab.routers.openwrt import OpenWrtBackend, parse_show
 from gpulab.routers.shell import LocalShell
+from labsim.routers import openwrt_uci
+from labsim.routers.openwrt_uci import parse
 
 MAC, OTHER = "bc:24:11:00:09:01", "bc:24:11:00:09:02"
 DHCP = """config dnsmasq
@@ -40,10 +40,10 @@ def router(tmp_path):
     bindir.mkdir()
     uci = bindir / "uci"
     # -S and a direct path: a Python start per uci call, as cheap as it gets
-    lib = Path(openwrt_uci.__file__).parents[3]
+    lib = Path(openwrt_uci.__file__).parents[2]
     uci.write_text(
         f'#!/bin/sh\nexec {sys.executable} -S -c \'import sys; sys.path.insert(0, "{lib}"); '
-        'from gpulab.labsim.routers.openwrt_uci import main; sys.exit(main(sys.argv[1:]))\' "$@"\n'
+        'from labsim.routers.openwrt_uci import main; sys.exit(main(sys.argv[1:]))\' "$@"\n'
     )
     uci.chmod(0o755)
     reload_log = tmp_path / "reloads"

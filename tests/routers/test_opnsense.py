@@ -3,9 +3,9 @@
 import pytest
 import requests
 
-from gpulab.labsim.routers.opnsense import OPNsenseSim
 from gpulab.routers import make_backend
 from gpulab.routers.model import AuthError, ConflictError, PolicyError, RouterError
+from labsim.routers.opnsense import OPNsenseSim
 
 KEY, SECRET = "opn-key-1", "opn-Secret-77"
 MAC, OTHER = "bc:24:11:00:07:01", "bc:24:11:00:07:02"

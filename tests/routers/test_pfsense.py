@@ -3,9 +3,9 @@
 import pytest
 import requests
 
-from gpulab.labsim.routers.pfsense import PfSenseSim
 from gpulab.routers import make_backend
 from gpulab.routers.model import AuthError, ConflictError, PolicyError, RouterError
+from labsim.routers.pfsense import PfSenseSim
 
 PW = "pf-Secret-99"
 MAC, OTHER = "bc:24:11:00:06:01", "bc:24:11:00:06:02"

@@ -174,7 +174,7 @@ def parse_modules_alias(text: str) -> tuple[list[tuple[str, str]], list[str]]:
 
 
 def _data(name: str) -> str:
-    return resources.files("gpulab.labsim").joinpath("data", _DATA, name).read_text(encoding="utf-8")
+    return resources.files("labsim").joinpath("data", _DATA, name).read_text(encoding="utf-8")
 
 
 def _base_tree(state: str) -> Tree:

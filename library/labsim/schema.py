@@ -434,5 +434,5 @@ class Schema:
 @cache
 def load_schema() -> Schema:
     """The committed schema subset (package data), parsed once per process."""
-    text = resources.files("gpulab.labsim").joinpath("data", SUBSET_FILE).read_text()
+    text = resources.files("labsim").joinpath("data", SUBSET_FILE).read_text()
     return Schema(json.loads(text))

@@ -3,7 +3,7 @@
 ``up`` starts the PVE API simulator as a detached background process (its pid in ``STATE/server.pid``),
 waits until it listens, writes the lab description to ``STATE/lab.json`` (mode 0600) and prints it as one
 JSON line. On a running lab it prints the running lab's description. With root and
-`gpulab.labsim.netlab` present, ``up`` also calls ``netlab.up(state_dir, fixture)`` (its dict is merged
+`labsim.netlab` present, ``up`` also calls ``netlab.up(state_dir, fixture)`` (its dict is merged
 into the description) and ``down`` calls ``netlab.down(state_dir)``; otherwise it says on stderr what it
 skipped and why.
 """
@@ -51,7 +51,7 @@ def _running_pid(state_dir: Path) -> int | None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return pid
-    return pid if b"gpulab.labsim.server" in cmdline else None
+    return pid if b"labsim.server" in cmdline else None
 
 
 def _write_lab_json(state_dir: Path, desc: dict[str, Any]) -> None:
@@ -90,7 +90,7 @@ def _netlab():
         return None, f"{API_ONLY_ENV} is set"
     if os.geteuid() != 0:
         return None, "not root"
-    from gpulab.labsim import netlab
+    from labsim import netlab
 
     return netlab, None
 
@@ -118,7 +118,7 @@ def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
     netlab, reason = _netlab()
     desc = status(state_dir)
     if netlab is not None:
-        from gpulab.labsim.fixture import load_fixture
+        from labsim.fixture import load_fixture
 
         netlab.prepare(load_fixture((desc or {}).get("fixture") or fixture))  # a running lab keeps its own
     started = desc is None
@@ -140,7 +140,7 @@ def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
 
 
 def _start_server(state_dir: Path, fixture: str | None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "gpulab.labsim.server", "--state", str(state_dir)]
+    cmd = [sys.executable, "-m", "labsim.server", "--state", str(state_dir)]
     if fixture:
         cmd += ["--fixture", str(Path(fixture).resolve())]
     previous = state_dir / LAB_JSON
@@ -215,7 +215,8 @@ def down(state_dir: Path) -> bool:
     return stopped
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="gpulab lab", description="the simulated lab")
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--state", default=".lab", type=Path, help="state directory (default .lab)")

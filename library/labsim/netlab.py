@@ -10,17 +10,17 @@ Run as root, :func:`up` builds, on this machine but apart from it:
 * the router host (``lab-router``, the range's first address, SSH as root): real dnsmasq
   (default) or Kea (fixture ``network.router: kea``, control agent on the router's address)
   handing out the pool with 2-minute leases renewed every ``network.dhcp_renew_s``; it also
-  serves the lab's package archive and file server (:mod:`gpulab.labsim.net.repo`: stand-in
+  serves the lab's package archive and file server (:mod:`labsim.net.repo`: stand-in
   NVIDIA driver, container toolkit in a signed repository, k3s and its install script);
 * the Proxmox node host (the range's ``.5``): its own namespace, copy-on-write root (its writes
   land in its own upper directory), hostname, sshd and the node files and stand-ins stage "host"
-  works on, with a hardware view that follows each simulated boot (:mod:`gpulab.labsim.net.node`).
+  works on, with a hardware view that follows each simulated boot (:mod:`labsim.net.node`).
 
 :func:`make_hooks` gives the PVE simulator hooks that turn a started VM into such a host, with
 the MAC of its net0, an address from the router's DHCP, the cloud-init user and keys, systemd as
 its service manager (the guest image's systemd, where the machine mounts cgroup2; ``network.vm_init``), the GPUs its
 ``hostpciN`` passes through (as nvidia-smi shows them), and a guest-agent answer from the address
-it really holds. Each host's PID 1 is :mod:`gpulab.labsim.net.hostinit`.
+it really holds. Each host's PID 1 is :mod:`labsim.net.hostinit`.
 
 Everything made is named ``gl<3 hex digits of the state directory's hash>...`` and recorded
 (before it is made) in ``<state_dir>/net/record.json``; :func:`down` removes exactly that, also
@@ -50,9 +50,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gpulab.labsim.hooks import VmHooks, net0_mac
-from gpulab.labsim.net import addressing
-from gpulab.labsim.net.addressing import SubnetConflict
+from labsim.hooks import VmHooks, net0_mac
+from labsim.net import addressing
+from labsim.net.addressing import SubnetConflict
 
 __all__ = ["LabNetError", "SubnetConflict", "down", "make_hooks", "node_boot_state", "status", "up"]
 
@@ -63,7 +63,7 @@ HOST_TIMEOUT_S = 30.0
 NET_PACKAGE = Path(__file__).resolve().parent / "net"
 
 #: programs this machine runs for the lab (its own side, the router host, the archive), with their Debian
-#: package; the VM and node hosts run the guest image's own (gpulab.labsim.net.image.COMMANDS)
+#: package; the VM and node hosts run the guest image's own (labsim.net.image.COMMANDS)
 TOOLS = {
     "ip": "iproute2",
     "unshare": "util-linux",
@@ -394,7 +394,7 @@ def cgroup2_mount() -> Path | None:
 
 def systemd_hosts_possible(image_root: Path | None = None) -> str | None:
     """None when VM hosts can boot systemd here (the guest image's), else why not."""
-    from gpulab.labsim.net import image
+    from labsim.net import image
 
     root = image_root or image.image_root()
     if image.ready() and not (root / "lib/systemd/systemd").exists():
@@ -706,7 +706,7 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
     else:
         files, services, run_dirs, info = _dnsmasq_setup(subnet, ranges, rs["renew_s"])
     # the lab's package archive, served by the router host (built while the router is down)
-    from gpulab.labsim.net import repo
+    from labsim.net import repo
 
     archive = lab.hosts_dir / "router" / "upper" / ARCHIVE_DIR.lstrip("/")
     repo.build(archive, lab.dir / "gnupg", files_url=f"http://{address}/k3s")
@@ -935,7 +935,7 @@ def check_disk_fs(state_dir: Path) -> None:
 
 def _missing_tools(fixture: dict[str, Any]) -> dict[str, str]:
     """The programs the lab would run that this machine lacks, each with its Debian package."""
-    from gpulab.labsim.net import image
+    from labsim.net import image
 
     server = "kea" if (fixture.get("network") or {}).get("router") == "kea" else "dnsmasq"
     need = {**TOOLS, **ROUTER_TOOLS[server]}
@@ -960,7 +960,7 @@ def prepare(fixture: dict[str, Any]) -> Path:
 
 def _guest_image() -> Path:
     """The guest image's root, built first (with progress on stderr) when this machine has none."""
-    from gpulab.labsim.net import image
+    from labsim.net import image
 
     try:
         return image.ensure(log=lambda msg: print(f"gpulab lab: {msg}", file=sys.stderr, flush=True))
@@ -1058,7 +1058,7 @@ def up(state_dir: Path, fixture: dict[str, Any]) -> dict[str, Any]:
 
 
 def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
-    from gpulab.labsim.net import node as node_setup
+    from labsim.net import node as node_setup
 
     net = fixture.get("network") or {}
     routes = addressing.read_routes()
@@ -1463,7 +1463,7 @@ ExecStart=/bin/sleep infinity
 
 def _vm_tools(image_root: Path, systemd: bool) -> dict[str, str]:
     """The lab's tools in a VM (rewritten at each start): systemd units or power stand-ins, cloud-init."""
-    from gpulab.labsim.net import node as node_setup
+    from labsim.net import node as node_setup
 
     tools = (
         {**_systemd_files(image_root), **node_setup.guest_standins(power=False)}

@@ -1,6 +1,6 @@
 """A stand-in for OpenWrt's `uci` command line, for testing the OpenWrt SSH backend without a router.
 
-    python -m gpulab.labsim.routers.openwrt_uci [-q] [-X] [-c CONFDIR] COMMAND ...
+    python -m labsim.routers.openwrt_uci [-q] [-X] [-c CONFDIR] COMMAND ...
 
 Covers what the backend uses, with uci's output formats and exit codes: `show CONFIG`
 (`config.section=type`, `config.section.option='value'`, lists as `'a' 'b'`; anonymous sections

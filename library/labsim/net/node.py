@@ -2,12 +2,12 @@
 
 :func:`node_host_spec` gives the node's first-boot files (``/etc/kernel/cmdline`` with the reference
 content, ``/etc/default/grub``, ``/etc/modprobe.d/pve-blacklist.conf``, ``/etc/modules``, the
-stand-ins of :mod:`gpulab.labsim.net.standin`) and the boot hook and views of its PID 1
-(:mod:`gpulab.labsim.net.hostinit`).
+stand-ins of :mod:`labsim.net.standin`) and the boot hook and views of its PID 1
+(:mod:`labsim.net.hostinit`).
 
-At each boot, :func:`boot` (run by PID 1 as ``python -m gpulab.labsim.net.node ...``) takes the
+At each boot, :func:`boot` (run by PID 1 as ``python -m labsim.net.node ...``) takes the
 command line the boot loader holds and the modprobe configuration the initramfs holds, asks
-:func:`gpulab.labsim.sysfs_tree.boot_state` which state the node reaches (stock, blacklisted or
+:func:`labsim.sysfs_tree.boot_state` which state the node reaches (stock, blacklisted or
 vfio) and materialises that ``/sys`` + ``/proc`` view, which PID 1 then binds over the host's own.
 """
 
@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpulab.labsim import sysfs_tree
-from gpulab.labsim.net import standin
+from labsim import sysfs_tree
+from labsim.net import standin
 
 STANDINS_LOG = standin.LOG
 NODE_COMMANDS = (
@@ -128,7 +128,7 @@ def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
         # directory: a kernel without module support has no /proc/modules to lay the view over
         (str(view), HW_ROOT),
     ]
-    hook = [sys.executable, "-m", "gpulab.labsim.net.node", str(view), json.dumps(_sysfs_options(node))]
+    hook = [sys.executable, "-m", "labsim.net.node", str(view), json.dumps(_sysfs_options(node))]
     return {
         "files": files,
         "tools": tools,

@@ -1,8 +1,8 @@
 """HTTPS front of the simulated PVE API (standard library http.server + ssl).
 
-``python -m gpulab.labsim.server --state DIR [--fixture FILE] [--port N]`` serves
+``python -m labsim.server --state DIR [--fixture FILE] [--port N]`` serves
 ``https://127.0.0.1:PORT/api2/json/...``; when it is listening it prints one JSON line (the lab
-description) on stdout and then writes its own output to ``STATE/server.log``. `gpulab.labsim.cli` starts
+description) on stdout and then writes its own output to ``STATE/server.log``. `labsim.cli` starts
 it in the background. Every API request is appended to ``STATE/pve-requests.jsonl``.
 
 Served besides the API: ``GET|PUT /_lab/faults`` (root@pam ticket only), the fault injection settings.
@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gpulab.labsim.auth import Access, AuthError, PermissionDenied, new_credentials
-from gpulab.labsim.certs import ensure_certificate, fingerprint
-from gpulab.labsim.faults import Faults
-from gpulab.labsim.fixture import load_fixture
-from gpulab.labsim.hooks import VmHooks
-from gpulab.labsim.lab import ApiError, Lab
-from gpulab.labsim.schema import load_schema
+from labsim.auth import Access, AuthError, PermissionDenied, new_credentials
+from labsim.certs import ensure_certificate, fingerprint
+from labsim.faults import Faults
+from labsim.fixture import load_fixture
+from labsim.hooks import VmHooks
+from labsim.lab import ApiError, Lab
+from labsim.schema import load_schema
 
 API_PREFIX = "/api2/json"
 SECRET_PARAM = re.compile(r"pass|secret|ticket|token|key", re.I)
@@ -273,12 +273,12 @@ def make_hooks(
     if os.geteuid() != 0:
         return VmHooks(fixture), "not root: VMs get API-only hooks (no real hosts)"
     try:
-        from gpulab.labsim import netlab  # type: ignore[attr-defined]
+        from labsim import netlab  # type: ignore[attr-defined]
     except ImportError:
-        return VmHooks(fixture), "gpulab.labsim.netlab is not available: VMs get API-only hooks"
+        return VmHooks(fixture), "labsim.netlab is not available: VMs get API-only hooks"
     factory = getattr(netlab, "make_hooks", None)
     if factory is None:
-        return VmHooks(fixture), "gpulab.labsim.netlab has no make_hooks(): VMs get API-only hooks"
+        return VmHooks(fixture), "labsim.netlab has no make_hooks(): VMs get API-only hooks"
     return factory(state_dir, fixture), None
 
 
@@ -321,7 +321,7 @@ def resume_guests(lab: Lab, state_dir: Path, timeout: float = 60.0) -> list[int]
         ]
     if not running:
         return []
-    from gpulab.labsim import netlab
+    from labsim import netlab
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -368,7 +368,7 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpulab.labsim.server")
+    parser = argparse.ArgumentParser(prog="python -m labsim.server")
     parser.add_argument("--state", required=True, type=Path)
     parser.add_argument("--fixture")
     parser.add_argument("--port", type=int, default=0)

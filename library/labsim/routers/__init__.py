@@ -1,6 +1,6 @@
 """Simulators of the HTTP routers gpulab can drive (the SSH and Kea ones run for real).
 
-    python -m gpulab.labsim.routers KIND [--port N] [--user U] [--password P] [--tls-dir DIR] [--log FILE]
+    python -m labsim.routers KIND [--port N] [--user U] [--password P] [--tls-dir DIR] [--log FILE]
 
 serves one simulator on 127.0.0.1 until interrupted and prints its URL. KIND is one of SIMULATORS.
 The classes are imported lazily, so the uci stand-in (`openwrt_uci`) starts fast.

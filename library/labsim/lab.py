@@ -17,12 +17,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gpulab.labsim.auth import Principal
-from gpulab.labsim.fixture import download_digest
-from gpulab.labsim.hooks import VmHooks
-from gpulab.labsim.schema import ParamError, Schema
-from gpulab.labsim.state import State
-from gpulab.labsim.tasks import TaskFailed, TaskManager, parse_upid
+from labsim.auth import Principal
+from labsim.fixture import download_digest
+from labsim.hooks import VmHooks
+from labsim.schema import ParamError, Schema
+from labsim.state import State
+from labsim.tasks import TaskFailed, TaskManager, parse_upid
 
 
 class ApiError(Exception):

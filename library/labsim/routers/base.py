@@ -153,7 +153,7 @@ class RouterSim:
         if self.tls_dir:
             import ssl
 
-            from gpulab.labsim.certs import ensure_certificate
+            from labsim.certs import ensure_certificate
 
             self.tls_dir.mkdir(parents=True, exist_ok=True)
             cert, key = ensure_certificate(self.tls_dir, self.name)

@@ -1,4 +1,4 @@
-"""Serve one router simulator on 127.0.0.1: `python -m gpulab.labsim.routers KIND [options]`."""
+"""Serve one router simulator on 127.0.0.1: `python -m labsim.routers KIND [options]`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from . import KINDS, SIMULATORS
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpulab.labsim.routers", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m labsim.routers", description=__doc__)
     ap.add_argument("kind", choices=sorted(KINDS))
     ap.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: any free one)")
     ap.add_argument("--user", default="admin", help="login (the API key for opnsense)")

@@ -51,7 +51,7 @@ class FixtureError(ValueError):
 
 
 def reference_fixture_path() -> Path:
-    return Path(str(resources.files("gpulab.labsim").joinpath("fixtures", "reference.yml")))
+    return Path(str(resources.files("labsim").joinpath("fixtures", "reference.yml")))
 
 
 def load_fixture(path: str | Path | None = None) -> dict[str, Any]:

@@ -1,1 +1,0 @@
-"""Helpers of :mod:`gpulab.labsim.netlab`: addressing, the hosts' PID 1, the node's boot and stand-ins."""

@@ -1,0 +1,128 @@
+"""Helpers of the PVE API simulator tests: a fixture with short task timings and extra tokens, a raw client.
+
+A module of its own (tests/labsim is a plain folder, not a package: a package there would be named labsim
+and hide the labsim package it tests), imported by name from the tests beside it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from labsim.fixture import reference_fixture_path
+
+FAST_TIMINGS = {
+    "qmcreate": 0.05,
+    "qmconfig": 0.03,
+    "qmstart": 0.05,
+    "qmshutdown": 0.05,
+    "qmstop": 0.03,
+    "qmdestroy": 0.03,
+    "resize": 0.03,
+    "download_rate": 2_000_000_000,
+    "download_max_s": 0.3,
+    "download_progress_s": 0.05,
+    "agent_delay": 0.2,
+}
+PROJECT_TOKEN_PRIVS_WITHOUT_MAPPING_USE = [
+    "VM.Allocate",
+    "VM.Audit",
+    "VM.Config.HWType",
+    "VM.Config.CPU",
+    "VM.Config.Memory",
+    "VM.Config.Options",
+    "VM.PowerMgmt",
+    "Datastore.AllocateSpace",
+    "Datastore.Audit",
+]
+EXTRA_TOKENS = [
+    {"userid": "auditor@pve", "tokenid": "ro", "privs": ["VM.Audit", "Sys.Audit"], "secret": "ro-secret"},
+    {
+        "userid": "nomap@pve",
+        "tokenid": "tk",
+        "privs": PROJECT_TOKEN_PRIVS_WITHOUT_MAPPING_USE,
+        "secret": "nomap-secret",
+    },
+    {"userid": "root@pam", "tokenid": "full", "privsep": False, "secret": "root-token-secret"},
+]
+
+
+def write_fast_fixture(path: Path, **overrides: Any) -> Path:
+    data = yaml.safe_load(reference_fixture_path().read_text())
+    data["timings"] = {**data["timings"], **FAST_TIMINGS, **overrides.pop("timings", {})}
+    data["access"] = {"tokens": EXTRA_TOKENS}
+    data.update(overrides)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+class Api:
+    """A tiny PVE API client for tests: raw responses, so status codes and messages can be asserted."""
+
+    def __init__(
+        self, url: str, headers: dict[str, str] | None = None, cookies: dict[str, str] | None = None
+    ):
+        self.base = url + "/api2/json"
+        self.session = requests.Session()
+        self.session.headers.update(headers or {})
+        for k, v in (cookies or {}).items():
+            self.session.cookies.set(k, v)
+
+    def request(self, method: str, path: str, **params: Any) -> requests.Response:
+        kwargs: dict[str, Any] = {"verify": False, "timeout": 10}
+        if method in ("POST", "PUT"):
+            kwargs["data"] = params
+        else:
+            kwargs["params"] = params
+        return self.session.request(method, self.base + path, **kwargs)
+
+    def get(self, path: str, **params: Any) -> requests.Response:
+        return self.request("GET", path, **params)
+
+    def post(self, path: str, **params: Any) -> requests.Response:
+        return self.request("POST", path, **params)
+
+    def put(self, path: str, **params: Any) -> requests.Response:
+        return self.request("PUT", path, **params)
+
+    def delete(self, path: str, **params: Any) -> requests.Response:
+        return self.request("DELETE", path, **params)
+
+    def data(self, method: str, path: str, **params: Any) -> Any:
+        r = self.request(method, path, **params)
+        assert r.status_code == 200, f"{method} {path}: {r.status_code} {r.text}"
+        return r.json()["data"]
+
+    def wait(self, upid: str, node: str = "pve", timeout: float = 10.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.data("GET", f"/nodes/{node}/tasks/{upid}/status")
+            if st["status"] == "stopped":
+                return st
+            time.sleep(0.02)
+        raise AssertionError(f"task {upid} still running after {timeout}s")
+
+    def run(self, method: str, path: str, **params: Any) -> dict:
+        """Start an async call and wait for its task; return the final task status."""
+        return self.wait(self.data(method, path, **params))
+
+
+def create_vm(api: Api, vmid: int, **extra: Any) -> dict:
+    params = {
+        "vmid": vmid,
+        "name": f"vm{vmid}",
+        "cores": 2,
+        "memory": "2048",
+        "scsihw": "virtio-scsi-single",
+        "scsi0": "local-zfs:8,iothread=1",
+        "net0": "virtio,bridge=vmbr0",
+        "agent": "enabled=1",
+        **extra,
+    }
+    st = api.run("POST", "/nodes/pve/qemu", **params)
+    assert st["exitstatus"] == "OK", st
+    return api.data("GET", f"/nodes/pve/qemu/{vmid}/config")

@@ -84,10 +84,10 @@ mounts_at_or_below() {
 }
 
 # find_mirror: the Debian mirror this machine's apt is set up with, as the lab's guest image takes it
-# (labsim.net.image.machine_mirror: standard library only, so the machine's python3 runs it).
+# (labsim.net.guest_image.machine_mirror: standard library only, so the machine's python3 runs it).
 find_mirror() {
   PYTHONPATH="${self%/*}/../library" python3 -c \
-    'from labsim.net.image import machine_mirror; print(machine_mirror())'
+    'from labsim.net.guest_image import machine_mirror; print(machine_mirror())'
 }
 
 # cgroup2_mount: where this machine mounts the cgroup2 hierarchy (/sys/fs/cgroup or, on a hybrid

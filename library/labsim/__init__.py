@@ -1,4 +1,4 @@
 """The simulated lab: a strict Proxmox VE 9 API simulator (and, with root, real lab hosts).
 
-`labsim.cli.main(["up", "--state", DIR])` starts it; see `labsim.server` for what it serves.
+`labsim.cli.main(["up", "--state", DIR])` starts it; see `labsim.pve_api_server` for what it serves.
 """

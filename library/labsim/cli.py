@@ -3,8 +3,8 @@
 ``up`` starts the PVE API simulator as a detached background process (its pid in ``STATE/server.pid``),
 waits until it listens, writes the lab description to ``STATE/lab.json`` (mode 0600) and prints it as one
 JSON line. On a running lab it prints the running lab's description. With root and
-`labsim.netlab` present, ``up`` also calls ``netlab.up(state_dir, fixture)`` (its dict is merged
-into the description) and ``down`` calls ``netlab.down(state_dir)``; otherwise it says on stderr what it
+`labsim.network_lab` present, ``up`` also calls ``network_lab.up(state_dir, fixture)`` (its dict is merged
+into the description) and ``down`` calls ``network_lab.down(state_dir)``; otherwise it says on stderr what it
 skipped and why.
 """
 
@@ -51,7 +51,7 @@ def _running_pid(state_dir: Path) -> int | None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return pid
-    return pid if b"labsim.server" in cmdline else None
+    return pid if b"labsim.pve_api_server" in cmdline else None
 
 
 def _write_lab_json(state_dir: Path, desc: dict[str, Any]) -> None:
@@ -65,7 +65,7 @@ def _write_lab_json(state_dir: Path, desc: dict[str, Any]) -> None:
 
 
 API_ONLY_ENV = "GPULAB_LAB_API_ONLY"
-# Keys of the lab description that netlab's answer may not replace.
+# Keys of the lab description that network_lab's answer may not replace.
 CORE_KEYS = (
     "pve_url",
     "pve_host",
@@ -84,15 +84,15 @@ CORE_KEYS = (
 )
 
 
-def _netlab():
-    """The netlab module when it exists, we are root and API-only mode is off; else (None, reason)."""
+def _network_lab():
+    """The network_lab module when it exists, we are root and API-only mode is off; else (None, reason)."""
     if os.environ.get(API_ONLY_ENV):
         return None, f"{API_ONLY_ENV} is set"
     if os.geteuid() != 0:
         return None, "not root"
-    from labsim import netlab
+    from labsim import network_lab
 
-    return netlab, None
+    return network_lab, None
 
 
 def status(state_dir: Path) -> dict[str, Any] | None:
@@ -115,18 +115,20 @@ def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
     """
     state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o700)
-    netlab, reason = _netlab()
+    network_lab, reason = _network_lab()
     desc = status(state_dir)
-    if netlab is not None:
+    if network_lab is not None:
         from labsim.fixture import load_fixture
 
-        netlab.prepare(load_fixture((desc or {}).get("fixture") or fixture))  # a running lab keeps its own
+        network_lab.prepare(
+            load_fixture((desc or {}).get("fixture") or fixture)
+        )  # a running lab keeps its own
     started = desc is None
     if started:
         desc = _start_server(state_dir, fixture)
-    if netlab is not None:
+    if network_lab is not None:
         try:
-            extra = netlab.up(state_dir, load_fixture(desc.get("fixture") or fixture)) or {}
+            extra = network_lab.up(state_dir, load_fixture(desc.get("fixture") or fixture)) or {}
         except BaseException:
             if started:
                 with contextlib.suppress(Exception):
@@ -140,7 +142,7 @@ def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
 
 
 def _start_server(state_dir: Path, fixture: str | None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "labsim.server", "--state", str(state_dir)]
+    cmd = [sys.executable, "-m", "labsim.pve_api_server", "--state", str(state_dir)]
     if fixture:
         cmd += ["--fixture", str(Path(fixture).resolve())]
     previous = state_dir / LAB_JSON
@@ -197,9 +199,9 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
 def down(state_dir: Path) -> bool:
     """Stop the lab and everything it started; True when something was running. Idempotent."""
     stopped = False
-    netlab, reason = _netlab()
-    if netlab is not None:
-        netlab.down(state_dir)
+    network_lab, reason = _network_lab()
+    if network_lab is not None:
+        network_lab.down(state_dir)
     elif (state_dir / LAB_JSON).exists():
         print(f"gpulab lab: real lab hosts skipped ({reason})", file=sys.stderr)
     pid = _running_pid(state_dir)

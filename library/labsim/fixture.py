@@ -13,7 +13,7 @@ Keys (see fixtures/reference.yml, the default):
   ``agent_delay`` (seconds after start before the guest agent answers).
 - ``downloads``: what download-url can fetch: ``url``, ``size``, optional ``virtual_size``, ``format``,
   and hex digests per algorithm (``sha256``, ``sha512``, ...).
-- ``network`` (optional; used by netlab and by the API-only hooks): ``router`` (dnsmasq|kea|...),
+- ``network`` (optional; used by the network lab and by the API-only hooks): ``router`` (dnsmasq|kea|...),
   ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``).
 """
 
@@ -42,7 +42,7 @@ DEFAULT_TIMINGS = {
     "agent_delay": 1.0,
 }
 
-# Where the API-only hooks place guests when the fixture leaves the lab subnet to netlab ("auto").
+# Where the API-only hooks place guests when the fixture leaves the lab subnet to the network lab ("auto").
 AUTO_SUBNET = "10.213.0.0/24"
 
 
@@ -99,7 +99,7 @@ def network_settings(fixture: dict[str, Any]) -> dict[str, Any]:
     router_ip = hosts[0] if router in (None, "auto") else ipaddress.ip_address(router)
     pool = net.get("pool", "auto")
     if pool in (None, "auto"):
-        # as the reference router (and netlab): every address after the router's
+        # as the reference router (and the network lab): every address after the router's
         first, last = hosts[1], hosts[-1]
     else:
         a, b = (p.strip() for p in str(pool).split("-", 1))

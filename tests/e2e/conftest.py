@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from .helpers import Lab, lab_down, lab_up, need_root
+from .helpers import RunningLab, lab_down, lab_up, need_root
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
     need_root()
     state = tmp_path_factory.mktemp("lab")
     try:

@@ -27,7 +27,7 @@ def need_root() -> None:
         pytest.skip("needs root: the lab runs hosts in network namespaces with real sshd and dnsmasq")
 
 
-class Lab:
+class RunningLab:
     def __init__(self, state: Path, info: dict[str, Any]) -> None:
         self.state = state
         self.info = info
@@ -65,7 +65,7 @@ class Lab:
         return snap
 
 
-def lab_up(state: Path, fixture: Path | None = None) -> Lab:
+def lab_up(state: Path, fixture: Path | None = None) -> RunningLab:
     extra = ["--fixture", str(fixture)] if fixture else []
     proc = subprocess.run(
         [GPULAB, "lab", "up", "--state", str(state), *extra],
@@ -75,7 +75,7 @@ def lab_up(state: Path, fixture: Path | None = None) -> Lab:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return Lab(state, json.loads((state / "lab.json").read_text()))
+    return RunningLab(state, json.loads((state / "lab.json").read_text()))
 
 
 def lab_down(state: Path) -> None:
@@ -84,7 +84,7 @@ def lab_down(state: Path) -> None:
     )
 
 
-def playbook_env(lab: Lab, **extra: str) -> dict[str, str]:
+def playbook_env(lab: RunningLab, **extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -102,7 +102,7 @@ def playbook_env(lab: Lab, **extra: str) -> dict[str, str]:
 
 
 def run_playbook(
-    lab: Lab,
+    lab: RunningLab,
     inventory: Path = DEMO,
     *args: str,
     playbook: str = "site.yml",
@@ -172,7 +172,7 @@ def set_vars(inventory: Path, host: str, changes: dict[str, Any], remove: object
     return path
 
 
-def all_vms(lab: Lab) -> dict[str, Any]:
+def all_vms(lab: RunningLab) -> dict[str, Any]:
     return lab.pve_state().get("vms", {})
 
 
@@ -189,7 +189,7 @@ def load_bad_cases() -> list[tuple[str, str, dict[str, Any], str]]:
     return list(module.BAD)
 
 
-def api(lab: Lab, method: str, path: str, **params: Any) -> Any:
+def api(lab: RunningLab, method: str, path: str, **params: Any) -> Any:
     """One PVE API call with the lab's token (the test's own pokes: stop a VM, create a scratch VM)."""
     import requests
     import urllib3
@@ -208,7 +208,7 @@ def api(lab: Lab, method: str, path: str, **params: Any) -> Any:
     return resp.json()["data"]
 
 
-def wait_task(lab: Lab, upid: str, timeout: float = 60) -> dict[str, Any]:
+def wait_task(lab: RunningLab, upid: str, timeout: float = 60) -> dict[str, Any]:
     import time
 
     node = lab.info["node"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import Lab, inventory_copy, load_bad_cases, run_playbook, set_vars
+from .helpers import RunningLab, inventory_copy, load_bad_cases, run_playbook, set_vars
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 BAD = load_bad_cases()
@@ -43,7 +43,9 @@ def adapt(case: tuple[str, str, dict[str, Any], str], prefix: str) -> tuple[str,
     return host, changes, expected
 
 
-def _run_case(lab: Lab, base: Path, case: tuple[str, str, dict[str, Any], str]) -> tuple[str, int, str, str]:
+def _run_case(
+    lab: RunningLab, base: Path, case: tuple[str, str, dict[str, Any], str]
+) -> tuple[str, int, str, str]:
     host, changes, expected = adapt(case, lab.prefix)
     inv = inventory_copy(base / case[0])
     set_vars(inv, host, changes)
@@ -64,7 +66,7 @@ def _stopped_in_preflight(output: str) -> bool:
     )
 
 
-def test_every_mistake_stops_in_preflight_before_any_write(lab: Lab, tmp_path: Path) -> None:
+def test_every_mistake_stops_in_preflight_before_any_write(lab: RunningLab, tmp_path: Path) -> None:
     log_before = len(lab.requests())
     upper_before = lab.upper_snapshot()
     # Two cores: three playbooks at a time keeps them busy (each is mostly ansible's start-up).

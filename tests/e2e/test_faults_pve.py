@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from labsim import faults
+from labsim import pve_faults
 from labsim.fixture import reference_fixture_path
 
 from .helpers import (
     DEMO,
-    Lab,
+    RunningLab,
     api,
     lab_down,
     lab_up,
@@ -44,7 +44,7 @@ CREATE_S = 8.0
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
     need_root()
     base = tmp_path_factory.mktemp("faults")
     fixture = yaml.safe_load(reference_fixture_path().read_text())
@@ -55,11 +55,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     try:
         yield lab_up(state, base / "fixture.yml")
     finally:
-        faults.clear(state)
+        pve_faults.clear(state)
         lab_down(state)
 
 
-def _vms_stage(lab: Lab) -> tuple[int, str]:
+def _vms_stage(lab: RunningLab) -> tuple[int, str]:
     proc = run_playbook(lab, DEMO, "--tags", "vms", timeout=400)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -72,7 +72,7 @@ def _fatal_msgs(output: str) -> list[str]:
     return msgs
 
 
-def _vms(lab: Lab) -> dict[int, dict[str, Any]]:
+def _vms(lab: RunningLab) -> dict[int, dict[str, Any]]:
     return {int(v["vmid"]): v for v in api(lab, "GET", "/cluster/resources", type="vm")}
 
 
@@ -100,11 +100,11 @@ def _assert_config_as_wanted(vmid: int, config: dict[str, Any]) -> None:
         assert str(config.get("balloon")) == "0", config
 
 
-def _volumes(lab: Lab, storage: str) -> list[dict[str, Any]]:
+def _volumes(lab: RunningLab, storage: str) -> list[dict[str, Any]]:
     return api(lab, "GET", f"/nodes/{lab.info['node']}/storage/{storage}/content")
 
 
-def _assert_demo_vms_once(lab: Lab, extra: frozenset[int] = frozenset()) -> None:
+def _assert_demo_vms_once(lab: RunningLab, extra: frozenset[int] = frozenset()) -> None:
     """Each demo VM exactly once, running, with the inventory's config; one mapping, one cloud image, and no
     disk that no VM uses (nothing half-made left behind, nothing made twice)."""
     vms = _vms(lab)
@@ -138,15 +138,15 @@ def _assert_demo_vms_once(lab: Lab, extra: frozenset[int] = frozenset()) -> None
     assert disks_on_storage == sorted(referenced), "disks that no VM uses (or missing)"
 
 
-def _calls(lab: Lab, pattern: str, since: int = 0) -> list[dict[str, Any]]:
+def _calls(lab: RunningLab, pattern: str, since: int = 0) -> list[dict[str, Any]]:
     return [r for r in lab.requests()[since:] if re.match(pattern, f"{r['method']} {r['path']}")]
 
 
-def _creates(lab: Lab, since: int) -> int:
+def _creates(lab: RunningLab, since: int) -> int:
     return len(_calls(lab, CREATE, since))
 
 
-def _writes_to(lab: Lab, vmid: int, since: int) -> list[str]:
+def _writes_to(lab: RunningLab, vmid: int, since: int) -> list[str]:
     """Writes (not reads) addressed to one VM after `since` log lines."""
     return [
         f"{r['method']} {r['path']}"
@@ -155,9 +155,9 @@ def _writes_to(lab: Lab, vmid: int, since: int) -> list[str]:
     ]
 
 
-def test_a_api_500s_and_resets_persisting_then_passing(lab: Lab) -> None:
+def test_a_api_500s_and_resets_persisting_then_passing(lab: RunningLab) -> None:
     start = len(lab.requests())
-    faults.inject(lab.state, fail_next=1000, fail_status=500, fail_match=CREATE)
+    pve_faults.inject(lab.state, fail_next=1000, fail_status=500, fail_match=CREATE)
     rc, out = _vms_stage(lab)
     assert rc == 2, out[-3000:]
     msgs = " ".join(_fatal_msgs(out))
@@ -171,7 +171,7 @@ def test_a_api_500s_and_resets_persisting_then_passing(lab: Lab) -> None:
     assert gaps[-1] > gaps[0], f"no backoff between attempts: {gaps}"
 
     since = len(lab.requests())
-    faults.inject(lab.state, fail_next=1000, fail_status="reset", fail_match=CREATE)
+    pve_faults.inject(lab.state, fail_next=1000, fail_status="reset", fail_match=CREATE)
     rc, out = _vms_stage(lab)
     assert rc == 2, out[-3000:]
     msgs = " ".join(_fatal_msgs(out))
@@ -183,7 +183,7 @@ def test_a_api_500s_and_resets_persisting_then_passing(lab: Lab) -> None:
 
     # Two failures per VM create stay within the retries: the run completes.
     since = len(lab.requests())
-    faults.inject(lab.state, fail_next=2, fail_status="reset", fail_match=CREATE)
+    pve_faults.inject(lab.state, fail_next=2, fail_status="reset", fail_match=CREATE)
     rc, out = _vms_stage(lab)
     assert rc == 0, out[-3000:]
     assert _creates(lab, since) == len(DEMO_VMS) + 2
@@ -196,12 +196,12 @@ def test_a_api_500s_and_resets_persisting_then_passing(lab: Lab) -> None:
     _assert_demo_vms_once(lab)
 
 
-def test_b_task_error_then_second_run(lab: Lab) -> None:
+def test_b_task_error_then_second_run(lab: RunningLab) -> None:
     node = lab.info["node"]
     status = wait_task(lab, api(lab, "POST", f"/nodes/{node}/qemu/101/status/stop"))
     assert status["exitstatus"] == "OK"
     since = len(lab.requests())
-    faults.inject(lab.state, task_error_next=1, task_error_message="start failed: injected QEMU error")
+    pve_faults.inject(lab.state, task_error_next=1, task_error_message="start failed: injected QEMU error")
     rc, out = _vms_stage(lab)
     assert rc == 2, out[-3000:]
     msgs = " ".join(_fatal_msgs(out))
@@ -209,7 +209,7 @@ def test_b_task_error_then_second_run(lab: Lab) -> None:
     assert "101" in msgs or "vm-2" in msgs, msgs
     # As on PVE, a start that ended in error leaves the VM stopped: the second run has to start it.
     assert _vms(lab)[101]["status"] == "stopped"
-    faults.clear(lab.state)
+    pve_faults.clear(lab.state)
     rc, out = _vms_stage(lab)
     assert rc == 0, out[-3000:]
     assert _creates(lab, since) == 0
@@ -217,14 +217,14 @@ def test_b_task_error_then_second_run(lab: Lab) -> None:
     _assert_demo_vms_once(lab)
 
 
-def test_b2_create_task_error_then_second_run(lab: Lab) -> None:
+def test_b2_create_task_error_then_second_run(lab: RunningLab) -> None:
     """A create task that ends in error (PVE removes the half-made VM): the run names the error and the VM;
     the second run creates that VM once and leaves the others alone."""
     node = lab.info["node"]
     assert wait_task(lab, api(lab, "POST", f"/nodes/{node}/qemu/101/status/stop"))["exitstatus"] == "OK"
     assert wait_task(lab, api(lab, "DELETE", f"/nodes/{node}/qemu/101"))["exitstatus"] == "OK"
     since = len(lab.requests())
-    faults.inject(
+    pve_faults.inject(
         lab.state, task_error_next=1, task_error_message="unable to create VM 101 - injected zfs error"
     )
     rc, out = _vms_stage(lab)
@@ -234,7 +234,7 @@ def test_b2_create_task_error_then_second_run(lab: Lab) -> None:
     assert 101 not in _vms(lab)
     assert not [v for v in _volumes(lab, "local-zfs") if v.get("vmid") == 101]
     assert _creates(lab, since) == 1
-    faults.clear(lab.state)
+    pve_faults.clear(lab.state)
 
     rc, out = _vms_stage(lab)
     assert rc == 0, out[-3000:]
@@ -244,7 +244,7 @@ def test_b2_create_task_error_then_second_run(lab: Lab) -> None:
     _assert_demo_vms_once(lab)
 
 
-def _scratch_play(lab: Lab, tmp_path: Path, lock_timeout: int) -> subprocess.CompletedProcess[str]:
+def _scratch_play(lab: RunningLab, tmp_path: Path, lock_timeout: int) -> subprocess.CompletedProcess[str]:
     tasks = [
         {
             "name": "Scratch VM",
@@ -270,7 +270,7 @@ def _scratch_play(lab: Lab, tmp_path: Path, lock_timeout: int) -> subprocess.Com
     )
 
 
-def test_c_locked_vm_refused_then_waited_for(lab: Lab, tmp_path: Path) -> None:
+def test_c_locked_vm_refused_then_waited_for(lab: RunningLab, tmp_path: Path) -> None:
     node = lab.info["node"]
     upid = api(lab, "POST", f"/nodes/{node}/qemu", vmid=150, name="scratch", memory=512, cores=1)
     since = len(lab.requests())

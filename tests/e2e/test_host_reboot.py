@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import DEMO, Lab, run_playbook
+from .helpers import DEMO, RunningLab, run_playbook
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-def _reboots(lab: Lab) -> list[dict]:
+def _reboots(lab: RunningLab) -> list[dict]:
     log = Path(lab.info["node_host"]["standins_log"])
     if not log.exists():
         return []
@@ -24,7 +24,7 @@ def _reboots(lab: Lab) -> list[dict]:
     ]
 
 
-def test_reboot_drops_ssh_and_the_run_completes(lab: Lab) -> None:
+def test_reboot_drops_ssh_and_the_run_completes(lab: RunningLab) -> None:
     assert _reboots(lab) == []
     proc = run_playbook(lab, DEMO, "--tags", "host", timeout=400)
     out = proc.stdout + proc.stderr

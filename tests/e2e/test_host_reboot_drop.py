@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import DEMO, Lab, run_playbook
+from .helpers import DEMO, RunningLab, run_playbook
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 REBOOT_TIMEOUT_S = 15
 
 
-def _reboots(lab: Lab) -> int:
+def _reboots(lab: RunningLab) -> int:
     log = Path(lab.info["node_host"]["standins_log"])
     if not log.exists():
         return 0
@@ -38,7 +38,7 @@ def _reboots(lab: Lab) -> int:
     )
 
 
-def _bridge_port(lab: Lab) -> str:
+def _bridge_port(lab: RunningLab) -> str:
     """The lab bridge's port towards the node (the host end of the node's veth): the node's own boot
     cannot bring it back up."""
     ns = lab.info["node_host"]["netns"]
@@ -58,7 +58,7 @@ def _node_link(port: str, state: str) -> None:
     subprocess.run(["ip", "link", "set", "dev", port, state], check=True)
 
 
-def _node_init(lab: Lab) -> int:
+def _node_init(lab: RunningLab) -> int:
     """The pid (as this machine sees it) of the node's init: PID 1 of the node's own pid namespace."""
     ns = lab.info["node_host"]["netns"]
     pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=True).stdout
@@ -76,7 +76,7 @@ def _node_init(lab: Lab) -> int:
     return found[0]
 
 
-def _ssh_args(lab: Lab) -> str:
+def _ssh_args(lab: RunningLab) -> str:
     # Without keep-alives a connection whose peer vanished (no reset) hangs far past reboot_timeout.
     return (
         f"-o UserKnownHostsFile={lab.info['ssh_known_hosts']} -o StrictHostKeyChecking=accept-new "
@@ -84,7 +84,7 @@ def _ssh_args(lab: Lab) -> str:
     )
 
 
-def test_network_lost_during_reboot_then_second_run(lab: Lab) -> None:
+def test_network_lost_during_reboot_then_second_run(lab: RunningLab) -> None:
     assert _reboots(lab) == 0
     port = _bridge_port(lab)
     init = _node_init(lab)

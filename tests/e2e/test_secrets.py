@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import DEMO, Lab, run_playbook
+from .helpers import DEMO, RunningLab, run_playbook
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -25,7 +25,7 @@ ALLOWED = [
 ]
 
 
-def _k3s_token(lab: Lab) -> str:
+def _k3s_token(lab: RunningLab) -> str:
     [path] = list((lab.state / "net" / "hosts").glob("*/upper/var/lib/rancher/k3s/server/token"))
     return path.read_text().strip()
 
@@ -45,7 +45,7 @@ def _holders(state: Path, secret: bytes) -> set[str]:
     return found
 
 
-def test_verbose_converge_leaks_no_secret(lab: Lab) -> None:
+def test_verbose_converge_leaks_no_secret(lab: RunningLab) -> None:
     proc = run_playbook(lab, DEMO, "-vvv", timeout=900)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]

@@ -336,8 +336,10 @@ def test_module_finds_nvidia_smi_on_path(tmp_path):
 
 
 def test_module_reads_the_labs_nvidia_smi_stand_in(tmp_path):
-    """The lab's nvidia-smi stand-in (labsim.net.repo) answers the module's query in a form it parses."""
-    repo = pytest.importorskip("labsim.net.repo", reason="the lab's package archive is not in this tree")
+    """The lab's nvidia-smi stand-in (labsim.net.package_archive) answers the module's query in a form it parses."""
+    repo = pytest.importorskip(
+        "labsim.net.package_archive", reason="the lab's package archive is not in this tree"
+    )
     loaded, gpus_json = tmp_path / "nvidia-loaded", tmp_path / "gpus.json"
     script = repo.NVIDIA_SMI.replace(repo.NVIDIA_LOADED, str(loaded)).replace(
         "/etc/gpulab-sim/gpus.json", str(gpus_json)

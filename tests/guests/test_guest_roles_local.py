@@ -4,14 +4,14 @@ nvidia_driver (against a fake mokutil first on the PATH) and the package names t
 import os
 
 import pytest
-from k3s.test_roles_local import ROOT, Lab
+from k3s.test_roles_local import ROOT, FakeK3sFolder
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def lab(tmp_path):
-    return Lab(tmp_path)
+    return FakeK3sFolder(tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 A host sees copy-on-write /etc, /var, /usr and /run (overlays whose upper folders lie in the test's temporary
 folder), held by one `sleep` process per host; every command runs inside with `nsenter`. The k3s release the
 hosts install is the lab's own: the k3s stand-in (labsim.net.k3s_standin) as the binary and the lab's
-install script stand-in (repo.K3S_INSTALL), downloaded from a file:// folder the way lab VMs download them
+install script stand-in (package_archive.K3S_INSTALL), downloaded from a file:// folder the way lab VMs download them
 from the router's file server. A GPU host gets the lab's nvidia-smi stand-in and one RTX 3090, a toolkit host
 the lab's /usr/bin/nvidia-container-runtime. No systemd runs here: tests/k3s/fake_systemctl.py stands in for
 systemctl. Hosts share the machine's network namespace, so servers bind 127.0.0.1 on a free port. Nothing
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from labsim.net import k3s_standin, repo
+from labsim.net import k3s_standin, package_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = Path(k3s_standin.__file__).resolve()
@@ -48,11 +48,11 @@ def free_port():
 
 
 def release(folder: Path) -> Path:
-    """The lab's k3s release folder (what repo.build serves at http://ROUTER/k3s/), here as a file:// URL."""
+    """The lab's k3s release folder (what package_archive.build serves at http://ROUTER/k3s/), here as a file:// URL."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(STANDIN, folder / "k3s")
     (folder / "k3s").chmod(0o755)
-    (folder / "install.sh").write_text(repo.K3S_INSTALL.replace("@FILES@", f"file://{folder}"))
+    (folder / "install.sh").write_text(package_archive.K3S_INSTALL.replace("@FILES@", f"file://{folder}"))
     (folder / "install.sh").chmod(0o755)
     return folder
 
@@ -81,9 +81,9 @@ class NsHost:
             self.put("/usr/local/bin/k3s", (files / "k3s").read_text(), 0o755)
             self.put("/usr/local/bin/k3s-install.sh", (files / "install.sh").read_text(), 0o755)
         if gpu:  # the lab's nvidia-smi stand-in, the driver loaded, one card passed through
-            self.put("/usr/bin/nvidia-smi", repo.NVIDIA_SMI, 0o755)
+            self.put("/usr/bin/nvidia-smi", package_archive.NVIDIA_SMI, 0o755)
             self.put("/etc/gpulab-sim/gpus.json", json.dumps([GPU]) + "\n")
-            self.put(repo.NVIDIA_LOADED, "")
+            self.put(package_archive.NVIDIA_LOADED, "")
         if toolkit:
             self.put("/usr/bin/nvidia-container-runtime", "#!/bin/sh\nexit 0\n", 0o755)
         mounts = " && ".join(

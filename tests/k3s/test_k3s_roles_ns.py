@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from .nshost import PLAYBOOK, VERSION, free_port, recap
-from .test_roles_local import CLUSTER, HAMI, WORKLOADS, Lab, engines
+from .test_roles_local import CLUSTER, HAMI, WORKLOADS, FakeK3sFolder, engines
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -135,7 +135,7 @@ def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
 
     # The cluster check, hami and workloads roles, run on the server against the joined cluster.
     (tmp_path / "controller").mkdir()
-    lab = Lab(tmp_path / "controller")
+    lab = FakeK3sFolder(tmp_path / "controller")
     where = {"bin": "/usr/local/bin", "manifests": "/var/lib/rancher/k3s/server/manifests"}
     cluster = {**CLUSTER, "vars": {**CLUSTER["vars"], "k3s_server_ready_timeout": 30}}
     hami = {**HAMI, "vars": {**HAMI["vars"], "hami_ready_timeout": 120, "hami_poll_interval": 2}}

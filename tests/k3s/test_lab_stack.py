@@ -52,7 +52,7 @@ ENGINES = [
 ]
 
 
-class Lab:
+class LabK3sStack:
     def __init__(self, state: Path, desc: dict):
         self.state, self.desc = state, desc
 
@@ -133,7 +133,7 @@ def lab():
         machine_apt_lists_aged(5 * 86400),
         running_lab("gtlabstack", ("dnsmasq", "sshd"), hosts_up, "with its hosts") as (state, desc),
     ):
-        lab = Lab(state, desc)
+        lab = LabK3sStack(state, desc)
         rc, _, out = lab.play("site.yml")
         assert rc == 0, out[-6000:]
         yield lab

@@ -108,7 +108,7 @@ def node(name, ready=True, labels=None, gpus=None):
     return {"kind": "Node", "metadata": {"name": name, "labels": labels or {}}, "status": status}
 
 
-class Lab:
+class FakeK3sFolder:
     """A temporary folder with the fake k3s, its state, a manifests folder and an inventory."""
 
     def __init__(self, root):
@@ -225,7 +225,7 @@ class Lab:
 def lab(tmp_path):
     if not ANSIBLE_PLAYBOOK.exists():
         pytest.skip(f"{ANSIBLE_PLAYBOOK} is missing (run inside the project's virtualenv)")
-    return Lab(tmp_path)
+    return FakeK3sFolder(tmp_path)
 
 
 def stats(out):

@@ -15,7 +15,7 @@ from pve_sim_client import Api, write_fast_fixture
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
 
-class LabHandle:
+class InProcessPveSim:
     """A running in-process lab: its description and clients for each principal."""
 
     def __init__(self, server, desc: dict[str, Any], state_dir: Path):
@@ -50,7 +50,7 @@ class LabHandle:
 
 
 def start_lab(state_dir: Path, fixture_path: Path):
-    from labsim.server import build
+    from labsim.pve_api_server import build
 
     server, desc = build(state_dir, str(fixture_path), 0, api_only=True)  # never real lab hosts here
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -66,12 +66,12 @@ def stop_lab(server, thread) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory) -> LabHandle:
+def lab(tmp_path_factory) -> InProcessPveSim:
     """A fresh lab per test module (modules do not see each other's VMs)."""
     root = tmp_path_factory.mktemp("lab")
     fixture = write_fast_fixture(root / "fixture.yml")
     server, desc, thread = start_lab(root / "state", fixture)
-    yield LabHandle(server, desc, root / "state")
+    yield InProcessPveSim(server, desc, root / "state")
     stop_lab(server, thread)
 
 

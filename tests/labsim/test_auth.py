@@ -6,7 +6,7 @@ import pytest
 import requests
 from pve_sim_client import Api, create_vm
 
-from labsim.schema import load_schema
+from labsim.pve_schema import load_schema
 
 MAP = "node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"
 

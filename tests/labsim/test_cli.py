@@ -117,7 +117,7 @@ def _servers_of(state_dir):
             argv = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"labsim.server" in argv and str(state_dir.resolve()).encode() in argv:
+        if b"labsim.pve_api_server" in argv and str(state_dir.resolve()).encode() in argv:
             found.append(int(cmdline.parent.name))
     return [p for p in found if p != os.getpid()]
 
@@ -128,10 +128,10 @@ def test_up_refuses_missing_programs_before_it_starts_anything(tmp_path, monkeyp
 
     if os.geteuid() != 0:
         pytest.skip("needs root: without it the lab's hosts (and their checks) are skipped")
-    from labsim import netlab
+    from labsim import network_lab
 
     monkeypatch.delenv(cli.API_ONLY_ENV, raising=False)
-    monkeypatch.setattr(netlab, "TOOLS", {**netlab.TOOLS, "gpulab-no-such-sshd": "gpulab-sshd-pkg"})
+    monkeypatch.setattr(network_lab, "TOOLS", {**network_lab.TOOLS, "gpulab-no-such-sshd": "gpulab-sshd-pkg"})
     state_dir = tmp_path / "state"
     rc, _, err = run_cli(
         capsys, "up", "--state", str(state_dir), "--fixture", str(write_fast_fixture(tmp_path / "f.yml"))
@@ -151,17 +151,17 @@ def test_a_failed_up_stops_the_simulator_it_started(tmp_path, monkeypatch, capsy
 
     if os.geteuid() != 0:
         pytest.skip("needs root: without it the lab's hosts are skipped")
-    from labsim import netlab
+    from labsim import network_lab
 
     monkeypatch.delenv(cli.API_ONLY_ENV, raising=False)
-    monkeypatch.setattr(netlab, "prepare", lambda _fixture: None)
+    monkeypatch.setattr(network_lab, "prepare", lambda _fixture: None)
     seen = []
 
     def failing_up(state_dir, _fixture):
         seen.extend(_servers_of(state_dir))  # the simulator runs by now
-        raise netlab.LabNetError("lab host node0 did not boot: injected")
+        raise network_lab.LabNetError("lab host node0 did not boot: injected")
 
-    monkeypatch.setattr(netlab, "up", failing_up)
+    monkeypatch.setattr(network_lab, "up", failing_up)
     state_dir = tmp_path / "state"
     rc, _, err = run_cli(
         capsys, "up", "--state", str(state_dir), "--fixture", str(write_fast_fixture(tmp_path / "f.yml"))

@@ -7,24 +7,24 @@ import time
 import pytest
 import requests
 
-from labsim import faults
+from labsim import pve_faults
 
 
 @pytest.fixture(autouse=True)
 def no_faults(lab):
-    faults.clear(lab.state_dir)
+    pve_faults.clear(lab.state_dir)
     yield
-    faults.clear(lab.state_dir)
+    pve_faults.clear(lab.state_dir)
 
 
 def test_fail_next_n_requests(lab, api):
-    faults.inject(lab.state_dir, fail_next=2, fail_status=503, fail_message="maintenance")
+    pve_faults.inject(lab.state_dir, fail_next=2, fail_status=503, fail_message="maintenance")
     assert [api.get("/version").status_code for _ in range(3)] == [503, 503, 200]
-    assert faults.Faults(lab.state_dir).snapshot()["fail_next"] == 0
+    assert pve_faults.Faults(lab.state_dir).snapshot()["fail_next"] == 0
 
 
 def test_fail_only_matching_requests(lab, api):
-    faults.inject(lab.state_dir, fail_next=1, fail_match=r"^GET /api2/json/nodes$")
+    pve_faults.inject(lab.state_dir, fail_next=1, fail_match=r"^GET /api2/json/nodes$")
     assert api.get("/version").status_code == 200
     r = api.get("/nodes")
     assert r.status_code == 500 and "injected failure" in r.json()["message"]
@@ -32,14 +32,14 @@ def test_fail_only_matching_requests(lab, api):
 
 
 def test_connection_reset(lab, api):
-    faults.inject(lab.state_dir, fail_next=1, fail_status="reset")
+    pve_faults.inject(lab.state_dir, fail_next=1, fail_status="reset")
     with pytest.raises(requests.exceptions.ConnectionError):
         api.get("/version")
     assert api.get("/version").status_code == 200
 
 
 def test_delay_next(lab, api):
-    faults.inject(lab.state_dir, delay_s=0.3, delay_next=1)
+    pve_faults.inject(lab.state_dir, delay_s=0.3, delay_next=1)
     t0 = time.monotonic()
     api.get("/version")
     slow = time.monotonic() - t0
@@ -50,7 +50,7 @@ def test_delay_next(lab, api):
 
 
 def test_next_task_ends_in_error(lab, api):
-    faults.inject(lab.state_dir, task_error_next=1, task_error_message="disk on fire")
+    pve_faults.inject(lab.state_dir, task_error_next=1, task_error_message="disk on fire")
     st = api.run("POST", "/nodes/pve/qemu", vmid=400, memory="512")
     assert st["exitstatus"] == "disk on fire"
     log = [line["t"] for line in api.data("GET", f"/nodes/pve/tasks/{st['upid']}/log")]
@@ -61,7 +61,7 @@ def test_next_task_ends_in_error(lab, api):
 
 def test_a_start_ending_in_error_leaves_the_vm_stopped(lab, api):
     assert api.run("POST", "/nodes/pve/qemu", vmid=401, memory="512")["exitstatus"] == "OK"
-    faults.inject(
+    pve_faults.inject(
         lab.state_dir, task_error_next=1, task_error_message="start failed: QEMU exited with code 1"
     )
     st = api.run("POST", "/nodes/pve/qemu/401/status/start")

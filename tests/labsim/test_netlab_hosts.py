@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from simlab import machine_apt_lists_aged
 
-from labsim import netlab
+from labsim import network_lab
 from labsim.fixture import load_fixture
 from labsim.net import addressing
 
@@ -101,15 +101,15 @@ def routes_before():
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, routes_before):
-    state = tmp_path_factory.mktemp("netlab")
+    state = tmp_path_factory.mktemp("network_lab")
     fixture = load_fixture()
     # VM hosts without systemd here (faster); test_systemd_vm_* covers the systemd ones
     fixture["network"] = {**fixture.get("network", {}), "vm_init": "simple"}
     t0 = time.monotonic()
-    facts = netlab.up(state, fixture)
+    facts = network_lab.up(state, fixture)
     facts["_up_s"] = time.monotonic() - t0
     yield state, fixture, facts
-    netlab.down(state)
+    network_lab.down(state)
 
 
 def test_up_builds_bridge_router_and_node_on_a_range_of_its_own(lab, routes_before):
@@ -133,14 +133,14 @@ def test_up_builds_bridge_router_and_node_on_a_range_of_its_own(lab, routes_befo
     )
     assert out.stdout.split() == ["lab-router", "ok"]
     assert facts["node_host"]["address"] == lab_address(facts, 5)
-    status = netlab.status(state)
+    status = network_lab.status(state)
     assert status["healthy"], status["problems"]
 
 
 def test_blackhole_route_exists_while_up(lab):
     _state, _fixture, facts = lab
     (route,) = blackholes(facts["subnet"])
-    assert route["metric"] == netlab.BLACKHOLE_METRIC
+    assert route["metric"] == network_lab.BLACKHOLE_METRIC
 
 
 def test_node_host_has_its_own_files_address_and_view(lab):
@@ -166,7 +166,7 @@ def test_node_host_has_its_own_files_address_and_view(lab):
 
 def test_hosts_are_isolated_from_each_other_and_from_the_machine(lab):
     state, fixture, facts = lab
-    hooks = netlab.make_hooks(state, fixture)
+    hooks = network_lab.make_hooks(state, fixture)
     cfg = vm_config(facts, "iso-vm", "bc:24:11:00:10:01")
     hooks.vm_started("pve", 190, cfg)
     try:
@@ -197,7 +197,7 @@ def _image_list(root, *argv):
 def test_vm_boots_from_the_guest_image_and_borrows_nothing_of_the_machine(lab):
     state, fixture, facts = lab
     img = Path(facts["guest_image"])
-    hooks = netlab.make_hooks(state, fixture)
+    hooks = network_lab.make_hooks(state, fixture)
     cfg = vm_config(facts, "img-vm", "bc:24:11:00:10:07")
     hooks.vm_started("pve", 196, cfg)
     try:
@@ -240,7 +240,7 @@ def test_guest_base_apt_refresh_does_not_depend_on_the_machine_apt_lists(lab, ma
         "guest_base_apt_cache_valid_time"
     ]
     vmid = 197 if machine_lists_age_s == 0 else 198
-    hooks = netlab.make_hooks(state, fixture)
+    hooks = network_lab.make_hooks(state, fixture)
     cfg = vm_config(facts, f"apt-vm-{vmid}", f"bc:24:11:00:10:{vmid - 100:02x}")
     with machine_apt_lists_aged(machine_lists_age_s):
         hooks.vm_started("pve", vmid, cfg)
@@ -268,7 +268,7 @@ def test_guest_base_apt_refresh_does_not_depend_on_the_machine_apt_lists(lab, ma
 
 def test_listeners_are_bound_to_lab_addresses_only(lab):
     state, fixture, facts = lab
-    hooks = netlab.make_hooks(state, fixture)
+    hooks = network_lab.make_hooks(state, fixture)
     cfg = vm_config(facts, "listen-vm", "bc:24:11:00:10:02")
     hooks.vm_started("pve", 191, cfg)
     try:
@@ -296,7 +296,7 @@ def test_listeners_are_bound_to_lab_addresses_only(lab):
 
 def test_vm_gets_reserved_address_from_real_dhcp_and_moves_when_the_reservation_changes(lab):
     state, fixture, facts = lab
-    hooks = netlab.make_hooks(state, fixture)
+    hooks = network_lab.make_hooks(state, fixture)
     mac = "bc:24:11:00:10:03"
     cfg = vm_config(facts, "vm-1", mac)
     reserved, moved = lab_address(facts, 53), lab_address(facts, 63)
@@ -370,7 +370,7 @@ def test_node_reboot_applies_the_new_command_line_and_binds_vfio(lab):
     assert out is not None, "the node did not come back with a new boot id"
     assert "modprobe.blacklist=nova_core,nova_drm,nova,nouveau" in out[1]
     assert out[2].endswith("/vfio-pci") and out[3].endswith("/vfio-pci")
-    boot = netlab.node_boot_state(_state)
+    boot = network_lab.node_boot_state(_state)
     assert boot["state"] == "vfio" and boot["cmdline"] == out[1]
     log = (Path(facts["node_host"]["standins_log"])).read_text().splitlines()
     commands = [json.loads(line)["command"] for line in log]
@@ -379,7 +379,7 @@ def test_node_reboot_applies_the_new_command_line_and_binds_vfio(lab):
 
 def test_up_again_reuses_the_running_lab(lab):
     state, fixture, facts = lab
-    again = netlab.up(state, fixture)
+    again = network_lab.up(state, fixture)
     assert again["reused"] is True
     assert again["subnet"] == facts["subnet"] and again["node_host"] == facts["node_host"]
 
@@ -389,21 +389,21 @@ def test_configured_range_overlapping_a_route_is_refused_and_leaves_nothing(tmp_
     fixture["network"] = {**fixture.get("network", {}), "subnet": "10.199.77.0/24"}
     fake = [{"dst": "10.199.0.0/16", "dev": "homenet0", "protocol": "kernel"}]
     monkeypatch.setattr(addressing, "read_routes", lambda netns=None: fake)
-    with pytest.raises(netlab.SubnetConflict, match=r"10\.199\.0\.0/16 dev homenet0"):
-        netlab.up(tmp_path, fixture)
-    links, nss = lab_objects(netlab.lab_id(tmp_path))
+    with pytest.raises(network_lab.SubnetConflict, match=r"10\.199\.0\.0/16 dev homenet0"):
+        network_lab.up(tmp_path, fixture)
+    links, nss = lab_objects(network_lab.lab_id(tmp_path))
     assert links == [] and nss == []
     assert blackholes("10.199.77.0/24") == []
 
 
 def test_kea_router_serves_reservations_set_through_its_control_agent(tmp_path):
     # the same state directory ran a dnsmasq router before: the router host is re-installed for Kea
-    netlab.up(tmp_path, load_fixture())
-    netlab.down(tmp_path)
+    network_lab.up(tmp_path, load_fixture())
+    network_lab.down(tmp_path)
     fixture = load_fixture()
     # renew every 2 s (dnsmasq never sends a T1 under a minute; Kea does)
     fixture["network"] = {"router": "kea", "subnet": "auto", "dhcp_renew_s": 2, "vm_init": "simple"}
-    facts = netlab.up(tmp_path, fixture)
+    facts = network_lab.up(tmp_path, fixture)
     try:
         url = facts["router"]["control_agent_url"]
         assert url.startswith(f"http://{facts['router']['address']}:")
@@ -421,7 +421,7 @@ def test_kea_router_serves_reservations_set_through_its_control_agent(tmp_path):
 
         mac, reserved, again = "bc:24:11:00:10:04", lab_address(facts, 54), lab_address(facts, 64)
         reserve_kea(mac, reserved)
-        hooks = netlab.make_hooks(tmp_path, fixture)
+        hooks = network_lab.make_hooks(tmp_path, fixture)
         cfg = vm_config(facts, "vm-2", mac)
         hooks.vm_started("pve", 193, cfg)
         assert ens18(hooks, 193, cfg) == [reserved]
@@ -433,22 +433,22 @@ def test_kea_router_serves_reservations_set_through_its_control_agent(tmp_path):
             time.sleep(0.2)
         assert ens18(hooks, 193, cfg) == [again]
         assert ssh(facts, "ubuntu", again, "hostname").stdout == "vm-2\n"
-        assert netlab.status(tmp_path)["vm_hosts"]["193"]["address"] == again
+        assert network_lab.status(tmp_path)["vm_hosts"]["193"]["address"] == again
     finally:
-        netlab.down(tmp_path)
-    assert lab_objects(netlab.lab_id(tmp_path)) == ([], [])
+        network_lab.down(tmp_path)
+    assert lab_objects(network_lab.lab_id(tmp_path)) == ([], [])
 
 
 CRASHER = """
 import os, signal, sys, urllib.parse
 from pathlib import Path
-from labsim import netlab
+from labsim import network_lab
 from labsim.fixture import load_fixture
 state, fixture = Path(sys.argv[1]), load_fixture()
-facts = netlab.up(state, fixture)
+facts = network_lab.up(state, fixture)
 key = Path(facts["ssh_public_key"]).read_text()
 cfg = {"name": "crash-vm", "net0": "virtio=bc:24:11:00:10:05,bridge=vmbr0", "sshkeys": urllib.parse.quote(key)}
-netlab.make_hooks(state, fixture).vm_started("pve", 194, cfg)
+network_lab.make_hooks(state, fixture).vm_started("pve", 194, cfg)
 print("started", flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -459,7 +459,7 @@ def test_down_cleans_up_after_a_killed_lab_and_up_refuses_until_then(tmp_path):
         [sys.executable, "-c", CRASHER, str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert res.returncode == -signal.SIGKILL and "started" in res.stdout, res.stderr
-    lab_id = netlab.lab_id(tmp_path)
+    lab_id = network_lab.lab_id(tmp_path)
     rec = json.loads((tmp_path / "net" / "record.json").read_text())
     subnet = rec["subnet"]
     links, nss = lab_objects(lab_id)
@@ -467,25 +467,25 @@ def test_down_cleans_up_after_a_killed_lab_and_up_refuses_until_then(tmp_path):
     # part of the lab dies with the crash (here: the router host)
     os.kill(rec["procs"]["host:router"]["pid"], signal.SIGKILL)
     time.sleep(0.2)
-    with pytest.raises(netlab.LabNetError, match="gpulab lab down"):
-        netlab.up(tmp_path, load_fixture())
+    with pytest.raises(network_lab.LabNetError, match="gpulab lab down"):
+        network_lab.up(tmp_path, load_fixture())
     t0 = time.monotonic()
-    netlab.down(tmp_path)
+    network_lab.down(tmp_path)
     print(f"\ndown after a crash in {time.monotonic() - t0:.2f} s")
     assert lab_objects(lab_id) == ([], [])
     assert blackholes(subnet) == []
     for proc in rec["procs"].values():
-        assert not netlab._alive(proc)
+        assert not network_lab._alive(proc)
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(tmp_path) not in mounts
-    cgroups = netlab.cgroup2_mount()
+    cgroups = network_lab.cgroup2_mount()
     assert cgroups is None or not (cgroups / f"gpulab-{lab_id}").exists()
-    netlab.down(tmp_path)  # idempotent
+    network_lab.down(tmp_path)  # idempotent
     # and a fresh lab starts again in the same state directory; its down leaves nothing either
-    facts = netlab.up(tmp_path, load_fixture())
+    facts = network_lab.up(tmp_path, load_fixture())
     assert facts["reused"] is False
     others_before = lab_objects("gl")
-    netlab.down(tmp_path)
+    network_lab.down(tmp_path)
     assert lab_objects(facts["lab_id"]) == ([], [])
     assert blackholes(facts["subnet"]) == []
     assert not Path("/sys/class/net", facts["bridge"]).exists()
@@ -497,13 +497,13 @@ def test_down_cleans_up_after_a_killed_lab_and_up_refuses_until_then(tmp_path):
     assert set(others_before[1]) - set(nss_after) == {
         n for n in others_before[1] if n.startswith(facts["lab_id"])
     }
-    assert netlab.status(tmp_path) is None
+    assert network_lab.status(tmp_path) is None
 
 
 @pytest.mark.slow
 def test_gpu_vm_installs_the_driver_and_toolkit_from_the_lab_archive(lab):
     state, fixture, facts = lab
-    hooks = netlab.make_hooks(state, fixture)
+    hooks = network_lab.make_hooks(state, fixture)
     cfg = {**vm_config(facts, "vm-gpu", "bc:24:11:00:10:06"), "hostpci0": "0000:02:00,pcie=1"}
     hooks.vm_started("pve", 195, cfg)
     try:
@@ -549,15 +549,15 @@ def sd_lab(tmp_path_factory):
     state = tmp_path_factory.mktemp("netlab-systemd")
     fixture = load_fixture()
     fixture["network"] = {**fixture.get("network", {}), "vm_init": "systemd"}
-    facts = netlab.up(state, fixture)
+    facts = network_lab.up(state, fixture)
     yield state, fixture, facts
-    netlab.down(state)
-    cgroups = netlab.cgroup2_mount()
-    assert not (cgroups / f"gpulab-{netlab.lab_id(state)}").exists()
+    network_lab.down(state)
+    cgroups = network_lab.cgroup2_mount()
+    assert not (cgroups / f"gpulab-{network_lab.lab_id(state)}").exists()
 
 
 needs_systemd = pytest.mark.skipif(
-    netlab.systemd_hosts_possible() is not None, reason=str(netlab.systemd_hosts_possible())
+    network_lab.systemd_hosts_possible() is not None, reason=str(network_lab.systemd_hosts_possible())
 )
 
 
@@ -567,7 +567,7 @@ def test_systemd_vm_runs_services_and_reboots_through_systemd(sd_lab):
     tmp_path, fixture, facts = sd_lab
     try:
         assert facts["vm_init"] == "systemd"
-        hooks = netlab.make_hooks(tmp_path, fixture)
+        hooks = network_lab.make_hooks(tmp_path, fixture)
         cfg = vm_config(facts, "vm-sd", "bc:24:11:00:10:07")
         t0 = time.monotonic()
         hooks.vm_started("pve", 196, cfg)
@@ -605,8 +605,8 @@ def test_systemd_vm_runs_services_and_reboots_through_systemd(sd_lab):
                 if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd":
                     assert os.readlink(f"/proc/{pid}/ns/pid") != own_pid_ns or pid == "1"
     finally:
-        netlab.make_hooks(tmp_path, fixture).vm_destroyed("pve", 196)
-    assert not (netlab.cgroup2_mount() / f"gpulab-{netlab.lab_id(tmp_path)}" / "vm196").exists()
+        network_lab.make_hooks(tmp_path, fixture).vm_destroyed("pve", 196)
+    assert not (network_lab.cgroup2_mount() / f"gpulab-{network_lab.lab_id(tmp_path)}" / "vm196").exists()
 
 
 @pytest.mark.slow
@@ -614,7 +614,7 @@ def test_systemd_vm_runs_services_and_reboots_through_systemd(sd_lab):
 def test_k3s_from_the_lab_file_server_forms_a_cluster(sd_lab):
     tmp_path, fixture, facts = sd_lab
     try:
-        hooks = netlab.make_hooks(tmp_path, fixture)
+        hooks = network_lab.make_hooks(tmp_path, fixture)
         addrs = {}
         for vmid, name in ((197, "k3s-1"), (198, "k3s-2"), (199, "k3s-3")):
             cfg = vm_config(facts, name, f"bc:24:11:00:11:{vmid - 190:02x}")

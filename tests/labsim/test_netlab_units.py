@@ -1,4 +1,4 @@
-"""netlab's pure parts: range choice and refusal, address translation, cloud-init and agent formats."""
+"""network_lab's pure parts: range choice and refusal, address translation, cloud-init and agent formats."""
 
 import ipaddress
 import os
@@ -6,10 +6,10 @@ import urllib.parse
 
 import pytest
 
-from labsim import netlab
-from labsim.hooks import VmHooks
+from labsim import network_lab
 from labsim.net import addressing
 from labsim.net.addressing import SubnetConflict
+from labsim.vm_hooks import VmHooks
 
 HOME_ROUTES = [
     {"dst": "default", "gateway": "192.168.100.1", "dev": "wlan0", "protocol": "dhcp"},
@@ -66,26 +66,26 @@ def test_pool_is_split_around_the_labs_own_addresses():
 
 
 def test_known_hosts_pattern_matches_lab_addresses_only():
-    assert netlab._host_pattern(net("10.213.7.0/24")) == "10.213.7.*"
-    assert netlab._host_pattern(net("172.20.0.0/16")) == "172.20.*.*"
-    assert netlab._host_pattern(net("10.1.2.0/29")) == ",".join(f"10.1.2.{i}" for i in range(1, 7))
+    assert network_lab._host_pattern(net("10.213.7.0/24")) == "10.213.7.*"
+    assert network_lab._host_pattern(net("172.20.0.0/16")) == "172.20.*.*"
+    assert network_lab._host_pattern(net("10.1.2.0/29")) == ",".join(f"10.1.2.{i}" for i in range(1, 7))
 
 
 def test_cloud_init_users_decode_pve_url_encoded_keys():
     keys = "ssh-ed25519 AAAAC3Nza+/x= me@laptop\nssh-rsa AAAAB3 other\n"
     config = {"ciuser": "admin", "sshkeys": urllib.parse.quote(keys, safe="")}
-    users = netlab.cloud_init_users(config, "ssh-ed25519 LABKEY lab")
+    users = network_lab.cloud_init_users(config, "ssh-ed25519 LABKEY lab")
     by_name = {u["name"]: u for u in users}
     assert by_name["admin"]["keys"] == ["ssh-ed25519 AAAAC3Nza+/x= me@laptop", "ssh-rsa AAAAB3 other"]
     assert by_name["admin"]["sudo"] is True
     assert by_name["root"]["keys"] == ["ssh-ed25519 LABKEY lab"]
-    assert {u["name"] for u in netlab.cloud_init_users({}, "k")} == {"root", "ubuntu"}
+    assert {u["name"] for u in network_lab.cloud_init_users({}, "k")} == {"root", "ubuntu"}
 
 
 def test_ipconfig0_static_or_dhcp():
-    assert netlab.static_address({"ipconfig0": "ip=dhcp"}) is None
-    assert netlab.static_address({}) is None
-    assert netlab.static_address({"ipconfig0": "ip=10.1.2.3/24,gw=10.1.2.1"}) == "10.1.2.3"
+    assert network_lab.static_address({"ipconfig0": "ip=dhcp"}) is None
+    assert network_lab.static_address({}) is None
+    assert network_lab.static_address({"ipconfig0": "ip=10.1.2.3/24,gw=10.1.2.1"}) == "10.1.2.3"
 
 
 def test_agent_interfaces_follow_the_guest_agent_format():
@@ -97,14 +97,14 @@ def test_agent_interfaces_follow_the_guest_agent_format():
             "stats64": {"rx": {"bytes": 10, "packets": 1, "errors": 0, "dropped": 2}, "tx": {"bytes": 5}},
         }
     ]
-    (iface,) = netlab.agent_interfaces(ip_json)
+    (iface,) = network_lab.agent_interfaces(ip_json)
     assert iface["name"] == "ens18" and iface["hardware-address"] == "bc:24:11:00:00:64"
     assert iface["ip-addresses"] == [{"ip-address": "10.2.3.53", "ip-address-type": "ipv4", "prefix": 24}]
     assert iface["statistics"]["rx-dropped"] == 2 and iface["statistics"]["tx-bytes"] == 5
 
 
 def test_lab_ids_are_short_unique_and_prefixed(tmp_path):
-    a, b = netlab.lab_id(tmp_path / "a"), netlab.lab_id(tmp_path / "b")
+    a, b = network_lab.lab_id(tmp_path / "a"), network_lab.lab_id(tmp_path / "b")
     assert a != b and a.startswith("gl") and len(a) == 5
     # the longest link name (a VM with a 9-digit id) fits the kernel's 15 characters
     assert len(f"{a}v999999999") <= 15
@@ -116,40 +116,40 @@ def test_without_root_up_changes_nothing_and_says_what_it_skipped(tmp_path, monk
     def no_commands(*args, **kwargs):
         raise AssertionError(f"no command may run without root: {args}")
 
-    monkeypatch.setattr(netlab.subprocess, "run", no_commands)
-    monkeypatch.setattr(netlab.subprocess, "Popen", no_commands)
-    facts = netlab.up(tmp_path, {"nodes": [{"name": "pve"}]})
+    monkeypatch.setattr(network_lab.subprocess, "run", no_commands)
+    monkeypatch.setattr(network_lab.subprocess, "Popen", no_commands)
+    facts = network_lab.up(tmp_path, {"nodes": [{"name": "pve"}]})
     assert facts["network"] == "skipped"
     assert all("root" in s["why"] for s in facts["skipped"])
     what = " ".join(s["what"] for s in facts["skipped"])
     for part in ("bridge", "blackhole route", "router", "node host", "VM hosts"):
         assert part in what
     assert not (tmp_path / "net").exists()
-    hooks = netlab.make_hooks(tmp_path, {"nodes": [{"name": "pve"}]})
+    hooks = network_lab.make_hooks(tmp_path, {"nodes": [{"name": "pve"}]})
     assert type(hooks) is VmHooks
-    netlab.down(tmp_path)  # nothing recorded: nothing to do, no error
+    network_lab.down(tmp_path)  # nothing recorded: nothing to do, no error
 
 
 def test_vm_gpus_follow_hostpci_and_the_fixture():
     from labsim.fixture import load_fixture
 
     fixture = load_fixture()
-    assert netlab.vm_gpus({"name": "vm-1"}, fixture, "pve") == []
-    (gpu,) = netlab.vm_gpus({"hostpci0": "0000:02:00,pcie=1"}, fixture, "pve")
+    assert network_lab.vm_gpus({"name": "vm-1"}, fixture, "pve") == []
+    (gpu,) = network_lab.vm_gpus({"hostpci0": "0000:02:00,pcie=1"}, fixture, "pve")
     assert gpu["name"] == "NVIDIA GeForce RTX 3090" and gpu["memory_mib"] == 24576
     assert gpu["host_address"] == "0000:02:00.0" and gpu["pci_bus_id"] == "00000000:01:00.0"
     assert len(gpu["uuid"]) == 40 and gpu["uuid"].startswith("GPU-")
     # stable across starts, and a resource mapping passes the card too
-    assert netlab.vm_gpus({"hostpci0": "mapping=rtx3090,pcie=1"}, fixture, "pve") == [gpu]
-    assert netlab.vm_gpus({"hostpci0": "0000:03:00"}, fixture, "pve") == []
+    assert network_lab.vm_gpus({"hostpci0": "mapping=rtx3090,pcie=1"}, fixture, "pve") == [gpu]
+    assert network_lab.vm_gpus({"hostpci0": "0000:03:00"}, fixture, "pve") == []
 
 
 def test_lab_archive_has_the_real_package_names_and_a_signed_nvidia_repository(tmp_path):
     import subprocess
 
-    from labsim.net import repo
+    from labsim.net import package_archive
 
-    paths = repo.build(tmp_path / "srv", tmp_path / "gnupg", kernel="6.8.0-90-generic")
+    paths = package_archive.build(tmp_path / "srv", tmp_path / "gnupg", kernel="6.8.0-90-generic")
     ubuntu = (tmp_path / "srv" / paths["ubuntu"] / "Packages").read_text()
     for name in ("nvidia-driver-580-server", "dkms", "linux-headers-6.8.0-90-generic", "qemu-guest-agent"):
         assert f"Package: {name}\n" in ubuntu
@@ -179,24 +179,29 @@ def test_lab_archive_has_the_real_package_names_and_a_signed_nvidia_repository(t
 
 
 def test_bootdisk_size_from_the_vm_config():
-    assert netlab._bootdisk_gb({"scsi0": "local-zfs:vm-100-disk-0,size=60G"}) == 60.0
-    assert netlab._bootdisk_gb({"virtio0": "local-zfs:vm-1-disk-0,iothread=1,size=1T"}) == 1024.0
-    assert netlab._bootdisk_gb({"scsi0": "local-zfs:vm-100-disk-0,size=512M"}) == 0.5
-    assert netlab._bootdisk_gb({"name": "x"}) == 0.0
+    assert network_lab._bootdisk_gb({"scsi0": "local-zfs:vm-100-disk-0,size=60G"}) == 60.0
+    assert network_lab._bootdisk_gb({"virtio0": "local-zfs:vm-1-disk-0,iothread=1,size=1T"}) == 1024.0
+    assert network_lab._bootdisk_gb({"scsi0": "local-zfs:vm-100-disk-0,size=512M"}) == 0.5
+    assert network_lab._bootdisk_gb({"name": "x"}) == 0.0
 
 
 def test_vm_firmware_and_secure_boot_follow_pve_semantics():
-    assert netlab.vm_firmware({}) == {"efi": False, "secure_boot": False}
+    assert network_lab.vm_firmware({}) == {"efi": False, "secure_boot": False}
     ovmf = {"bios": "ovmf", "efidisk0": "local-zfs:vm-102-disk-1,efitype=4m,pre-enrolled-keys=1,size=1M"}
-    assert netlab.vm_firmware(ovmf) == {"efi": True, "secure_boot": True}
+    assert network_lab.vm_firmware(ovmf) == {"efi": True, "secure_boot": True}
     off = {"bios": "ovmf", "efidisk0": "local-zfs:vm-102-disk-1,efitype=4m,pre-enrolled-keys=0"}
-    assert netlab.vm_firmware(off)["secure_boot"] is False
+    assert network_lab.vm_firmware(off)["secure_boot"] is False
     # the keys are only enrolled with the 4m vars template, and default to off
     assert (
-        netlab.vm_firmware({"bios": "ovmf", "efidisk0": "local-zfs:1,pre-enrolled-keys=1"})["secure_boot"]
+        network_lab.vm_firmware({"bios": "ovmf", "efidisk0": "local-zfs:1,pre-enrolled-keys=1"})[
+            "secure_boot"
+        ]
         is False
     )
-    assert netlab.vm_firmware({"bios": "ovmf", "efidisk0": "local-zfs:1,efitype=4m"})["secure_boot"] is False
+    assert (
+        network_lab.vm_firmware({"bios": "ovmf", "efidisk0": "local-zfs:1,efitype=4m"})["secure_boot"]
+        is False
+    )
 
 
 def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_path, monkeypatch):
@@ -252,17 +257,19 @@ def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_p
 
 
 def test_state_dir_on_a_file_system_overlayfs_cannot_use_is_refused(tmp_path, monkeypatch):
-    assert netlab.fs_type(tmp_path / "not" / "yet") == netlab.fs_type(tmp_path)  # nearest existing dir
-    netlab.check_disk_fs(tmp_path)  # the test's own tmp dir is usable
-    monkeypatch.setattr(netlab, "fs_type", lambda path: "overlayfs")
-    with pytest.raises(netlab.LabNetError, match=r"on overlayfs.*--state"):
-        netlab.check_disk_fs(tmp_path)
+    assert network_lab.fs_type(tmp_path / "not" / "yet") == network_lab.fs_type(
+        tmp_path
+    )  # nearest existing dir
+    network_lab.check_disk_fs(tmp_path)  # the test's own tmp dir is usable
+    monkeypatch.setattr(network_lab, "fs_type", lambda path: "overlayfs")
+    with pytest.raises(network_lab.LabNetError, match=r"on overlayfs.*--state"):
+        network_lab.check_disk_fs(tmp_path)
 
 
 def test_record_lock_is_reentrant_and_shared_by_threads(tmp_path):
     import threading
 
-    lab = netlab.Lab(tmp_path)
+    lab = network_lab.NetworkLab(tmp_path)
     order = []
 
     def other():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labsim.schema import ParamError, load_schema, perl_regex
+from labsim.pve_schema import ParamError, load_schema, perl_regex
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "pve-api"

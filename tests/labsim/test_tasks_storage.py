@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pve_sim_client import create_vm
 
-from labsim.tasks import UPID_RE, parse_upid
+from labsim.pve_tasks import UPID_RE, parse_upid
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "samples"
 NOBLE = "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img"

@@ -9,7 +9,7 @@ import time
 from pve_sim_client import create_vm
 
 from labsim.fixture import load_fixture, network_settings
-from labsim.tasks import UPID_RE
+from labsim.pve_tasks import UPID_RE
 
 
 def test_nextid_is_a_string_and_vmid_check(api):
@@ -230,7 +230,7 @@ def test_background_delay_answers_null_when_the_task_is_done(api):
 
 
 class _FailingHooks:
-    """Stand-in for netlab hooks whose VM host cannot start."""
+    """Stand-in for the network lab's hooks whose VM host cannot start."""
 
     def __init__(self, inner):
         self.inner = inner

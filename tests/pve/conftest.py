@@ -39,7 +39,7 @@ AUDITOR = {
 }
 
 
-class Lab:
+class PveSimProcess:
     def __init__(self, state: pathlib.Path, desc: dict, proc: subprocess.Popen):
         self.state = state
         self.desc = desc
@@ -84,12 +84,12 @@ class Lab:
         return connection.connect(self.conn(**over))
 
     def inject(self, **faults):
-        from labsim import faults as f
+        from labsim import pve_faults as f
 
         f.inject(self.state, **faults)
 
 
-def start_lab(tmp: pathlib.Path, timings: dict | None = None) -> Lab:
+def start_lab(tmp: pathlib.Path, timings: dict | None = None) -> PveSimProcess:
     from labsim.fixture import reference_fixture_path
 
     fixture = yaml.safe_load(pathlib.Path(reference_fixture_path()).read_text())
@@ -101,7 +101,7 @@ def start_lab(tmp: pathlib.Path, timings: dict | None = None) -> Lab:
     fx.write_text(yaml.safe_dump(fixture))
     env = dict(os.environ, GPULAB_LAB_API_ONLY="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "labsim.server", "--state", str(state), "--fixture", str(fx)],
+        [sys.executable, "-m", "labsim.pve_api_server", "--state", str(state), "--fixture", str(fx)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -111,10 +111,10 @@ def start_lab(tmp: pathlib.Path, timings: dict | None = None) -> Lab:
     if not line:
         proc.kill()
         pytest.fail(f"the PVE simulator did not start; see {state / 'server.log'}")
-    return Lab(state, json.loads(line), proc)
+    return PveSimProcess(state, json.loads(line), proc)
 
 
-def stop_lab(lab: Lab) -> None:
+def stop_lab(lab: PveSimProcess) -> None:
     lab.proc.terminate()
     try:
         lab.proc.wait(5)
@@ -122,7 +122,7 @@ def stop_lab(lab: Lab) -> None:
         lab.proc.kill()
 
 
-def wipe_vms(lab: Lab) -> None:
+def wipe_vms(lab: PveSimProcess) -> None:
     """Stop and destroy every VM, so that the next test starts from an empty node."""
     client = lab.client()
     for vm in client.get("cluster/resources", type="vm"):
@@ -143,11 +143,11 @@ def shared_lab(tmp_path_factory):
 def lab(shared_lab):
     """The module's simulated PVE (reference machine, fast timings) with no VM and no fault; after the
     test, every request it sent must have passed the simulator's schema validation (no 400/501)."""
-    from labsim import faults
+    from labsim import pve_faults
 
     mark = shared_lab.mark()
     yield shared_lab
-    faults.clear(shared_lab.state)
+    pve_faults.clear(shared_lab.state)
     rejected = shared_lab.rejected(mark)
     wipe_vms(shared_lab)
     assert rejected == [], f"the simulator refused requests as malformed: {rejected}"
@@ -158,7 +158,7 @@ def own_lab(tmp_path):
     """A simulated PVE of the test's own (for changed timings)."""
     labs = []
 
-    def make(**timings) -> Lab:
+    def make(**timings) -> PveSimProcess:
         labs.append(start_lab(tmp_path, timings))
         return labs[-1]
 
@@ -219,7 +219,7 @@ def run_module(
         pytest.fail(f"module {name} printed no JSON: {out!r}")
 
 
-def gpu_vm_args(lab: Lab, **over) -> dict:
+def gpu_vm_args(lab: PveSimProcess, **over) -> dict:
     """The reference lab's vm-gpu as module arguments (cloud image, GPU through its mapping)."""
     args = lab.conn(
         node="pve",
@@ -253,7 +253,7 @@ def gpu_vm_args(lab: Lab, **over) -> dict:
     return args
 
 
-def small_vm_args(lab: Lab, vmid: int = 100, name: str = "vm-1", **over) -> dict:
+def small_vm_args(lab: PveSimProcess, vmid: int = 100, name: str = "vm-1", **over) -> dict:
     args = lab.conn(
         node="pve",
         vmid=vmid,
@@ -272,7 +272,7 @@ def small_vm_args(lab: Lab, vmid: int = 100, name: str = "vm-1", **over) -> dict
     return args
 
 
-def prepare_gpu_lab(lab: Lab) -> None:
+def prepare_gpu_lab(lab: PveSimProcess) -> None:
     """The image and the GPU's mapping, as the role's first steps leave them (idempotent)."""
     image = run_module(
         "gpulab_pve_download",

@@ -1,6 +1,6 @@
 """PID 1 of a lab host (node or VM): private root, own sshd, boots and reboots.
 
-Started by :mod:`labsim.netlab` as
+Started by :mod:`labsim.network_lab` as
 ``ip netns exec NS unshare --mount --propagation private --uts --pid --fork --kill-child -- python3 hostinit.py
 CONFIG``, so this process is PID 1 of a fresh pid namespace, owns a private mount namespace and
 hostname, and lives in the host's network namespace. It uses the standard library only.

@@ -10,11 +10,11 @@ Run as root, :func:`up` builds, on this machine but apart from it:
 * the router host (``lab-router``, the range's first address, SSH as root): real dnsmasq
   (default) or Kea (fixture ``network.router: kea``, control agent on the router's address)
   handing out the pool with 2-minute leases renewed every ``network.dhcp_renew_s``; it also
-  serves the lab's package archive and file server (:mod:`labsim.net.repo`: stand-in
+  serves the lab's package archive and file server (:mod:`labsim.net.package_archive`: stand-in
   NVIDIA driver, container toolkit in a signed repository, k3s and its install script);
 * the Proxmox node host (the range's ``.5``): its own namespace, copy-on-write root (its writes
   land in its own upper directory), hostname, sshd and the node files and stand-ins stage "host"
-  works on, with a hardware view that follows each simulated boot (:mod:`labsim.net.node`).
+  works on, with a hardware view that follows each simulated boot (:mod:`labsim.net.node_host`).
 
 :func:`make_hooks` gives the PVE simulator hooks that turn a started VM into such a host, with
 the MAC of its net0, an address from the router's DHCP, the cloud-init user and keys, systemd as
@@ -50,9 +50,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from labsim.hooks import VmHooks, net0_mac
 from labsim.net import addressing
 from labsim.net.addressing import SubnetConflict
+from labsim.vm_hooks import VmHooks, net0_mac
 
 __all__ = ["LabNetError", "SubnetConflict", "down", "make_hooks", "node_boot_state", "status", "up"]
 
@@ -63,7 +63,7 @@ HOST_TIMEOUT_S = 30.0
 NET_PACKAGE = Path(__file__).resolve().parent / "net"
 
 #: programs this machine runs for the lab (its own side, the router host, the archive), with their Debian
-#: package; the VM and node hosts run the guest image's own (labsim.net.image.COMMANDS)
+#: package; the VM and node hosts run the guest image's own (labsim.net.guest_image.COMMANDS)
 TOOLS = {
     "ip": "iproute2",
     "unshare": "util-linux",
@@ -169,7 +169,7 @@ def _disable_ipv6(link: str, netns: str | None = None) -> None:
 # --- the state directory ----------------------------------------------------------------------------------
 
 
-class Lab:
+class NetworkLab:
     """Paths and the record of one lab's objects, with a lock shared by threads and processes."""
 
     def __init__(self, state_dir: Path):
@@ -256,7 +256,7 @@ class Lab:
 # --- network pieces -------------------------------------------------------------------------------------
 
 
-def _make_bridge(lab: Lab, address: str) -> None:
+def _make_bridge(lab: NetworkLab, address: str) -> None:
     lab.note("links", lab.bridge)
     _ip("link", "add", "name", lab.bridge, "type", "bridge")
     _disable_ipv6(lab.bridge)
@@ -264,13 +264,15 @@ def _make_bridge(lab: Lab, address: str) -> None:
     _ip("link", "set", lab.bridge, "up")
 
 
-def _add_blackhole(lab: Lab, subnet: str) -> None:
+def _add_blackhole(lab: NetworkLab, subnet: str) -> None:
     route = {"type": "blackhole", "dst": subnet, "metric": BLACKHOLE_METRIC}
     lab.note("routes", route)
     _ip("route", "add", "blackhole", subnet, "metric", str(BLACKHOLE_METRIC))
 
 
-def _make_netns(lab: Lab, tag: str, iface: str, mac: str | None, address: str | None) -> tuple[str, str]:
+def _make_netns(
+    lab: NetworkLab, tag: str, iface: str, mac: str | None, address: str | None
+) -> tuple[str, str]:
     """A namespace with a veth whose far end (``iface``) is inside and whose near end is on the bridge."""
     ns, veth = f"{lab.id}-{tag}", f"{lab.id}{tag}"
     lab.note("netns", ns)
@@ -297,7 +299,7 @@ def _make_netns(lab: Lab, tag: str, iface: str, mac: str | None, address: str | 
     return ns, veth
 
 
-def _remove_netns(lab: Lab, ns: str, veth: str | None) -> None:
+def _remove_netns(lab: NetworkLab, ns: str, veth: str | None) -> None:
     """Wait until no process is left in the namespace, then delete the veth and the namespace."""
     deadline = time.monotonic() + 5
     while ns in _netns_list() and time.monotonic() < deadline:
@@ -338,7 +340,7 @@ def _host_pattern(subnet: ipaddress.IPv4Network) -> str:
     return ",".join(str(a) for a in subnet.hosts())
 
 
-def _ensure_ssh(lab: Lab, subnet: ipaddress.IPv4Network) -> None:
+def _ensure_ssh(lab: NetworkLab, subnet: ipaddress.IPv4Network) -> None:
     lab.ssh_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(lab.ssh_dir, 0o700)
     key = lab.ssh_dir / "id_ed25519"
@@ -348,7 +350,7 @@ def _ensure_ssh(lab: Lab, subnet: ipaddress.IPv4Network) -> None:
     lab.cp_dir.mkdir(exist_ok=True)
 
 
-def _write_known_hosts(lab: Lab, subnet: ipaddress.IPv4Network) -> None:
+def _write_known_hosts(lab: NetworkLab, subnet: ipaddress.IPv4Network) -> None:
     """One line per lab host key, each valid for the lab's addresses only.
 
     A VM's address comes from DHCP and may change (a new reservation): with the lab-range pattern
@@ -368,7 +370,7 @@ def _write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _host_key(lab: Lab, hdir: Path, name: str, subnet: ipaddress.IPv4Network) -> None:
+def _host_key(lab: NetworkLab, hdir: Path, name: str, subnet: ipaddress.IPv4Network) -> None:
     """The host's own ed25519 key (first boot only), listed in the lab's known_hosts."""
     ssh_etc = hdir / "upper" / "etc" / "ssh"
     ssh_etc.mkdir(parents=True, exist_ok=True)
@@ -394,17 +396,17 @@ def cgroup2_mount() -> Path | None:
 
 def systemd_hosts_possible(image_root: Path | None = None) -> str | None:
     """None when VM hosts can boot systemd here (the guest image's), else why not."""
-    from labsim.net import image
+    from labsim.net import guest_image
 
-    root = image_root or image.image_root()
-    if image.ready() and not (root / "lib/systemd/systemd").exists():
+    root = image_root or guest_image.image_root()
+    if guest_image.ready() and not (root / "lib/systemd/systemd").exists():
         return f"the guest image {root} has no systemd"
     if cgroup2_mount() is None:
         return "this machine has no cgroup2 hierarchy mounted"
     return None
 
 
-def _host_cgroup(lab: Lab, name: str) -> Path:
+def _host_cgroup(lab: NetworkLab, name: str) -> Path:
     mnt = cgroup2_mount()
     if mnt is None:
         raise LabNetError("a systemd lab host needs the cgroup2 hierarchy, and this machine mounts none")
@@ -428,7 +430,7 @@ def _remove_cgroup(path: Path) -> None:
 
 
 def _start_host(
-    lab: Lab,
+    lab: NetworkLab,
     facts: dict[str, Any],
     *,
     name: str,
@@ -603,7 +605,7 @@ def _write_files(upper: Path, files: dict[str, str]) -> None:
             dest.chmod(0o755)
 
 
-def _stop_host(lab: Lab, name: str) -> None:
+def _stop_host(lab: NetworkLab, name: str) -> None:
     rec = lab.load() or {}
     proc = rec.get("procs", {}).get(f"host:{name}")
     _kill_proc(proc)
@@ -624,7 +626,7 @@ def _tag_of(name: str) -> str:
     return name[0]
 
 
-def _close_ssh_masters(lab: Lab) -> None:
+def _close_ssh_masters(lab: NetworkLab) -> None:
     """Close ssh ControlMaster connections into the lab, so none outlives a host (see the testenv notes)."""
     if not lab.cp_dir.is_dir():
         return
@@ -694,7 +696,7 @@ ROUTER_PRIVATE = {
 }
 
 
-def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: list) -> dict[str, Any]:
+def _start_router(lab: NetworkLab, facts: dict[str, Any], rs: dict[str, Any], static: list) -> dict[str, Any]:
     """The router host: its own root, sshd for root with the lab key, and the DHCP server as a service."""
     subnet = ipaddress.ip_network(facts["subnet"])
     address = str(rs["address"])
@@ -706,10 +708,10 @@ def _start_router(lab: Lab, facts: dict[str, Any], rs: dict[str, Any], static: l
     else:
         files, services, run_dirs, info = _dnsmasq_setup(subnet, ranges, rs["renew_s"])
     # the lab's package archive, served by the router host (built while the router is down)
-    from labsim.net import repo
+    from labsim.net import package_archive
 
     archive = lab.hosts_dir / "router" / "upper" / ARCHIVE_DIR.lstrip("/")
-    repo.build(archive, lab.dir / "gnupg", files_url=f"http://{address}/k3s")
+    package_archive.build(archive, lab.dir / "gnupg", files_url=f"http://{address}/k3s")
     services.append(
         {
             "name": "archive",
@@ -935,11 +937,11 @@ def check_disk_fs(state_dir: Path) -> None:
 
 def _missing_tools(fixture: dict[str, Any]) -> dict[str, str]:
     """The programs the lab would run that this machine lacks, each with its Debian package."""
-    from labsim.net import image
+    from labsim.net import guest_image
 
     server = "kea" if (fixture.get("network") or {}).get("router") == "kea" else "dnsmasq"
     need = {**TOOLS, **ROUTER_TOOLS[server]}
-    if not image.ready():
+    if not guest_image.ready():
         need.update(IMAGE_TOOLS)
     return {tool: pkg for tool, pkg in need.items() if not _have(tool)}
 
@@ -960,11 +962,11 @@ def prepare(fixture: dict[str, Any]) -> Path:
 
 def _guest_image() -> Path:
     """The guest image's root, built first (with progress on stderr) when this machine has none."""
-    from labsim.net import image
+    from labsim.net import guest_image
 
     try:
-        return image.ensure(log=lambda msg: print(f"gpulab lab: {msg}", file=sys.stderr, flush=True))
-    except image.ImageError as exc:
+        return guest_image.ensure(log=lambda msg: print(f"gpulab lab: {msg}", file=sys.stderr, flush=True))
+    except guest_image.ImageError as exc:
         raise LabNetError(str(exc)) from None
 
 
@@ -979,7 +981,7 @@ def check_prerequisites(fixture: dict[str, Any]) -> None:
         )
 
 
-def _health(lab: Lab, rec: dict[str, Any]) -> list[str]:
+def _health(lab: NetworkLab, rec: dict[str, Any]) -> list[str]:
     """What of a recorded lab is missing or dead (empty: the lab runs)."""
     problems = []
     if rec.get("state") != "up":
@@ -999,7 +1001,7 @@ def _health(lab: Lab, rec: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _leftovers(lab: Lab) -> list[str]:
+def _leftovers(lab: NetworkLab) -> list[str]:
     """Objects named with this lab's prefix that exist on the machine."""
     found = [f"namespace {ns}" for ns in _netns_list() if ns.startswith(lab.id)]
     with contextlib.suppress(OSError):
@@ -1016,7 +1018,7 @@ def up(state_dir: Path, fixture: dict[str, Any]) -> dict[str, Any]:
     what it skipped.
     """
     started = time.monotonic()
-    lab = Lab(state_dir)
+    lab = NetworkLab(state_dir)
     if os.geteuid() != 0:
         return _skipped("needs root (network namespaces, veth links, routes and mounts need CAP_SYS_ADMIN)")
     check_prerequisites(fixture)
@@ -1057,8 +1059,8 @@ def up(state_dir: Path, fixture: dict[str, Any]) -> dict[str, Any]:
     return {**facts, "reused": False}
 
 
-def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
-    from labsim.net import node as node_setup
+def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
+    from labsim.net import node_host
 
     net = fixture.get("network") or {}
     routes = addressing.read_routes()
@@ -1111,7 +1113,7 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
         facts["vm_init_note"] = f"VM hosts run without systemd: {why_not}"
     node = fixture["nodes"][0]
     lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
-    spec = node_setup.node_host_spec(node, lab.hosts_dir / "node0")
+    spec = node_host.node_host_spec(node, lab.hosts_dir / "node0")
     # the router and the node boot side by side (each waits for its own sshd)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         router = pool.submit(_start_router, lab, facts, rs, [rs["address"], bridge_ip, node_ip])
@@ -1139,9 +1141,9 @@ def _bring_up(lab: Lab, fixture: dict[str, Any]) -> dict[str, Any]:
         "ssh_user": "root",
         "netns": st["netns"],
         "upper_dir": str(lab.hosts_dir / "node0" / "upper"),
-        "standins_log": str(lab.hosts_dir / "node0" / "upper" / node_setup.STANDINS_LOG.lstrip("/")),
+        "standins_log": str(lab.hosts_dir / "node0" / "upper" / node_host.STANDINS_LOG.lstrip("/")),
         # inside the node: sys/, proc/ and lib/modules/ of its simulated hardware in one tree
-        "hardware_root": node_setup.HW_ROOT,
+        "hardware_root": node_host.HW_ROOT,
         "views_skipped": st.get("views_skipped", []),
     }
     return facts
@@ -1153,7 +1155,7 @@ def down(state_dir: Path) -> None:
     Idempotent, and works from the record alone, so it also cleans up after a lab that was killed.
     Host disks (upper directories) stay in the state directory, as a real disk outlives a power cut.
     """
-    lab = Lab(state_dir)
+    lab = NetworkLab(state_dir)
     rec = lab.load()
     if rec is None:
         return  # every object is recorded before it is made: no record, nothing of ours
@@ -1199,7 +1201,7 @@ def node_boot_state(state_dir: Path) -> dict[str, Any] | None:
 
     For the PVE simulator, e.g. to refuse starting a VM with a passed-through GPU that vfio-pci does not hold.
     """
-    path = Lab(state_dir).hosts_dir / "node0" / "upper" / "var/lib/gpulab-sim/boot/last-boot.json"
+    path = NetworkLab(state_dir).hosts_dir / "node0" / "upper" / "var/lib/gpulab-sim/boot/last-boot.json"
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
@@ -1208,7 +1210,7 @@ def node_boot_state(state_dir: Path) -> dict[str, Any] | None:
 
 def status(state_dir: Path) -> dict[str, Any] | None:
     """The running lab's facts plus its health and VM hosts, or None when no lab is recorded."""
-    lab = Lab(state_dir)
+    lab = NetworkLab(state_dir)
     rec = lab.load()
     if rec is None:
         return None
@@ -1256,7 +1258,7 @@ class NetVmHooks(VmHooks):
 
     def __init__(self, state_dir: Path, fixture: dict[str, Any]):
         super().__init__(fixture)
-        self.lab = Lab(state_dir)
+        self.lab = NetworkLab(state_dir)
 
     def _running(self) -> dict[str, Any] | None:
         facts = self.lab.facts()
@@ -1463,14 +1465,14 @@ ExecStart=/bin/sleep infinity
 
 def _vm_tools(image_root: Path, systemd: bool) -> dict[str, str]:
     """The lab's tools in a VM (rewritten at each start): systemd units or power stand-ins, cloud-init."""
-    from labsim.net import node as node_setup
+    from labsim.net import node_host
 
     tools = (
-        {**_systemd_files(image_root), **node_setup.guest_standins(power=False)}
+        {**_systemd_files(image_root), **node_host.guest_standins(power=False)}
         if systemd
-        else node_setup.guest_standins()
+        else node_host.guest_standins()
     )
-    tools["/usr/bin/cloud-init"] = node_setup.CLOUD_INIT_STANDIN
+    tools["/usr/bin/cloud-init"] = node_host.CLOUD_INIT_STANDIN
     return tools
 
 

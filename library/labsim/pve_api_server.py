@@ -1,6 +1,6 @@
 """HTTPS front of the simulated PVE API (standard library http.server + ssl).
 
-``python -m labsim.server --state DIR [--fixture FILE] [--port N]`` serves
+``python -m labsim.pve_api_server --state DIR [--fixture FILE] [--port N]`` serves
 ``https://127.0.0.1:PORT/api2/json/...``; when it is listening it prints one JSON line (the lab
 description) on stdout and then writes its own output to ``STATE/server.log``. `labsim.cli` starts
 it in the background. Every API request is appended to ``STATE/pve-requests.jsonl``.
@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from labsim.auth import Access, AuthError, PermissionDenied, new_credentials
 from labsim.certs import ensure_certificate, fingerprint
-from labsim.faults import Faults
 from labsim.fixture import load_fixture
-from labsim.hooks import VmHooks
-from labsim.lab import ApiError, Lab
-from labsim.schema import load_schema
+from labsim.pve_api import ApiError, PveApiSim
+from labsim.pve_auth import Access, AuthError, PermissionDenied, new_credentials
+from labsim.pve_faults import Faults
+from labsim.pve_schema import load_schema
+from labsim.vm_hooks import VmHooks
 
 API_PREFIX = "/api2/json"
 SECRET_PARAM = re.compile(r"pass|secret|ticket|token|key", re.I)
@@ -42,12 +42,12 @@ def _mask(params: dict[str, Any]) -> dict[str, Any]:
     return {k: ("********" if SECRET_PARAM.search(k) and k != "sshkeys" else v) for k, v in params.items()}
 
 
-class LabServer(ThreadingHTTPServer):
+class PveApiServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
 
-    def __init__(self, addr, lab: Lab, access: Access, faults: Faults, log_path: Path):
+    def __init__(self, addr, lab: PveApiSim, access: Access, faults: Faults, log_path: Path):
         super().__init__(addr, Handler)
         self.lab = lab
         self.access = access
@@ -79,7 +79,7 @@ class LabServer(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: LabServer
+    server: PveApiServer
     server_version = "pve-api-daemon/3.0"
     sys_version = ""
 
@@ -252,7 +252,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 # ================================================================================================ lab set-up
-def load_or_create_credentials(state_dir: Path, lab: Lab) -> dict[str, Any]:
+def load_or_create_credentials(state_dir: Path, lab: PveApiSim) -> dict[str, Any]:
     with lab.lock:
         creds = lab.state.data.get("credentials")
         if not creds:
@@ -265,7 +265,7 @@ def load_or_create_credentials(state_dir: Path, lab: Lab) -> dict[str, Any]:
 def make_hooks(
     state_dir: Path, fixture: dict[str, Any], api_only: bool = False
 ) -> tuple[VmHooks, str | None]:
-    """The hooks netlab offers when running as root, else the API-only ones (with the reason)."""
+    """The hooks network_lab offers when running as root, else the API-only ones (with the reason)."""
     if api_only:
         return VmHooks(fixture), "API-only lab: VMs get API-only hooks"
     if os.environ.get("GPULAB_LAB_API_ONLY"):
@@ -273,12 +273,12 @@ def make_hooks(
     if os.geteuid() != 0:
         return VmHooks(fixture), "not root: VMs get API-only hooks (no real hosts)"
     try:
-        from labsim import netlab  # type: ignore[attr-defined]
+        from labsim import network_lab  # type: ignore[attr-defined]
     except ImportError:
-        return VmHooks(fixture), "labsim.netlab is not available: VMs get API-only hooks"
-    factory = getattr(netlab, "make_hooks", None)
+        return VmHooks(fixture), "labsim.network_lab is not available: VMs get API-only hooks"
+    factory = getattr(network_lab, "make_hooks", None)
     if factory is None:
-        return VmHooks(fixture), "labsim.netlab has no make_hooks(): VMs get API-only hooks"
+        return VmHooks(fixture), "labsim.network_lab has no make_hooks(): VMs get API-only hooks"
     return factory(state_dir, fixture), None
 
 
@@ -304,7 +304,7 @@ def lab_description(
     }
 
 
-def resume_guests(lab: Lab, state_dir: Path, timeout: float = 60.0) -> list[int]:
+def resume_guests(lab: PveApiSim, state_dir: Path, timeout: float = 60.0) -> list[int]:
     """After a restart of a lab with real hosts, boot again the guests of the VMs PVE still has running.
 
     `gpulab lab down` ends every lab host; the API state keeps those VMs running (as a host that was
@@ -321,11 +321,11 @@ def resume_guests(lab: Lab, state_dir: Path, timeout: float = 60.0) -> list[int]
         ]
     if not running:
         return []
-    from labsim import netlab
+    from labsim import network_lab
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        facts = netlab.status(state_dir) or {}
+        facts = network_lab.status(state_dir) or {}
         if facts.get("healthy") and facts.get("router"):
             break
         time.sleep(0.3)
@@ -352,12 +352,12 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
     fp = fingerprint(cert)
     fixture["_fingerprint"] = fp
     hooks, hooks_note = make_hooks(state_dir, fixture, api_only)
-    lab = Lab(state_dir, fixture, load_schema(), hooks)
+    lab = PveApiSim(state_dir, fixture, load_schema(), hooks)
     creds = load_or_create_credentials(state_dir, lab)
     access = Access(creds, (fixture.get("access") or {}).get("tokens"))
     faults = Faults(state_dir)
     lab.tasks.error_hook = faults.next_task_error
-    server = LabServer(("127.0.0.1", port), lab, access, faults, state_dir / "pve-requests.jsonl")
+    server = PveApiServer(("127.0.0.1", port), lab, access, faults, state_dir / "pve-requests.jsonl")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     server.ssl_context = ctx
@@ -368,7 +368,7 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labsim.server")
+    parser = argparse.ArgumentParser(prog="python -m labsim.pve_api_server")
     parser.add_argument("--state", required=True, type=Path)
     parser.add_argument("--fixture")
     parser.add_argument("--port", type=int, default=0)

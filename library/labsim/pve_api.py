@@ -1,6 +1,6 @@
 """The simulated Proxmox VE node(s): what each served endpoint does.
 
-`Lab.call(method, path, params, principal)` runs one API call after the server has authenticated it:
+`PveApiSim.call(method, path, params, principal)` runs one API call after the server has authenticated it:
 schema validation, the schema's permission check, then the endpoint's own behaviour, copied from PVE as
 described in shared/pve-api/NOTES.md (locks, digest, pending changes, the root@pam rule for raw PCI
 devices, download-url checksum semantics, UPID tasks that run for a while). Errors are `ApiError`.
@@ -17,12 +17,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from labsim.auth import Principal
 from labsim.fixture import download_digest
-from labsim.hooks import VmHooks
-from labsim.schema import ParamError, Schema
-from labsim.state import State
-from labsim.tasks import TaskFailed, TaskManager, parse_upid
+from labsim.pve_auth import Principal
+from labsim.pve_schema import ParamError, Schema
+from labsim.pve_state import State
+from labsim.pve_tasks import TaskFailed, TaskManager, parse_upid
+from labsim.vm_hooks import VmHooks
 
 
 class ApiError(Exception):
@@ -134,7 +134,7 @@ def _normalise_filename(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_.-]", "_", name)
 
 
-class Lab:
+class PveApiSim:
     """All simulated nodes, their VMs, storages, PCI devices, mappings and tasks."""
 
     def __init__(

@@ -5,7 +5,7 @@ The server calls `vm_started` when a start task ends well, `vm_stopped` after st
 
 `VmHooks` is the API-only implementation (no root needed): the guest's address is derived from the net0
 MAC, inside the fixture's DHCP pool, so it is stable across restarts. With root, the server asks
-`labsim.netlab.make_hooks(state_dir, fixture)` for hooks that run real hosts instead.
+`labsim.network_lab.make_hooks(state_dir, fixture)` for hooks that run real hosts instead.
 """
 
 from __future__ import annotations

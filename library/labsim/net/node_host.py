@@ -2,10 +2,10 @@
 
 :func:`node_host_spec` gives the node's first-boot files (``/etc/kernel/cmdline`` with the reference
 content, ``/etc/default/grub``, ``/etc/modprobe.d/pve-blacklist.conf``, ``/etc/modules``, the
-stand-ins of :mod:`labsim.net.standin`) and the boot hook and views of its PID 1
+stand-ins of :mod:`labsim.net.command_standins`) and the boot hook and views of its PID 1
 (:mod:`labsim.net.hostinit`).
 
-At each boot, :func:`boot` (run by PID 1 as ``python -m labsim.net.node ...``) takes the
+At each boot, :func:`boot` (run by PID 1 as ``python -m labsim.net.node_host ...``) takes the
 command line the boot loader holds and the modprobe configuration the initramfs holds, asks
 :func:`labsim.sysfs_tree.boot_state` which state the node reaches (stock, blacklisted or
 vfio) and materialises that ``/sys`` + ``/proc`` view, which PID 1 then binds over the host's own.
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from labsim import sysfs_tree
-from labsim.net import standin
+from labsim.net import command_standins
 
-STANDINS_LOG = standin.LOG
+STANDINS_LOG = command_standins.LOG
 NODE_COMMANDS = (
     "reboot",
     "poweroff",
@@ -71,9 +71,9 @@ DEBIAN_MODULES = """# /etc/modules: kernel modules to load at boot time.
 
 
 def _standin_files(commands) -> dict[str, str]:
-    files = {"/usr/local/lib/gpulab/standin.py": Path(standin.__file__).read_text()}
+    files = {"/usr/local/lib/gpulab/standin.py": Path(command_standins.__file__).read_text()}
     for cmd in commands:
-        files[f"/usr/sbin/{cmd}"] = standin.wrapper(cmd)
+        files[f"/usr/sbin/{cmd}"] = command_standins.wrapper(cmd)
     return files
 
 
@@ -123,12 +123,12 @@ def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
         (str(view / "proc" / "sys" / "kernel" / "osrelease"), "/proc/sys/kernel/osrelease"),
         (str(view / "lib" / "modules"), "/lib/modules"),
         # the VMs the lab runs on this node, kept up to date by the VM hooks (read by the qm stand-in)
-        (str(pve), f"{standin.SIM}/pve"),
+        (str(pve), f"{command_standins.SIM}/pve"),
         # the whole hardware view in one tree (sys, proc, lib/modules), for readers that take a root
         # directory: a kernel without module support has no /proc/modules to lay the view over
         (str(view), HW_ROOT),
     ]
-    hook = [sys.executable, "-m", "labsim.net.node", str(view), json.dumps(_sysfs_options(node))]
+    hook = [sys.executable, "-m", "labsim.net.node_host", str(view), json.dumps(_sysfs_options(node))]
     return {
         "files": files,
         "tools": tools,
@@ -158,8 +158,8 @@ def _modprobe_d(directory: Path) -> dict[str, str]:
 
 def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
     """One simulated boot of the node whose merged root is ``root``: decide its state, write ``view``."""
-    sim = root / standin.SIM.lstrip("/")
-    conf = json.loads(_read(root / standin.NODE_CONF.lstrip("/")) or "{}")
+    sim = root / command_standins.SIM.lstrip("/")
+    conf = json.loads(_read(root / command_standins.NODE_CONF.lstrip("/")) or "{}")
     kernel = conf.get("kernel", sysfs_tree.KERNEL_RELEASE)
     cmdline = (_read(sim / "boot" / "cmdline") or "").strip()
     if not cmdline:

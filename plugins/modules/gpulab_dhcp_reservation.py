@@ -227,15 +227,11 @@ error_code:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.gpulab_module import HAS_GPULAB, controller_module  # noqa: E402
 
-try:
+if HAS_GPULAB:
     from gpulab.routers import RouterError, make_backend
     from gpulab.routers.http import mask
-
-    HAS_GPULAB = True
-except ImportError:  # pragma: no cover - reported by the module
-    HAS_GPULAB = False
 
 ARGUMENT_SPEC = dict(
     kind=dict(
@@ -310,12 +306,7 @@ def run(params: dict, check_mode: bool) -> dict:
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    if not HAS_GPULAB:
-        module.fail_json(
-            msg="the gpulab Python package is missing on the controller: run the playbook with the project's "
-            "virtualenv (make venv; ansible_python_interpreter: the venv's python)"
-        )
+    module = controller_module(ARGUMENT_SPEC)
     secrets = [module.params.get("password"), (module.params.get("ssh") or {}).get("password")]
     try:
         out = run(module.params, module.check_mode)

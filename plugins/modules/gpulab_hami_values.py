@@ -123,17 +123,10 @@ keys_known:
   type: int
 """
 
-import traceback  # noqa: E402
+from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-try:
+if HAS_GPULAB:
     from gpulab import hami
-except ImportError:
-    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_ERR = True, None
-
 
 ARGUMENT_SPEC = {
     "chart_version": {"type": "str", "required": True},
@@ -159,19 +152,12 @@ ARGUMENT_SPEC = {
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
-    if not HAS_GPULAB:
-        module.fail_json(
-            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
-        )
+    module = controller_module(ARGUMENT_SPEC)
     p = module.params
     scaling = p["device_memory_scaling"]
     if scaling == int(scaling):
         scaling = int(scaling)  # 1, not 1.0, in the chart values
-    try:
+    with ModuleRun(module, f"Rendering the HAMi HelmChart {p['name']}", hami.ValuesError) as run:
         values, manifest = hami.render(
             p["chart_version"],
             device_split_count=p["device_split_count"],
@@ -185,10 +171,7 @@ def main():
             repo=p["repo"],
             timeout=p["timeout"],
         )
-    except hami.ValuesError as exc:
-        module.fail_json(msg=f"Rendering the HAMi HelmChart {p['name']}: {exc}")
-    module.exit_json(
-        changed=False,
+    run.exit(
         values=values,
         values_content=hami.values_content(values),
         manifest=manifest,

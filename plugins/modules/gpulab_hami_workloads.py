@@ -105,18 +105,11 @@ cards:
   type: dict
 """
 
-import traceback  # noqa: E402
+from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-try:
+if HAS_GPULAB:
     from gpulab.k8s import workloads
     from gpulab.k8s.validate import ManifestError
-except ImportError:
-    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_ERR = True, None
-
 
 ARGUMENT_SPEC = {
     "engines": {"type": "list", "elements": "dict", "required": True},
@@ -126,17 +119,11 @@ ARGUMENT_SPEC = {
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    if not HAS_GPULAB:
-        module.fail_json(
-            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
-        )
+    module = controller_module(ARGUMENT_SPEC)
     p = module.params
-    try:
+    with ModuleRun(module, "Planning the GPU engines", workloads.PlanError, ManifestError) as run:
         result = workloads.plan(p["engines"], p["gpus_by_node"], k3s_version=p["k3s_version"])
-    except (workloads.PlanError, ManifestError) as exc:
-        module.fail_json(msg=f"Planning the GPU engines: {exc}")
-    module.exit_json(changed=False, **result)
+    run.exit(**result)
 
 
 if __name__ == "__main__":

@@ -82,22 +82,15 @@ requests:
   type: dict
 """
 
-import traceback  # noqa: E402
+from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
-
-try:
+if HAS_GPULAB:
     from gpulab import labtable
     from gpulab.pve import connection
-    from gpulab.pve.client import PveError
-except ImportError:
-    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_ERR = True, None
 
 
 def build_argument_spec(fallback=None):
-    spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
+    spec = connection.argument_spec(fallback)
     spec.update(
         vms={"type": "list", "elements": "dict", "required": True},
         gpus={"type": "dict", "default": {}},
@@ -108,34 +101,16 @@ def build_argument_spec(fallback=None):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=build_argument_spec(env_fallback),
-        supports_check_mode=True,
-        **(connection.MODULE_KWARGS if HAS_GPULAB else {}),
-    )
-    if not HAS_GPULAB:
-        module.fail_json(
-            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
-        )
+    module = controller_module(build_argument_spec, pve=True)
     p = module.params
-    client = None
-    try:
-        client = connection.connect(p)
-        pve = labtable.read_vm_configs(client, p["vms"])
-    except PveError as exc:
-        module.fail_json(msg=f"Reading the VMs for the lab table: {exc}")
+    with ModuleRun(module, "Reading the VMs for the lab table") as run:
+        pve = labtable.read_vm_configs(run.connect(), p["vms"])
     table = labtable.rows(p["vms"], pve, p["gpus"], p["k8s_nodes"])
-    result = {
-        "changed": False,
-        "rows": table,
-        "lines": labtable.text(table),
-        "markdown": labtable.markdown(table),
-        "requests": {"reads": client.reads, "writes": client.writes},
-    }
+    run.result.update(rows=table, lines=labtable.text(table), markdown=labtable.markdown(table))
     if p["state_dir"]:
         changed, paths = labtable.write(p["state_dir"], table, dry_run=module.check_mode)
-        result.update(changed=changed, files=[str(f) for f in paths])
-    module.exit_json(**result)
+        run.result.update(changed=changed, files=[str(f) for f in paths])
+    run.exit()
 
 
 if __name__ == "__main__":

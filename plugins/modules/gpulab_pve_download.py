@@ -159,21 +159,14 @@ requests:
   type: dict
 """
 
-import traceback  # noqa: E402
+from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
-
-try:
+if HAS_GPULAB:
     from gpulab.pve import connection, download
-    from gpulab.pve.client import PveError
-except ImportError:
-    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_ERR = True, None
 
 
 def build_argument_spec(fallback=None):
-    spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
+    spec = connection.argument_spec(fallback)
     spec.update(
         node={"type": "str", "required": True},
         storage={"type": "str", "required": True},
@@ -196,20 +189,11 @@ def build_argument_spec(fallback=None):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=build_argument_spec(env_fallback),
-        supports_check_mode=True,
-        **(connection.MODULE_KWARGS if HAS_GPULAB else {}),
-    )
-    if not HAS_GPULAB:
-        module.fail_json(
-            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
-        )
+    module = controller_module(build_argument_spec, pve=True)
     p = module.params
     name = download.normalise_filename(p["filename"])
     volid = f"{p['storage']}:{p['content']}/{name}"
     result = {
-        "changed": False,
         "volid": volid,
         "present_before": False,
         "transferred": False,
@@ -218,11 +202,10 @@ def main():
         "progress": None,
         "log": [],
         "msg": "",
-        "requests": {"reads": 0, "writes": 0},
     }
-    client = None
-    try:
-        client = connection.connect(p)
+    what = f"Downloading {p['url']} to {volid} on node {p['node']}"
+    with ModuleRun(module, what, download.DownloadError, result=result) as run:
+        client = run.connect()
         if p["upid"]:
             state = download.task_status(client, p["node"], p["upid"])
             result.update(done=state["done"], progress=state["progress"], log=state["log"])
@@ -263,13 +246,7 @@ def main():
                     "before": f"{volid}: {'present' if res.present_before else 'absent'}\n",
                     "after": f"{volid}: present (checksum {p['checksum_algorithm']} {p['checksum'] or 'not given'})\n",
                 }
-    except (PveError, download.DownloadError) as exc:
-        if client is not None:
-            result["requests"] = {"reads": client.reads, "writes": client.writes}
-        result.pop("msg")
-        module.fail_json(msg=f"Downloading {p['url']} to {volid} on node {p['node']}: {exc}", **result)
-    result["requests"] = {"reads": client.reads, "writes": client.writes}
-    module.exit_json(**result)
+    run.exit()
 
 
 if __name__ == "__main__":

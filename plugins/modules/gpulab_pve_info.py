@@ -100,51 +100,33 @@ requests:
   type: dict
 """
 
-import traceback  # noqa: E402
+from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
-
-try:
+if HAS_GPULAB:
     from gpulab.pve import connection, info
-    from gpulab.pve.client import PveError
-except ImportError:
-    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_ERR = True, None
-
-# The engine's sections (nics, a read per VM, only when asked for); empty without gpulab, which then
-# fails with the missing-library message.
-SECTIONS = list(info.SECTIONS) if HAS_GPULAB else []
-DEFAULT_SECTIONS = list(info.DEFAULT_SECTIONS) if HAS_GPULAB else []
 
 
 def build_argument_spec(fallback=None):
-    spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
+    spec = connection.argument_spec(fallback)
     spec.update(
         node={"type": "str", "required": True},
-        gather={"type": "list", "elements": "str", "choices": SECTIONS, "default": DEFAULT_SECTIONS},
+        # the engine's sections (nics, a read per VM, only when asked for)
+        gather={
+            "type": "list",
+            "elements": "str",
+            "choices": list(info.SECTIONS),
+            "default": list(info.DEFAULT_SECTIONS),
+        },
     )
     return spec
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=build_argument_spec(env_fallback),
-        supports_check_mode=True,
-        **(connection.MODULE_KWARGS if HAS_GPULAB else {}),
-    )
-    if not HAS_GPULAB:
-        module.fail_json(
-            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
-        )
+    module = controller_module(build_argument_spec, pve=True)
     p = module.params
-    client = None
-    try:
-        client = connection.connect(p)
-        facts = info.gather(client, p["node"], p["gather"])
-    except PveError as exc:
-        module.fail_json(msg=f"Reading node {p['node']}: {exc}")
-    module.exit_json(changed=False, requests={"reads": client.reads, "writes": client.writes}, **facts)
+    with ModuleRun(module, f"Reading node {p['node']}") as run:
+        facts = info.gather(run.connect(), p["node"], p["gather"])
+    run.exit(**facts)
 
 
 if __name__ == "__main__":

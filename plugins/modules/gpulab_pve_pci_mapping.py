@@ -90,21 +90,14 @@ requests:
   type: dict
 """
 
-import traceback  # noqa: E402
+from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
-
-try:
+if HAS_GPULAB:
     from gpulab.pve import connection, mapping
-    from gpulab.pve.client import PveError
-except ImportError:
-    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_ERR = True, None
 
 
 def build_argument_spec(fallback=None):
-    spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
+    spec = connection.argument_spec(fallback)
     spec.update(
         id={"type": "str", "required": True},
         state={"type": "str", "choices": ["present", "absent"], "default": "present"},
@@ -126,22 +119,12 @@ def build_argument_spec(fallback=None):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=build_argument_spec(env_fallback),
-        supports_check_mode=True,
-        **(connection.MODULE_KWARGS if HAS_GPULAB else {}),
-    )
-    if not HAS_GPULAB:
-        module.fail_json(
-            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
-        )
+    module = controller_module(build_argument_spec, pve=True)
     p = module.params
-    result = {"changed": False, "id": p["id"], "mapping": None, "requests": {"reads": 0, "writes": 0}}
-    client = None
-    try:
-        client = connection.connect(p)
+    result = {"id": p["id"], "mapping": None}
+    with ModuleRun(module, f"PCI mapping {p['id']}", mapping.MappingError, result=result) as run:
         res = mapping.ensure_pci_mapping(
-            client,
+            run.connect(),
             mapping_id=p["id"],
             entries=p["entries"],
             description=p["description"],
@@ -151,12 +134,7 @@ def main():
         result.update(changed=res.changed, mapping=res.after)
         if module._diff:
             result["diff"] = {"before": res.before or {}, "after": res.after or {}}
-    except (PveError, mapping.MappingError) as exc:
-        if client is not None:
-            result["requests"] = {"reads": client.reads, "writes": client.writes}
-        module.fail_json(msg=f"PCI mapping {p['id']}: {exc}", **result)
-    result["requests"] = {"reads": client.reads, "writes": client.writes}
-    module.exit_json(**result)
+    run.exit()
 
 
 if __name__ == "__main__":

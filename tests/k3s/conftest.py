@@ -3,9 +3,9 @@
 import json
 import pathlib
 import subprocess
-import sys
 
 import pytest
+from ansible_modules import command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODULES = ROOT / "plugins" / "modules"
@@ -24,7 +24,7 @@ def run_ansible_module(name, args, check_mode=False):
     """Run a module the way Ansible does (JSON arguments) with this interpreter and return its JSON result."""
     payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}
     proc = subprocess.run(
-        [sys.executable, str(MODULES / f"{name}.py"), json.dumps(payload)],
+        command(MODULES / f"{name}.py", json.dumps(payload)),
         capture_output=True,
         text=True,
         timeout=120,

@@ -3,10 +3,10 @@
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from ansible_modules import command
 
 from gpulab.routers import OPTION_DEFAULTS, RouterError, make_backend
 from labsim.routers.mikrotik import MikroTikSim
@@ -58,8 +58,7 @@ def test_module_process_hides_the_password_on_failure(tmp_path):
         args = {"ANSIBLE_MODULE_ARGS": {k: v for k, v in params(sim).items() if v is not None}}
         f = tmp_path / "args.json"
         f.write_text(json.dumps(args))
-        proc = subprocess.run([sys.executable, str(PATH), str(f)], capture_output=True, text=True, timeout=60,
-                              check=False)  # fmt: skip
+        proc = subprocess.run(command(PATH, str(f)), capture_output=True, text=True, timeout=60, check=False)
     result = json.loads(proc.stdout)
     assert result["failed"] and result["error_code"] == "auth_failed"
     assert PW not in proc.stdout and PW not in proc.stderr

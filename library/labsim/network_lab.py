@@ -1102,10 +1102,10 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
         ssh_known_hosts=str(lab.ssh_dir / "known_hosts"),
         ssh_control_path_dir=str(lab.cp_dir),
     )
-    guest_image = _guest_image()  # up() checked the programs first
-    facts["guest_image"] = str(guest_image)
+    image_root = _guest_image()  # up() checked the programs first
+    facts["guest_image"] = str(image_root)
     wanted_init = str(net.get("vm_init") or "auto")
-    why_not = systemd_hosts_possible(guest_image)
+    why_not = systemd_hosts_possible(image_root)
     if wanted_init == "systemd" and why_not:
         raise LabNetError(f"network.vm_init is systemd, but {why_not}")
     facts["vm_init"] = "simple" if wanted_init == "simple" or why_not else "systemd"
@@ -1117,7 +1117,7 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
     # the router and the node boot side by side (each waits for its own sshd)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         router = pool.submit(_start_router, lab, facts, rs, [rs["address"], bridge_ip, node_ip])
-        node_host = pool.submit(
+        node_boot = pool.submit(
             _start_host,
             lab,
             facts,
@@ -1131,10 +1131,10 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
             files=spec["files"],
             tools=spec["tools"],
             extra=spec["init"],
-            lower=str(guest_image),
+            lower=str(image_root),
         )
         facts["router"] = router.result()
-        st = node_host.result()
+        st = node_boot.result()
     facts["node_host"] = {
         "name": node["name"],
         "address": st["address"],

@@ -6,9 +6,12 @@ stage: wall time, PVE API requests (reads / writes), PVE tasks started, and Ansi
 per host, skipped ones not counted) of each run; then the whole runs' wall times and the re-run's
 requests on each VM. Stages are told apart by scripts/callbacks/gpulab_timeline.py, which logs when
 each play starts and ends; the simulator's request log is split at those times.
-Targets: the re-run takes at most 30 % of the first converge; per VM at most 2 reads, 0 writes.
+Targets: the re-run takes at most 30 % of the first converge (and at most 20 s); per VM at most 2 reads,
+0 writes. Each figure is printed beside the baseline in scripts/benchmark-baseline.json (the figures of
+one earlier run, with its date; --save-baseline replaces them), and the re-run's most expensive tasks
+are listed (--top).
 
-    .venv/bin/python scripts/benchmark.py [--tags preflight,host,vms,...] [--keep]
+    .venv/bin/python scripts/benchmark.py [--tags preflight,host,vms,...] [--keep] [--top N] [--save-baseline]
 
 Run as root for the whole lab (SSH hosts, DHCP); without root only the API stages can run.
 This is a measurement, not a test: it never fails on a number.
@@ -17,6 +20,7 @@ This is a measurement, not a test: it never fails on a number.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -31,10 +35,14 @@ BIN = Path(sys.executable).parent
 API_ONLY = "preflight,vms"
 VM_PATH = re.compile(r"/nodes/[^/]+/qemu/(\d+)(/|$)")
 TASK_PATH = re.compile(r"/tasks/([^/]+)/status")
+BASELINE = ROOT / "scripts" / "benchmark-baseline.json"
 
 
 def lab(*args: str, env: dict) -> None:
-    subprocess.run([BIN / "gpulab", "lab", *args], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([BIN / "gpulab", "lab", *args], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stdout.write(out.stdout[-2000:] + out.stderr[-4000:])
+        raise SystemExit(f"gpulab lab {args[0]} failed (rc={out.returncode})")
 
 
 def requests_since(log: Path, offset: int) -> tuple[list[dict], int]:
@@ -79,10 +87,75 @@ def by_stage(plays: list[dict], reqs: list[dict]) -> dict[str, dict]:
     return stages
 
 
+def figures(runs: dict[str, dict], tags: str | None) -> dict:
+    """What the baseline keeps of a benchmark: per run and per stage its seconds and task results."""
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
+    ).stdout.strip()
+    out: dict = {
+        "date": datetime.date.today().isoformat(),
+        "commit": commit,
+        "tags": tags or "all",
+        "cpus": os.cpu_count(),
+    }
+    for label, run in runs.items():
+        out[label] = {"s": round(run["s"], 1), "results": sum(st["ran"] for st in run["stages"].values())}
+    out["stages"] = {
+        stage: {
+            label: {"s": round(run["stages"][stage]["s"], 1), "results": run["stages"][stage]["ran"]}
+            for label, run in runs.items()
+            if stage in run["stages"]
+        }
+        for stage in runs["first"]["stages"]
+    }
+    return out
+
+
+def dump_figures(figs: dict) -> str:
+    """The baseline file's text: one line per figure and per stage."""
+    lines = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in figs.items() if k != "stages"]
+    stages = [f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in figs["stages"].items()]
+    return "{\n" + ",\n".join([*lines, '  "stages": {\n' + ",\n".join(stages) + "\n  }"]) + "\n}\n"
+
+
+def print_against(now: dict, base: dict) -> None:
+    """The figures of this run beside the baseline's (seconds, task results; first converge / re-run)."""
+    print(f"\nagainst the baseline of {base['date']} ({base['tags']}, {base['cpus']} CPUs): now (baseline)")
+    head = f"{'stage':<10} {'first s':>15} {'rerun s':>15} {'first results':>15} {'rerun results':>15}"
+    print(head)
+    print("-" * len(head))
+    rows = [(st, now["stages"][st], base["stages"].get(st, {})) for st in now["stages"]]
+    rows.append(("site.yml", now, base))
+    empty = {"s": 0.0, "results": 0}
+    for stage, n, b in rows:
+        cells = []
+        for key in ("s", "results"):
+            for label in ("first", "rerun"):
+                nv, bv = n.get(label, empty)[key], b.get(label, empty)[key] if b else "-"
+                cells.append(f"{nv:>6} ({bv:>5})" if key == "results" else f"{nv:>6.1f} ({bv:>5})")
+        print(f"{stage:<10} {cells[0]:>15} {cells[1]:>15} {cells[2]:>15} {cells[3]:>15}")
+
+
+def print_top(plays: list[dict], top: int) -> None:
+    """The re-run's most expensive tasks: seconds from each task's start to the next's, results."""
+    tasks = [(t["s"], t["ran"], p["stage"], t["name"]) for p in plays for t in p.get("tasks", []) if "s" in t]
+    if not tasks or top <= 0:
+        return
+    print(f"\nno-op re-run, the {top} most expensive tasks (of {len(tasks)}; seconds, results):")
+    for secs, ran, stage, name in sorted(tasks, reverse=True)[:top]:
+        print(f"  {secs:>6.2f} s {ran:>3}  {stage:<9} {name}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tags", help=f"site.yml tags to run (default: all as root, else {API_ONLY})")
     ap.add_argument("--keep", action="store_true", help="leave the lab running afterwards")
+    ap.add_argument(
+        "--top", type=int, default=15, help="list the re-run's N most expensive tasks (default 15)"
+    )
+    ap.add_argument(
+        "--save-baseline", action="store_true", help=f"store this run's figures in {BASELINE.name}"
+    )
     args = ap.parse_args()
     tags = args.tags or (None if os.geteuid() == 0 else API_ONLY)
 
@@ -105,7 +178,7 @@ def main() -> int:
         for label in ("first", "rerun"):
             took, plays = run_site(tags, env, state / f"timeline-{label}.jsonl")
             reqs, offset = requests_since(log, offset)
-            runs[label] = {"s": took, "stages": by_stage(plays, reqs), "reqs": reqs}
+            runs[label] = {"s": took, "stages": by_stage(plays, reqs), "reqs": reqs, "plays": plays}
     finally:
         if not args.keep:
             lab("down", "--state", str(state), env=env)
@@ -135,7 +208,10 @@ def main() -> int:
         f"  {sum(s['changed'] for s in rerun.values())}"
     )
     ratio = total_r / total_f if total_f else 0
-    print(f"\nno-op re-run = {ratio:.0%} of the first converge (target <= 30%); wall times include start-up")
+    print(
+        f"\nno-op re-run: {total_r:.1f} s (target <= 20 s), {ratio:.0%} of the first converge (target <= 30%);"
+        " wall times include start-up"
+    )
 
     per_vm: dict[str, list[int]] = {}
     for req in runs["rerun"]["reqs"]:
@@ -147,6 +223,14 @@ def main() -> int:
         print("no-op re-run, requests on each VM's own paths (target: <= 2 reads, 0 writes):")
         for vmid, (reads, writes) in sorted(per_vm.items()):
             print(f"  VM {vmid}: {reads} reads, {writes} writes")
+
+    now = figures(runs, tags)
+    if BASELINE.exists():
+        print_against(now, json.loads(BASELINE.read_text()))
+    print_top(runs["rerun"]["plays"], args.top)
+    if args.save_baseline:
+        BASELINE.write_text(dump_figures(now))
+        print(f"\nbaseline stored in {BASELINE}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Callback for scripts/benchmark.py: when each play starts and how many task results it had.
 
 Writes one JSON line per play to $GPULAB_TIMELINE: {"stage", "play", "start", "end", "ran",
-"changed"}, counting task results per host (skipped ones not). The stage is the play's tag other than
+"changed", "tasks"}, counting task results per host (skipped ones not). "tasks" lists each task of the
+play in order: {"name", "s" (from its start to the next task's), "ran" (results, skipped ones not)}. The stage is the play's tag other than
 "always" and "never" (site.yml tags every play with its stage). Enabled only by the benchmark (ANSIBLE_CALLBACKS_ENABLED); nothing else loads it.
 """
 
@@ -36,6 +37,7 @@ class CallbackModule(CallbackBase):
         self._play = None
 
     def _close(self):
+        self._task_end()
         if self._play is not None and self._path:
             self._play["end"] = time.time()
             with open(self._path, "a", encoding="utf-8") as f:
@@ -51,11 +53,31 @@ class CallbackModule(CallbackBase):
             "start": time.time(),
             "ran": 0,
             "changed": 0,
+            "tasks": [],
         }
+
+    def _task_end(self):
+        if self._play is not None and self._play["tasks"] and "s" not in self._play["tasks"][-1]:
+            task = self._play["tasks"][-1]
+            task["s"] = round(time.time() - task.pop("start"), 3)
+
+    def _task_start(self, task):
+        self._task_end()
+        if self._play is not None:
+            name = task.get_name()
+            self._play["tasks"].append({"name": name, "start": time.time(), "ran": 0})
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._task_start(task)
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self._task_start(task)
 
     def _ran(self, result):
         if self._play is not None:
             self._play["ran"] += 1
+            if self._play["tasks"]:
+                self._play["tasks"][-1]["ran"] += 1
             self._play["changed"] += bool(result._result.get("changed"))
 
     def v2_runner_on_ok(self, result):

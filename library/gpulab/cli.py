@@ -11,13 +11,13 @@ def _plan(args: argparse.Namespace) -> int:
     from gpulab import inventory, labdef
 
     try:
-        groups, hostvar = inventory.load(args.inventory, args.vault_password_file)
+        groups, hostvar, names = inventory.load(args.inventory, args.vault_password_file)
     except Exception as exc:  # the inventory itself does not parse
         print(f"gpulab plan: cannot read inventory {args.inventory}: {exc}", file=sys.stderr)
         return 1
-    lab, problems = labdef.check(groups, hostvar)
+    definition, problems = labdef.check(groups, hostvar, names)
     print(f"Plan for {args.inventory}\n")
-    print(labdef.plan_text(lab))
+    print(labdef.plan_text(definition))
     if problems:
         print(f"\nThe lab definition has {len(problems)} problem(s); nothing would be changed:")
         for p in problems:

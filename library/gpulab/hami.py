@@ -104,17 +104,21 @@ def facts_path(chart_version):
     return resources.files("gpulab").joinpath("data", f"hami-{chart_version}-keys.json")
 
 
+def known_versions():
+    """The chart versions whose key facts the package holds, sorted."""
+    return sorted(
+        p.name[len("hami-") : -len("-keys.json")]
+        for p in resources.files("gpulab").joinpath("data").iterdir()
+        if p.name.startswith("hami-") and p.name.endswith("-keys.json")
+    )
+
+
 def load_keys(chart_version):
     """The key facts of a chart version kept in the package; ValuesError when there are none."""
     path = facts_path(chart_version)
     if not path.is_file():
-        known = sorted(
-            p.name[len("hami-") : -len("-keys.json")]
-            for p in resources.files("gpulab").joinpath("data").iterdir()
-            if p.name.startswith("hami-") and p.name.endswith("-keys.json")
-        )
         raise ValuesError(
-            f"No key facts for HAMi chart {chart_version} (known: {', '.join(known) or 'none'}): "
+            f"No key facts for HAMi chart {chart_version} (known: {', '.join(known_versions()) or 'none'}): "
             f"generate them with `python -m gpulab.hami <values.yaml of chart {chart_version}> "
             f"{chart_version}` and add the file to library/gpulab/data/."
         )

@@ -1,7 +1,8 @@
 """Read an Ansible inventory folder the way ansible-playbook does, for `gpulab plan`.
 
 Only the variables of the lab definition are templated, one at a time, so a secret that is
-never asked for is never rendered.
+never asked for is never rendered. `defined_names` lists the variables the inventory itself sets for a
+host (the preflight action plugin uses it too), so a misspelt one can be refused.
 """
 
 from __future__ import annotations
@@ -13,9 +14,29 @@ from typing import Any
 from gpulab.labdef import GROUPS
 
 
+def defined_names(inventory: Any, loader: Any) -> Callable[[str], set[str]]:
+    """`names(host)`: the variables an InventoryManager's sources set for a host (its inventory file,
+    group_vars and host_vars, its groups' too), without facts, extra vars or Ansible's magic variables."""
+    from ansible.vars.plugins import get_vars_from_inventory_sources
+
+    def names(host_name: str) -> set[str]:
+        host = inventory.get_host(host_name)
+        if host is None:
+            return set()
+        groups = host.get_groups()
+        found = set(host.vars)
+        for group in groups:
+            found |= set(group.get_vars())
+        # the vars plugins (host_group_vars) read group_vars/ and host_vars/ beside each source
+        sources = inventory._sources  # InventoryManager has no public accessor for them
+        return found | set(get_vars_from_inventory_sources(loader, sources, [*groups, host], "task"))
+
+    return names
+
+
 def load(
     inventory: str | Path, vault_password_file: str | None = None
-) -> tuple[dict, Callable[[str, str], Any]]:
+) -> tuple[dict, Callable[[str, str], Any], Callable[[str], set[str]]]:
     from ansible import constants as C
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
@@ -50,4 +71,4 @@ def load(
         except AnsibleError:
             return None  # undefined (e.g. a vault variable not given): reported as not set
 
-    return groups, hostvar
+    return groups, hostvar, defined_names(inv, loader)

@@ -1,7 +1,8 @@
 """Action plugin behind gpulab_preflight: validates the whole lab definition on the controller, then
 reaches the APIs the selected stages use.
 
-It reads the inventory's hostvars (only the lab definition's variables) and hands them to
+It reads the inventory's hostvars (only the lab definition's variables), and the names the inventory
+itself sets for each host (not facts or extra vars: a misspelt variable is refused), and hands them to
 gpulab.labdef, the same validation `gpulab plan` runs, so the messages are the same. When the definition
 is valid and a selected stage talks to the Proxmox VE API (vms, network, verify), it reads GET /version
 with the inventory's API settings (gpulab.reach): a refused token or a node that is down stops the run
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from gpulab import labdef, reach
+from gpulab import inventory, labdef, reach
 
 
 def _plain(value):
@@ -50,7 +51,9 @@ class ActionModule(ActionBase):
             except AnsibleError:
                 return None  # undefined, e.g. a vault variable nobody provided: "not set"
 
-        lab, problems = labdef.check(groups, hostvar)
+        # HostVars keeps the run's InventoryManager (no public accessor): its sources are the inventory's.
+        names = inventory.defined_names(hostvars._inventory, self._loader)
+        definition, problems = labdef.check(groups, hostvar, names)
         result["changed"] = False
         result["problems"] = [str(p) for p in problems]
         result["reached"] = []
@@ -61,11 +64,11 @@ class ActionModule(ActionBase):
                 + "\n".join(f"- {p}" for p in problems)
             )
             return result
-        result["plan"] = labdef.plan_text(lab).splitlines()
+        result["plan"] = labdef.plan_text(definition).splitlines()
         result["msg"] = "The lab definition is valid."
         stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         if stages & reach.PVE_STAGES:
-            reached, problem = reach.reach_pve(lab.globals)
+            reached, problem = reach.reach_pve(definition.globals)
             if problem is not None:
                 result["problems"] = [str(problem)]
                 result["failed"] = True

@@ -100,10 +100,14 @@ class Inventory:
             return own[name]
         return self.globals.get(name)
 
+    def names(self, host):
+        """The names the inventory sets for the host: its own and group_vars/all's."""
+        return [*self.hosts.get(host, {}), *self.globals]
+
     def check(self):
         from gpulab import labdef
 
-        return labdef.check(self.groups, self.hostvar)
+        return labdef.check(self.groups, self.hostvar, self.names)
 
     def messages(self):
         return [str(p) for p in self.check()[1]]

@@ -27,6 +27,14 @@ def _set(inv, host, **values):
             target[key] = value
 
 
+_IMAGE = {
+    "url": "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img",
+    "filename": "noble-server-cloudimg-amd64.qcow2",
+    "checksum": "d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac",
+    "checksum_algorithm": "sha256",
+    "storage": "local",
+}
+
 # (id, host, changes, expected fragment of the one message). Each is a distinct mistake a user can make.
 BAD = [
     ("dup-vmid", "vm-2", {"vm_id": 100}, "vm-2: vm_id=100: already used by vm-1"),
@@ -273,6 +281,103 @@ BAD = [
         "all",
         {"hami_device_split_count": 0},
         "all: hami_device_split_count=0: must be at least 1",
+    ),
+    # --- names the lab definition and the roles do not know ---
+    (
+        "misspelt-vm-variable",
+        "vm-1",
+        {"vm_memroy_mib": 8192},
+        "vm-1: vm_memroy_mib=8192: unknown variable: neither the lab definition nor a role reads it "
+        "(did you mean vm_memory_mib?). Fix: rename it to vm_memory_mib, or remove it.",
+    ),
+    (
+        "misspelt-node-variable",
+        "pve",
+        {"pve_gpu": [{"id": "rtx3090", "pci": "0000:02:00"}]},
+        "(did you mean pve_gpus?). Fix: rename it to pve_gpus, or remove it.",
+    ),
+    (
+        "misspelt-global-variable",
+        "all",
+        {"k3s_versoin": "v1.33.6+k3s1"},
+        "all: k3s_versoin='v1.33.6+k3s1': unknown variable: neither the lab definition nor a role reads it "
+        "(did you mean k3s_version?)",
+    ),
+    (
+        "misspelt-role-variable",
+        "vm-2",
+        {"guest_base_packges": ["htop"]},
+        "vm-2: guest_base_packges=['htop']: unknown variable: neither the lab definition nor a role reads it "
+        "(did you mean guest_base_packages?)",
+    ),
+    # --- versions and URLs the run downloads ---
+    (
+        "k3s-version-bare",
+        "all",
+        {"k3s_version": "1.33.5"},
+        "all: k3s_version='1.33.5': not a k3s release: k3s tags its releases vX.Y.Z+k3sN and downloads "
+        "nothing else. Fix: write the release as k3s tags it, e.g. v1.33.5+k3s1",
+    ),
+    (
+        "k3s-version-no-suffix",
+        "all",
+        {"k3s_version": "v1.33.5"},
+        "all: k3s_version='v1.33.5': not a k3s release",
+    ),
+    (
+        "chart-version-form",
+        "all",
+        {"hami_chart_version": "v2.10"},
+        "all: hami_chart_version='v2.10': not a Helm chart version X.Y.Z",
+    ),
+    (
+        "chart-version-without-facts",
+        "all",
+        {"hami_chart_version": "2.9.0"},
+        "all: hami_chart_version='2.9.0': gpulab holds no key facts for this HAMi chart version",
+    ),
+    (
+        "driver-branch",
+        "all",
+        {"nvidia_driver_branch": 58},
+        "all: nvidia_driver_branch=58: not a driver branch",
+    ),
+    (
+        "driver-flavour",
+        "all",
+        {"nvidia_driver_flavour": "desktop"},
+        "all: nvidia_driver_flavour='desktop': unknown value. Fix: use one of server, server-open, open, \"\"",
+    ),
+    (
+        "install-script-url",
+        "vm-1",
+        {"k3s_server_install_script_url": "get.k3s.io"},
+        "vm-1: k3s_server_install_script_url='get.k3s.io': not an http(s) URL: the run downloads from it",
+    ),
+    (
+        "toolkit-version",
+        "vm-gpu",
+        {"nvidia_container_toolkit_version": "latest"},
+        "vm-gpu: nvidia_container_toolkit_version='latest': not a Debian package version",
+    ),
+    (
+        "image-url-without-host",
+        "all",
+        {"gpulab_os_image": {**_IMAGE, "url": "https:///noble-server-cloudimg-amd64.img"}},
+        "all: gpulab_os_image.url='https:///noble-server-cloudimg-amd64.img': PVE downloads from an http(s) URL",
+    ),
+    (
+        "image-filename-extension",
+        "all",
+        {"gpulab_os_image": {**_IMAGE, "filename": "noble-server-cloudimg-amd64.img"}},
+        "all: gpulab_os_image.filename='noble-server-cloudimg-amd64.img': PVE stores this download as content "
+        "import, which must end with .qcow2",
+    ),
+    (
+        "image-filename-folder",
+        "all",
+        {"gpulab_os_image": {**_IMAGE, "filename": "images/noble.qcow2"}},
+        "all: gpulab_os_image.filename='images/noble.qcow2': PVE keeps only letters, digits",
     ),
 ]
 

@@ -1,0 +1,38 @@
+"""The lab definition: every inventory variable gpulab reads, and the one validation of it.
+
+The inventory (groups ``proxmox``, ``router``, ``vms``, ``k3s_server``, ``k3s_agent`` and their
+variables) is read into plain dicts, one per host, and checked here. ``gpulab plan`` and the preflight
+play (stage 0 of site.yml) both call :func:`check`, so the same mistake gets the same message whichever
+runs it. Nothing here knows about Ansible; callers hand in ``groups``, a way to read a host's variables
+and the names the inventory sets for each host.
+
+- ``catalogue``: the variables (:data:`CATALOGUE`), their formats, and the roles' declared options;
+- ``definition``: :class:`LabDefinition` as read from the inventory, :class:`Problem`;
+- ``rules``: the table of single-value rules;
+- ``checks`` and ``vm_checks``: everything that ties values together, and the inventory's own names;
+- ``plan``: :func:`plan_text`.
+
+Every message names the host, the field, the value, why it is wrong and how to fix it.
+"""
+
+from gpulab.labdef.catalogue import BY_NAME, CATALOGUE, GROUPS, Var, known_names, role_options
+from gpulab.labdef.checks import check, validate
+from gpulab.labdef.definition import LabDefinition, LabDefinitionError, Problem, load, pinned_mib
+from gpulab.labdef.plan import plan_text
+
+__all__ = [
+    "BY_NAME",
+    "CATALOGUE",
+    "GROUPS",
+    "LabDefinition",
+    "LabDefinitionError",
+    "Problem",
+    "Var",
+    "check",
+    "known_names",
+    "load",
+    "pinned_mib",
+    "plan_text",
+    "role_options",
+    "validate",
+]

@@ -1,0 +1,373 @@
+"""The checks of the lab definition: the rules table on every value, then what ties values together
+(logins and their secrets, OS images, nodes and their GPUs, memory and disk budgets, the router's
+network, the k3s groups), and the inventory's own names (a misspelt variable is refused).
+
+The VM checks are in gpulab.labdef.vm_checks. Every message names the host, the field, the value, why
+it is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from gpulab.constants import DOWNLOAD_EXTENSION_HINTS, DOWNLOAD_EXTENSIONS
+from gpulab.labdef.catalogue import (
+    CHECKSUM_LENGTHS,
+    DOWNLOAD_URL_RE,
+    FILENAME_RE,
+    OS_IMAGES,
+    PASSWORD_ROUTERS,
+    PCI_FUNC_RE,
+    PCI_SLOT_RE,
+    PLACEHOLDER_RE,
+    STORAGE_ID_RE,
+    VENDOR_DEVICE_RE,
+    known_names,
+    role_options,
+)
+from gpulab.labdef.definition import LabDefinition, Problem, load, pinned_mib
+from gpulab.labdef.rules import first_failure
+from gpulab.labdef.vm_checks import check_vms
+
+# An unknown variable's value is shown unless its name looks like it holds a secret.
+_SECRET_NAME_RE = re.compile(r"secret|passw|token|key", re.IGNORECASE)
+
+
+class Problems(list[Problem]):
+    def add(self, host: str, field: str, value: Any, why: str, fix: str) -> None:
+        self.append(Problem(host, field, value, why, fix))
+
+
+def _rule_problem(host: str, name: str, value: Any) -> Problem | None:
+    rule = first_failure(name, value)
+    return None if rule is None else Problem(host, name, value, rule.why, rule.fix)
+
+
+def check_values(d: LabDefinition, out: Problems) -> None:
+    """The rules table on every value the lab definition read, defaults included."""
+    sections = [("all", d.globals), *d.nodes.items(), *d.vms.items(), *([d.router] if d.router else [])]
+    for host, values in sections:
+        for name, value in values.items():
+            if (p := _rule_problem(host, name, value)) is not None:
+                out.append(p)
+
+
+def check_api(d: LabDefinition, out: Problems) -> None:
+    g = d.globals
+    tid, secret = g.get("pve_api_token_id"), g.get("pve_api_token_secret")
+    user, password = g.get("pve_api_user"), g.get("pve_api_password")
+    if not tid and not user:
+        fix = "set pve_api_token_id and its secret, or pve_api_user and pve_api_password"
+        out.add("all", "pve_api_token_id", None, "no way to log in to the Proxmox API", fix)
+    if tid and not secret:
+        fix = "put vault_pve_api_token_secret in the vault or export GPULAB_PVE_API_TOKEN_SECRET"
+        out.add("all", "pve_api_token_secret", None, "missing secret for the API token " + tid, fix)
+    if user and not tid and not password:
+        fix = "put vault_pve_api_password in the vault or export GPULAB_PVE_API_PASSWORD"
+        out.add("all", "pve_api_password", None, "missing secret: password of " + user, fix)
+    for name in ("pve_api_token_secret", "pve_api_password"):
+        value = g.get(name)
+        if value and PLACEHOLDER_RE.search(value):
+            fix = "put the real secret in the vault (ansible-vault edit ...)"
+            out.add("all", name, "<placeholder>", "the example placeholder was never replaced", fix)
+
+
+def check_images(d: LabDefinition, out: Problems) -> None:
+    """gpulab_os_image and gpulab_os_iso: what PVE's download-url needs, so the download cannot fail on it."""
+    for name, content in OS_IMAGES.items():
+        img = d.globals.get(name)
+        if not img:
+            continue
+        algo = img.get("checksum_algorithm", "sha256")
+        if algo not in CHECKSUM_LENGTHS:
+            why = "PVE checks sha256 or sha512 here"
+            out.add("all", f"{name}.checksum_algorithm", algo, why, "use sha256 or sha512")
+            continue
+        ck = str(img.get("checksum", ""))
+        if not re.fullmatch(rf"[0-9a-fA-F]{{{CHECKSUM_LENGTHS[algo]}}}", ck):
+            why = f"a {algo} checksum is {CHECKSUM_LENGTHS[algo]} hex digits"
+            fix = "copy the image's line from the distribution's SHA256SUMS file"
+            out.add("all", f"{name}.checksum", ck or None, why, fix)
+        url = img.get("url")
+        if not (isinstance(url, str) and DOWNLOAD_URL_RE.match(url)):
+            fix = "give the image's full download URL"
+            out.add("all", f"{name}.url", url, "PVE downloads from an http(s) URL", fix)
+        for key in ("filename", "storage"):
+            if not img.get(key):
+                fix = f"set {name}.{key} (see inventory/homelab/group_vars/all/main.yml)"
+                out.add("all", f"{name}.{key}", None, "required", fix)
+        filename = img.get("filename")
+        if not filename:
+            continue
+        field = f"{name}.filename"
+        if not FILENAME_RE.match(str(filename)):
+            why = "PVE keeps only letters, digits, '_', '.' and '-' of a file name (and no folder)"
+            fix = "give a plain file name, e.g. noble-server-cloudimg-amd64.qcow2"
+            out.add("all", field, filename, why, fix)
+        elif not DOWNLOAD_EXTENSIONS[content].search(str(filename)):
+            ends = DOWNLOAD_EXTENSION_HINTS[content]
+            why = f"PVE stores this download as content {content}, which must end with {ends}"
+            out.add("all", field, filename, why, "rename the file accordingly")
+
+
+def check_nodes(d: LabDefinition, out: Problems) -> dict[str, tuple[str, dict]]:
+    """The nodes and their GPUs; returns the GPUs by "node/gpu-id" -> (host, gpu) for the VM checks."""
+    gpus: dict[str, tuple[str, dict]] = {}
+    names: dict[str, str] = {}
+    if not d.nodes:
+        fix = "add the node under group proxmox with pve_node, pve_memory_mib, pve_storages"
+        out.add("inventory", "group proxmox", None, "no Proxmox node in the inventory", fix)
+    for host, node in d.nodes.items():
+        name = node.get("pve_node")
+        if name in names:
+            fix = "give each node its own name as PVE knows it"
+            out.add(host, "pve_node", name, f"the same node name as {names[name]}", fix)
+        names[name] = host
+        for sid, st in (node.get("pve_storages") or {}).items():
+            if not STORAGE_ID_RE.match(str(sid)):
+                fix = "use the storage id shown under Datacenter > Storage"
+                out.add(host, "pve_storages", sid, "not a valid PVE storage id", fix)
+            if not isinstance(st, dict) or not isinstance(st.get("content", []), list):
+                why = "expected {type, content: [...], size_gb}"
+                out.add(host, f"pve_storages.{sid}", st, why, "describe the storage as a mapping")
+        seen_slots: dict[str, str] = {}
+        for i, gpu in enumerate(node.get("pve_gpus") or []):
+            where = f"pve_gpus[{i}]"
+            if not isinstance(gpu, dict) or not gpu.get("id"):
+                fix = "write {id: rtx3090, pci: '0000:02:00', ...}"
+                out.add(host, where, gpu, "a GPU needs at least id and pci", fix)
+                continue
+            key = f"{name}/{gpu['id']}"
+            if key in gpus:
+                why = "two GPUs with the same id on this node"
+                out.add(host, f"{where}.id", gpu["id"], why, "give each GPU its own id")
+            gpus[key] = (host, gpu)
+            slot = str(gpu.get("pci", ""))
+            if not PCI_SLOT_RE.match(slot):
+                why = "not a PCI slot DDDD:BB:SS (lower-case hex, no function)"
+                fix = "copy it from `lspci -D` without the .function, e.g. 0000:02:00"
+                out.add(host, f"{where}.pci", gpu.get("pci"), why, fix)
+            elif slot in seen_slots:
+                why = f"the same slot as GPU {seen_slots[slot]}"
+                out.add(host, f"{where}.pci", slot, why, "list each card once")
+            seen_slots[slot] = gpu["id"]
+            for fn in gpu.get("functions") or []:
+                if not PCI_FUNC_RE.match(str(fn)) or not str(fn).startswith(slot + "."):
+                    why = f"not a function DDDD:BB:SS.F of slot {slot}"
+                    fix = "list the card's functions as `lspci -D -s SLOT` shows them"
+                    out.add(host, f"{where}.functions", fn, why, fix)
+            vd = gpu.get("vendor_device")
+            if vd is not None and not VENDOR_DEVICE_RE.match(str(vd)):
+                why, fix = "not VVVV:DDDD in lower-case hex", "copy it from `lspci -nn` (e.g. 10de:2204)"
+                out.add(host, f"{where}.vendor_device", vd, why, fix)
+    return gpus
+
+
+def check_capacity(d: LabDefinition, out: Problems) -> None:
+    """Pinned memory and disk sizes against each node's memory and storages."""
+    reserve = d.globals.get("gpulab_host_reserve_mib") or 0
+    for host, node in d.nodes.items():
+        mine = [(h, vm) for h, vm in d.vms.items() if vm.get("vm_node") == node.get("pve_node")]
+        pinned = reserve + sum(pinned_mib(vm) for _, vm in mine)
+        total = node.get("pve_memory_mib")
+        if isinstance(total, int) and pinned > total:
+            parts = ", ".join(f"{h} {pinned_mib(vm)}" for h, vm in mine)
+            why = f"pinned memory {pinned} MiB ({parts}, host reserve {reserve}) exceeds it"
+            fix = (
+                "lower vm_memory_mib, enable ballooning with vm_balloon_min_mib on VMs without a GPU, "
+                "or remove a VM"
+            )
+            out.add(host, "pve_memory_mib", total, why, fix)
+        for sid, st in (node.get("pve_storages") or {}).items():
+            size = st.get("size_gb") if isinstance(st, dict) else None
+            if not isinstance(size, int | float):
+                continue
+            used = [
+                (h, vm["vm_disk_gb"])
+                for h, vm in mine
+                if vm.get("vm_storage") == sid and isinstance(vm.get("vm_disk_gb"), int)
+            ]
+            for h, gb in used:
+                if gb > size:
+                    fix = f"use at most {size} GB or another storage"
+                    out.add(h, "vm_disk_gb", gb, f"larger than storage {sid} ({size} GB)", fix)
+            total_gb = sum(gb for _, gb in used)
+            if total_gb > size and all(gb <= size for _, gb in used):
+                why = f"the VM disks on it add up to {total_gb} GB"
+                fix = "shrink vm_disk_gb of some VMs or put them on another storage"
+                out.add(host, f"pve_storages.{sid}.size_gb", size, why, fix)
+
+
+def _ip(host: str, name: str, value: Any, out: Problems) -> ipaddress.IPv4Address | None:
+    if value is None:
+        return None
+    try:
+        return ipaddress.IPv4Address(str(value))
+    except ValueError:
+        out.add(host, name, value, "not an IPv4 address", "write it like 192.168.100.53")
+        return None
+
+
+def check_router(d: LabDefinition, out: Problems) -> None:
+    """The router's kind and secret, its network and pool, and every VM's address in it."""
+    if d.router is None:
+        fix = "add the router host under group router with router_kind, router_address, ..."
+        out.add("inventory", "group router", None, "no router in the inventory", fix)
+        return
+    host, r = d.router
+    kind = r.get("router_kind")
+    if kind in PASSWORD_ROUTERS and not r.get("router_password"):
+        fix = "put vault_router_password in the vault or export GPULAB_ROUTER_PASSWORD"
+        out.add(host, "router_password", None, f"missing secret: the {kind} router's password", fix)
+    try:
+        net = ipaddress.IPv4Network(str(r.get("router_subnet")), strict=True)
+    except ValueError as exc:
+        why = f"not an IPv4 network ({exc})"
+        out.add(host, "router_subnet", r.get("router_subnet"), why, "write it like 192.168.100.0/24")
+        return
+    raddr = _ip(host, "router_address", r.get("router_address"), out)
+    if raddr is not None and raddr not in net:
+        fix = "fix the router's address or the subnet"
+        out.add(host, "router_address", str(raddr), f"outside router_subnet {net}", fix)
+    pool = r.get("router_dhcp_pool") or {}
+    start = _ip(host, "router_dhcp_pool.start", pool.get("start"), out)
+    end = _ip(host, "router_dhcp_pool.end", pool.get("end"), out)
+    if start and end:
+        if start not in net or end not in net:
+            fix = "give a pool inside the router's subnet"
+            out.add(host, "router_dhcp_pool", f"{start}-{end}", f"not inside {net}", fix)
+        elif start > end:
+            out.add(host, "router_dhcp_pool", f"{start}-{end}", "start is after end", "swap start and end")
+    seen: dict[ipaddress.IPv4Address, str] = {}
+    for vhost, vm in d.vms.items():
+        addr = _ip(vhost, "vm_address", vm.get("vm_address"), out)
+        if addr is None:
+            continue
+        if addr not in net:
+            why, fix = f"outside the router's subnet {net}", f"pick an address in {net}"
+        elif addr in (net.network_address, net.broadcast_address):
+            why, fix = f"the network or broadcast address of {net}", "pick a host address"
+        elif addr == raddr:
+            why, fix = "that is the router's own address", "pick another free address"
+        elif addr in seen:
+            why, fix = f"already given to {seen[addr]}", "give every VM its own address"
+        else:
+            why = ""
+        if why:
+            out.add(vhost, "vm_address", str(addr), why, fix)
+        seen.setdefault(addr, vhost)
+    for nhost, node in d.nodes.items():
+        addr = node.get("ansible_host")
+        if addr and str(addr) in {str(a) for a in seen}:
+            vhost = seen[ipaddress.IPv4Address(str(addr))]
+            why = f"that is the address of Proxmox node {nhost}"
+            out.add(vhost, "vm_address", str(addr), why, "pick another free address")
+
+
+def check_k3s(d: LabDefinition, out: Problems) -> None:
+    """The k3s groups, and the GPU engines of stage workloads against the VMs and their cards."""
+    servers, agents = d.k3s_servers, d.k3s_agents
+    if not servers:
+        fix = "put one VM (e.g. vm-1) in group k3s_server"
+        out.add("inventory", "group k3s_server", None, "k3s has no server", fix)
+    elif len(servers) % 2 == 0:
+        why = f"{len(servers)} servers: embedded etcd needs an odd number for a quorum"
+        out.add("inventory", "group k3s_server", servers, why, "use 1 or 3 servers")
+    for h in set(servers) & set(agents):
+        fix = "keep it in one of k3s_server or k3s_agent"
+        out.add(h, "group k3s_agent", h, "the host is both k3s server and agent", fix)
+    for h in [*servers, *agents]:
+        if h not in d.vms:
+            fix = "add it to group vms with its vm_* settings, or remove it from k3s"
+            out.add(h, "group vms", h, "a k3s node that is not a lab VM", fix)
+    shares: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for i, engine in enumerate(d.globals.get("workloads_engines") or []):
+        where = f"workloads_engines[{i}]"
+        if not isinstance(engine, dict) or not engine.get("name") or not engine.get("node"):
+            fix = "write {name: vllm, node: vm-gpu, gpus: [0], gpu_memory_percent: 45, ...}"
+            out.add("all", where, engine, "an engine needs at least name and node", fix)
+            continue
+        node = engine["node"]
+        if node not in d.vms or not d.vms[node].get("vm_gpu"):
+            fix = "use the inventory name of a VM that has vm_gpu set, e.g. vm-gpu"
+            out.add("all", f"{where}.node", node, "not a lab VM with a GPU", fix)
+        pct = engine.get("gpu_memory_percent", 100)
+        if not isinstance(pct, int) or not 1 <= pct <= 100:
+            fix = "give the percentage of each card's memory the engine may use"
+            out.add("all", f"{where}.gpu_memory_percent", pct, "a share of a card is 1-100 percent", fix)
+            continue
+        for card in engine.get("gpus") or [0]:
+            shares.setdefault((node, str(card)), []).append((engine["name"], pct))
+    for (node, card), users in shares.items():
+        total = sum(p for _, p in users)
+        if total > 100:
+            parts = " + ".join(f"{n} {p}%" for n, p in users)
+            why = f"the engines ask for {total}% of one card ({parts})"
+            fix = "lower gpu_memory_percent so the engines on a card add up to 100 or less"
+            out.add("all", "workloads_engines", f"{node} card {card}", why, fix)
+
+
+def _unknown(host: str, name: str, value: Any, known: Iterable[str]) -> Problem:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    shown = "<hidden>" if value is not None and _SECRET_NAME_RE.search(name) else value
+    why = "unknown variable: neither the lab definition nor a role reads it"
+    if close:
+        return Problem(
+            host, name, shown, f"{why} (did you mean {close[0]}?)", f"rename it to {close[0]}, or remove it"
+        )
+    return Problem(host, name, shown, why, "remove it, or use a name from README's variable tables")
+
+
+def check_names(d: LabDefinition, out: Problems) -> None:
+    """The inventory's variables beyond the catalogue: each must be a role's option and keep its rules.
+
+    A variable set for several hosts (group_vars) is reported once, naming its hosts, or `all`."""
+    known = known_names()
+    options = role_options()
+    found: dict[tuple[str, str, str], tuple[Problem, list[str]]] = {}
+    for host, variables in d.other_vars.items():
+        for name, value in variables.items():
+            if name not in known:
+                p = _unknown(host, name, value, known)
+            elif (p := _rule_problem(host, name, value)) is not None and options[name].get("no_log"):
+                p = replace(p, value="<hidden>")
+            if p is not None:
+                found.setdefault((p.field, repr(p.value), p.why), (p, []))[1].append(host)
+    everyone = set(d.other_vars)
+    for p, hosts in found.values():
+        where = "all" if len(everyone) > 1 and set(hosts) == everyone else ", ".join(hosts)
+        out.append(replace(p, host=where))
+
+
+def validate(d: LabDefinition) -> list[Problem]:
+    """Every problem of the lab definition, in inventory order; empty when it is valid."""
+    out = Problems(d.problems)
+    check_values(d, out)
+    check_api(d, out)
+    check_images(d, out)
+    gpus = check_nodes(d, out)
+    check_vms(d, gpus, out)
+    check_capacity(d, out)
+    check_router(d, out)
+    check_k3s(d, out)
+    check_names(d, out)
+    # one message per (host, field, why): a missing value may be reported by two checks
+    unique: dict[tuple[str, str, str], Problem] = {}
+    for p in out:
+        unique.setdefault((p.host, p.field, p.why), p)
+    return list(unique.values())
+
+
+def check(
+    groups: dict[str, Iterable[str]],
+    hostvar: Callable[[str, str], Any],
+    names: Callable[[str], Iterable[str]],
+) -> tuple[LabDefinition, list[Problem]]:
+    """Read and validate the lab definition (see gpulab.labdef.definition.load for the arguments)."""
+    definition = load(groups, hostvar, names)
+    return definition, validate(definition)

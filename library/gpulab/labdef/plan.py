@@ -1,0 +1,80 @@
+"""The plan: what site.yml would build from a lab definition, as text (`gpulab plan`, preflight)."""
+
+from __future__ import annotations
+
+from gpulab.labdef.definition import LabDefinition, pinned_mib
+
+
+def plan_text(definition: LabDefinition) -> str:
+    """A readable plan: VMs per node, pinned-memory budget, GPU assignments, addresses."""
+    lines: list[str] = []
+    reserve = definition.globals.get("gpulab_host_reserve_mib") or 0
+    role = {h: "server" for h in definition.k3s_servers} | {h: "agent" for h in definition.k3s_agents}
+    for host, node in definition.nodes.items():
+        mine = [(h, vm) for h, vm in definition.vms.items() if vm.get("vm_node") == node.get("pve_node")]
+        lines.append(f"Node {node.get('pve_node')} ({host}): {node.get('pve_memory_mib')} MiB RAM")
+        header = (
+            "vmid",
+            "name",
+            "vCPU",
+            "memory",
+            "disk",
+            "machine/firmware",
+            "GPU",
+            "onboot",
+            "address",
+            "k3s",
+        )
+        rows = [header]
+        for h, vm in sorted(mine, key=lambda x: x[1].get("vm_id") or 0):
+            mem = f"{vm.get('vm_memory_mib')} MiB" + ("" if vm.get("vm_balloon") else " fixed")
+            rows.append(
+                (
+                    str(vm.get("vm_id")),
+                    vm["vm_name"],
+                    str(vm.get("vm_cores")),
+                    mem,
+                    f"{vm.get('vm_disk_gb')} GB {vm.get('vm_storage')}",
+                    f"{vm.get('vm_machine')}/{vm.get('vm_firmware')}",
+                    vm.get("vm_gpu") or "-",
+                    "yes" if vm.get("vm_onboot") else "no",
+                    str(vm.get("vm_address")),
+                    role.get(h, "-"),
+                )
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        pinned = sum(pinned_mib(vm) for _, vm in mine)
+        total = node.get("pve_memory_mib")
+        free = (total - pinned - reserve) if isinstance(total, int) else "?"
+        lines.append(
+            f"  pinned memory: {pinned} MiB of VMs + {reserve} MiB host reserve = "
+            f"{pinned + reserve} of {total} MiB ({free} MiB left)"
+        )
+        for gpu in node.get("pve_gpus") or []:
+            if not isinstance(gpu, dict):
+                continue
+            users = [h for h, vm in mine if vm.get("vm_gpu") == gpu.get("id")]
+            disp = ", boot display" if gpu.get("boot_display") else ""
+            lines.append(
+                f"  GPU {gpu.get('id')} {gpu.get('pci')} ({gpu.get('vendor_device', '?')}, "
+                f"IOMMU group {gpu.get('iommu_group', '?')}{disp}) -> {', '.join(users) or 'unused'}"
+            )
+    if definition.router:
+        rh, r = definition.router
+        pool = r.get("router_dhcp_pool") or {}
+        lines.append(
+            f"Router {rh}: {r.get('router_kind')} at {r.get('router_address')}, "
+            f"subnet {r.get('router_subnet')}, pool {pool.get('start')}-{pool.get('end')}"
+        )
+        for h, vm in definition.vms.items():
+            lines.append(f"  reserve {vm.get('vm_mac') or '(MAC from PVE)'} -> {vm.get('vm_address')} ({h})")
+    lines.append(
+        f"k3s {definition.globals.get('k3s_version')}: server {', '.join(definition.k3s_servers) or '-'}; "
+        f"agents {', '.join(definition.k3s_agents) or '-'}"
+    )
+    lines.append(
+        f"HAMi {definition.globals.get('hami_chart_version')}: {definition.globals.get('hami_device_split_count')} "
+        f"shares per card"
+    )
+    return "\n".join(lines)

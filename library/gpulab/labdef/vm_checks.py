@@ -1,0 +1,143 @@
+"""The VM checks of the lab definition: what ties a VM to the others (ids, names, MACs, GPUs), to its
+node (storage, threads, the GPU's card) and to the OS image it installs from.
+
+Each VM's single values (ranges, names, choices) are checked by the rules table (gpulab.labdef.rules)
+before these run; a value that broke its rule is not compared with the others here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpulab.labdef.rules import first_failure
+
+if TYPE_CHECKING:
+    from gpulab.labdef.checks import Problems
+    from gpulab.labdef.definition import LabDefinition
+
+# What a VM with a passed-through GPU must have: (field, is it right, why, fix).
+GPU_VM_RULES: tuple[tuple[str, Any, str, str], ...] = (
+    (
+        "vm_machine",
+        lambda vm: vm.get("vm_machine") == "q35",
+        "a GPU VM needs PCI Express",
+        "set vm_machine: q35",
+    ),
+    (
+        "vm_firmware",
+        lambda vm: vm.get("vm_firmware") == "ovmf",
+        "a GPU VM needs UEFI for the card's ROM",
+        "set vm_firmware: ovmf",
+    ),
+    (
+        "vm_balloon",
+        lambda vm: not vm.get("vm_balloon"),
+        "ballooning cannot work with a passed-through device (all memory is pinned)",
+        "set vm_balloon: false",
+    ),
+    (
+        "vm_efi_pre_enrolled_keys",
+        lambda vm: not vm.get("vm_efi_pre_enrolled_keys"),
+        "Secure Boot with Microsoft keys refuses the unsigned NVIDIA module",
+        "set vm_efi_pre_enrolled_keys: false",
+    ),
+)
+
+# What each install kind needs: (install kind, field, where it is read, why, fix).
+INSTALL_NEEDS = (
+    (
+        "cloud_image",
+        "gpulab_os_image",
+        "globals",
+        "the VM installs from the cloud image, none is set",
+        "set gpulab_os_image in group_vars/all or use vm_os_install: iso",
+    ),
+    (
+        "cloud_image",
+        "vm_ssh_public_key",
+        "vm",
+        "cloud-init needs a public key to let you log in",
+        "set vm_ssh_public_key to the contents of your ~/.ssh/id_ed25519.pub",
+    ),
+    (
+        "iso",
+        "gpulab_os_iso",
+        "globals",
+        "the VM installs from the ISO, none is set",
+        "set gpulab_os_iso in group_vars/all or use vm_os_install: cloud_image",
+    ),
+)
+
+
+# What no two VMs may share: (field, the value compared, why, fix).
+DISTINCT: tuple[tuple[str, Any, str, str], ...] = (
+    ("vm_id", lambda v: v, "already used by", "give every VM its own vm_id"),
+    ("vm_name", str.lower, "the same name as", "give every VM its own name"),
+    ("vm_mac", str.lower, "the same MAC as", "give every VM its own MAC"),
+)
+
+
+def check_vms(d: LabDefinition, gpus: dict[str, tuple[str, dict]], out: Problems) -> None:
+    seen: dict[str, dict[Any, str]] = {field: {} for field, *_ in DISTINCT}
+    gpu_users: dict[str, str] = {}
+    for host, vm in d.vms.items():
+        for field, key_of, why, fix in DISTINCT:
+            value = vm.get(field)
+            if value is None or first_failure(field, value) is not None:
+                continue  # not set, or its own rule already failed
+            key = key_of(value)
+            if key in seen[field]:
+                out.add(host, field, value, f"{why} {seen[field][key]}", fix)
+            seen[field].setdefault(key, host)
+        bmin, mem = vm.get("vm_balloon_min_mib"), vm.get("vm_memory_mib")
+        if isinstance(bmin, int) and isinstance(mem, int) and bmin > mem:
+            fix = f"set it at most vm_memory_mib ({mem})"
+            out.add(host, "vm_balloon_min_mib", bmin, "above the VM's memory", fix)
+        for kind, field, where, why, fix in INSTALL_NEEDS:
+            if vm.get("vm_os_install") == kind and not (d.globals if where == "globals" else vm).get(field):
+                out.add(host, field, None, why, fix)
+
+        # node, storage, cores
+        found = d.node_by_name(vm.get("vm_node"))
+        if found is None:
+            known = ", ".join(n.get("pve_node") or h for h, n in d.nodes.items()) or "none"
+            fix = f"use the pve_node of a host in group proxmox ({known})"
+            out.add(host, "vm_node", vm.get("vm_node"), "no Proxmox node of that name", fix)
+            continue
+        _, node = found
+        storages = node.get("pve_storages") or {}
+        st = storages.get(vm.get("vm_storage"))
+        if st is None:
+            fix = "use one of " + (", ".join(storages) or "its storages")
+            why = f"node {node['pve_node']} has no such storage"
+            out.add(host, "vm_storage", vm.get("vm_storage"), why, fix)
+        elif "images" not in (st.get("content") or []):
+            fix = "pick a storage whose content includes images (e.g. local-zfs)"
+            out.add(host, "vm_storage", vm.get("vm_storage"), "this storage does not hold VM disks", fix)
+        threads = node.get("pve_threads")
+        if isinstance(threads, int) and isinstance(vm.get("vm_cores"), int) and vm["vm_cores"] > threads:
+            why = f"node {node['pve_node']} has {threads} threads"
+            out.add(host, "vm_cores", vm["vm_cores"], why, f"give at most {threads} vCPUs")
+
+        # GPU rules
+        gpu_id = vm.get("vm_gpu")
+        if gpu_id is None:
+            continue
+        key = f"{node['pve_node']}/{gpu_id}"
+        if key not in gpus:
+            have = ", ".join(g.get("id") for g in node.get("pve_gpus") or [] if isinstance(g, dict)) or "none"
+            why = f"node {node['pve_node']} has no GPU with that id"
+            out.add(host, "vm_gpu", gpu_id, why, f"use an id from its pve_gpus ({have})")
+            continue
+        if key in gpu_users:
+            fix = "a card can be passed through to one VM only; share it inside k3s with HAMi"
+            out.add(host, "vm_gpu", gpu_id, f"already given to {gpu_users[key]}", fix)
+        gpu_users.setdefault(key, host)
+        for field, right, why, fix in GPU_VM_RULES:
+            if not right(vm):
+                out.add(host, field, vm.get(field), why, fix)
+        gpu = gpus[key][1]
+        if vm.get("vm_onboot") and gpu.get("boot_display") and not vm.get("vm_onboot_override_boot_display"):
+            why = f"GPU {gpu_id} is the host's boot display: starting the VM at boot takes the host's only screen"
+            fix = "set vm_onboot: false, or vm_onboot_override_boot_display: true if you accept it"
+            out.add(host, "vm_onboot", True, why, fix)

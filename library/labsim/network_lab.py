@@ -61,6 +61,9 @@ BLACKHOLE_METRIC = 4242
 NET_DIR = "net"
 HOST_TIMEOUT_S = 30.0
 NET_PACKAGE = Path(__file__).resolve().parent / "net"
+#: a host's own sshd: its key and the config its PID 1 writes, both inside the host
+HOST_KEY = "/etc/ssh/gpulab_host_ed25519_key"
+SSHD_CONFIG = "/etc/ssh/gpulab_sshd_config"
 
 #: programs this machine runs for the lab (its own side, the router host, the archive), with their Debian
 #: package; the VM and node hosts run the guest image's own (labsim.net.guest_image.COMMANDS)
@@ -453,23 +456,9 @@ def _start_host(
     """
     subnet = ipaddress.ip_network(facts["subnet"])
     hdir = lab.hosts_dir / name
-    for sub in ("upper", "work", "root", "state"):
-        (hdir / sub).mkdir(parents=True, exist_ok=True)
+    # the lab moved to another range (or the router to another server): the first-boot files name the old one
+    upper = prepare_host_dir(hdir, hostname, address, f"{facts['subnet']} {generation}".strip(), files, tools)
     state = hdir / "state"
-    for stale in ("status.json", "sshd.log"):
-        (state / stale).unlink(missing_ok=True)
-    upper = hdir / "upper"
-    marker = upper / "etc" / "gpulab-lab-host"
-    # first boot, or the lab moved to another range (or the router to another server) since: the
-    # "installation" files would name the old one
-    identity = f"{facts['subnet']} {generation}".strip()
-    if not marker.exists() or marker.read_text().split("\n")[0] != identity:
-        _write_first_boot_files(upper, hostname, address, files or {})
-        (upper / "etc" / "machine-id").write_text(uuid.uuid4().hex + "\n")  # as a first boot makes it
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(f"{identity}\nthis host is part of a gpulab lab; its files live in its upper dir\n")
-    _write_files(upper, tools or {})
-    _own_dirs(upper)
     _host_key(lab, hdir, name, subnet)
     ns, veth = _make_netns(lab, tag, iface, mac, f"{address}/{subnet.prefixlen}" if address else None)
     cfg = {
@@ -483,8 +472,8 @@ def _start_host(
         "address": address,
         "dhcp": {"hook": "/usr/local/sbin/gpulab-dhcp-hook", "timeout": 20},
         "users": users,
-        "host_key": "/etc/ssh/gpulab_host_ed25519_key",
-        "sshd_config": "/etc/ssh/gpulab_sshd_config",
+        "host_key": HOST_KEY,
+        "sshd_config": SSHD_CONFIG,
         **(extra or {}),
     }
     cfg_file = state / "init.json"
@@ -494,26 +483,63 @@ def _start_host(
         # the host's own cgroup, joined before `ip netns exec` (which hides /sys/fs/cgroup)
         cg = _host_cgroup(lab, name)
         prefix = ["sh", "-c", 'echo 0 > "$1/cgroup.procs" && shift && exec "$@"', "sh", str(cg)]
-    console = open(state / "console.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = start_host_init(cfg_file, [*prefix, "ip", "netns", "exec", ns])
+    lab.set_proc(f"host:{name}", proc.pid)
+    st = wait_until_booted(proc, state, name)
+    st.update(netns=ns, link=veth, name=name)
+    return st
+
+
+#: the namespaces of a lab host's PID 1 besides its network: its own mounts, hostname and processes
+HOST_NAMESPACES = [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "--uts",
+    "--pid",
+    "--fork",
+    "--kill-child",
+]
+
+
+def prepare_host_dir(
+    hdir: Path,
+    hostname: str,
+    address: str | None,
+    identity: str,
+    files: dict[str, str] | None,
+    tools: dict[str, str] | None,
+) -> Path:
+    """A host's folders (upper, work, root, state) and its upper dir; return the upper dir.
+
+    ``files`` are its "installation": written at the first boot, and again when ``identity`` changed
+    since. ``tools`` (the lab's own programs in the host) are written every time.
+    """
+    for sub in ("upper", "work", "root", "state"):
+        (hdir / sub).mkdir(parents=True, exist_ok=True)
+    for stale in ("status.json", "sshd.log"):
+        (hdir / "state" / stale).unlink(missing_ok=True)
+    upper = hdir / "upper"
+    marker = upper / "etc" / "gpulab-lab-host"
+    if not marker.exists() or marker.read_text().split("\n")[0] != identity:
+        _write_first_boot_files(upper, hostname, address, files or {})
+        (upper / "etc" / "machine-id").write_text(uuid.uuid4().hex + "\n")  # as a first boot makes it
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{identity}\nthis host is part of a gpulab lab; its files live in its upper dir\n")
+    _write_files(upper, tools or {})
+    _own_dirs(upper)
+    return upper
+
+
+def start_host_init(cfg_file: Path, prefix: list[str]) -> subprocess.Popen:
+    """Start a host's PID 1 (:mod:`labsim.net.hostinit`) with ``cfg_file``; ``prefix`` enters its network."""
+    console = open(cfg_file.parent / "console.log", "ab")  # noqa: SIM115 - handed to the child
     try:
-        unshare = [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--uts",
-            "--pid",
-            "--fork",
-            "--kill-child",
-        ]
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [
                 *prefix,
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                *unshare,
+                *HOST_NAMESPACES,
                 "--",
                 sys.executable,
                 str(NET_PACKAGE / "hostinit.py"),
@@ -526,7 +552,10 @@ def _start_host(
         )
     finally:
         console.close()
-    lab.set_proc(f"host:{name}", proc.pid)
+
+
+def wait_until_booted(proc: subprocess.Popen, state: Path, name: str) -> dict[str, Any]:
+    """The host's status once its sshd answers; LabNetError when it fails or takes too long."""
     deadline = time.monotonic() + HOST_TIMEOUT_S
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError, json.JSONDecodeError):
@@ -536,7 +565,6 @@ def _start_host(
                     f"lab host {name} did not boot: {st['error']} (see {state / 'console.log'})"
                 )
             if st.get("address"):
-                st.update(netns=ns, link=veth, name=name)
                 return st
         if proc.poll() is not None:
             tail = (state / "console.log").read_text(errors="replace")[-800:]

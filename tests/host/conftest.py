@@ -1,13 +1,18 @@
-"""Shared helpers for the host-stage tests: the host-side modules loaded from plugins/modules, run like Ansible."""
+"""Shared helpers for the host-stage tests: the host-side modules loaded from plugins/modules, run like Ansible,
+and the lab's node host (labsim.net.loopback_node) driven with playbooks/host.yml."""
 
 import importlib.util
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
 import pytest
+
+from labsim.net import node_host
+from labsim.net.loopback_node import LoopbackNodeHost
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODULES = ROOT / "plugins" / "modules"
@@ -46,3 +51,91 @@ def cmdline_mod():
 @pytest.fixture(scope="session")
 def facts_mod():
     return load_module("gpulab_pci_facts")
+
+
+# The node's first-boot files, as the lab writes them (the installer's kernel line ends in a space).
+INSTALLER_CMDLINE = node_host.REFERENCE_KERNEL_CMDLINE + " \n"
+DEBIAN_GRUB = node_host.DEBIAN_DEFAULT_GRUB
+DEBIAN_MODULES = node_host.DEBIAN_MODULES
+PVE_BLACKLIST = node_host.PVE_BLACKLIST
+REFERENCE_GPU = {
+    "id": "rtx3090",
+    "pci": "0000:02:00",
+    "vendor_device": "10de:2204",
+    "functions": ["0000:02:00.0", "0000:02:00.1"],
+    "iommu_group": 13,
+    "boot_display": True,
+}
+
+
+class PlaybookNode:
+    """The lab's node host on the loopback (its own sshd, stand-ins and boots), run with playbooks/host.yml.
+
+    ``loader`` is systemd-boot (proxmox-boot-tool) or grub; ``variant`` the node's simulated hardware
+    (``iommu``, ``share_group_with``). `calls()` lists the stand-in calls and the boots in order, as
+    "COMMAND ARGS" and "boot STATE" lines.
+    """
+
+    def __init__(self, base: pathlib.Path, *, loader: str = "systemd-boot", variant: dict | None = None):
+        self.base = pathlib.Path(base)
+        self.host = LoopbackNodeHost(self.base, {"boot": {"loader": loader}, "lab": variant or {}})
+        self.etc = self.host.upper / "etc"  # the node's own files (what the role wrote)
+        self.sysroot = self.host.hardware_view
+
+    def start(self) -> "PlaybookNode":
+        self.host.start()
+        return self
+
+    def stop(self) -> None:
+        self.host.stop()
+
+    def etc_file(self, rel: str) -> str:
+        return (self.etc / rel).read_text()
+
+    def set_vms(self, rows: list[tuple[int, str, str]]) -> None:
+        self.host.set_vms(rows)
+
+    def calls(self) -> list[str]:
+        calls = [(c["time"], f"{c['command']} {' '.join(c['argv'])}") for c in self.host.calls()]
+        boots = [(b["time"], f"boot {b['state']}") for b in self.host.boots()]
+        return [line for _t, line in sorted(calls + boots, key=lambda event: event[0])]
+
+    def inventory(self) -> pathlib.Path:
+        pve = {
+            "ansible_host": "127.0.0.1",
+            "ansible_port": self.host.port,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(self.host.client_key),
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "pve_node": "pve",
+            "pve_gpus": [REFERENCE_GPU],
+            "pve_host_sysfs_root": node_host.HW_ROOT,
+        }
+        path = self.base / "inventory.json"
+        path.write_text(json.dumps({"all": {"children": {"proxmox": {"hosts": {"pve": pve}}}}}))
+        return path
+
+    def play(self, *args: str, extra: dict | None = None) -> tuple[int, str, dict]:
+        """Run playbooks/host.yml; returns (rc, output, recap counts for host pve)."""
+        cmd = [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", str(self.inventory())]
+        cmd += [str(ROOT / "playbooks/host.yml"), *args]
+        if extra:
+            cmd += ["-e", json.dumps(extra)]
+        env = {
+            **os.environ,
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=30s",
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.base / "cp"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_LOCAL_TEMP": str(self.base / "tmp"),
+        }
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False
+        )
+        out = proc.stdout + proc.stderr
+        m = re.search(r"^pve\s*:\s*(.*)$", out, re.MULTILINE)
+        recap = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))} if m else {}
+        # Long messages come back folded over several lines: callers compare whitespace-normalised text.
+        return proc.returncode, " ".join(out.split()), recap

@@ -1,6 +1,6 @@
 """k3s_server, k3s_agent, then the cluster check, hami and workloads roles, unchanged, against the lab's k3s.
 
-Each host is a mount namespace of its own (tests/k3s/nshost.py) with the lab's k3s release pre-placed
+Each host is a mount namespace of its own (labsim.net.mount_ns_host) with the lab's k3s release pre-placed
 (air-gap install): the roles install and run the lab's k3s stand-in with the lab's install script stand-in.
 The server listens on 127.0.0.1 only, on a free port. Nothing outside the temporary folder changes.
 """
@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from .nshost import PLAYBOOK, VERSION, free_port, recap
+from .conftest import PLAYBOOK, VERSION, free_port, recap
 from .test_roles_local import CLUSTER, HAMI, WORKLOADS, FakeK3sFolder, engines
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -1,6 +1,6 @@
 """The lab's k3s stand-in and install script behave like k3s and get.k3s.io at the interfaces the roles use.
 
-Each host is a mount namespace of its own (tests/k3s/nshost.py) that installs the lab's k3s release the way
+Each host is a mount namespace of its own (labsim.net.mount_ns_host) that installs the lab's k3s release the way
 a lab VM does; the server listens on 127.0.0.1 and a free port.
 """
 
@@ -12,7 +12,7 @@ import pytest
 
 from gpulab import hami
 
-from .nshost import PATH, VERSION, free_port
+from .conftest import HOST_PATH, VERSION, free_port
 
 # Each test starts real background processes (server, agents) in mount namespaces and waits for them.
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -82,7 +82,7 @@ def test_install_writes_k3s_files_and_starts_only_on_change(cluster):
     # Like the real script: a link only for a command that is on the PATH nowhere yet.
     for cmd in ("kubectl", "crictl", "ctr"):
         link = server.upper(f"/usr/local/bin/{cmd}")
-        assert link.is_symlink() == (shutil.which(cmd, path=PATH) is None), cmd
+        assert link.is_symlink() == (shutil.which(cmd, path=HOST_PATH) is None), cmd
         assert not link.is_symlink() or str(link.readlink()) == "k3s"
     assert server.systemctl_calls() == [["daemon-reload"], ["enable", "k3s"], ["restart", "k3s"]]
     assert server.k3s("--version").stdout.startswith(f"k3s version {VERSION} (")

@@ -52,6 +52,7 @@ class Host:
         self.boot = 0
         self.sshd = None
         self.address = None
+        self.port = int(cfg.get("port", 22))  # another port: a host that shares the machine's network
         self.skipped_views = []
         self.services = {}
         self.systemd = cfg.get("init") == "systemd"
@@ -211,7 +212,7 @@ class Host:
     def write_sshd_config(self):
         c = self.cfg
         lines = [
-            f"ListenAddress {self.address}:22",
+            f"ListenAddress {self.address}:{self.port}",
             f"HostKey {c['host_key']}",
             "PermitRootLogin prohibit-password",
             "PasswordAuthentication no",
@@ -243,12 +244,12 @@ class Host:
         while time.monotonic() < deadline:
             with socket.socket() as s:
                 s.settimeout(0.2)
-                if s.connect_ex((self.address, 22)) == 0:
+                if s.connect_ex((self.address, self.port)) == 0:
                     return
             if self.sshd.poll() is not None:
                 raise RuntimeError(f"{self.cfg['name']}: sshd exited with {self.sshd.returncode}")
             time.sleep(0.02)
-        raise RuntimeError(f"{self.cfg['name']}: sshd does not listen on {self.address}:22")
+        raise RuntimeError(f"{self.cfg['name']}: sshd does not listen on {self.address}:{self.port}")
 
     # -- services (a DHCP server on the router host), restarted when they die, as systemd would ------
     def start_service(self, index):
@@ -321,12 +322,12 @@ class Host:
         while time.monotonic() < deadline:
             with socket.socket() as s:
                 s.settimeout(0.2)
-                if s.connect_ex((self.address, 22)) == 0:
+                if s.connect_ex((self.address, self.port)) == 0:
                     return
             if self.inner.poll() is not None:
                 raise RuntimeError(f"{self.cfg['name']}: systemd exited with {self.inner.returncode}")
             time.sleep(0.05)
-        raise RuntimeError(f"{self.cfg['name']}: systemd did not start sshd on {self.address}:22")
+        raise RuntimeError(f"{self.cfg['name']}: systemd did not start sshd on {self.address}:{self.port}")
 
     def inner_main(self):
         """In the inner pid and mount namespace: fresh /proc and cgroup2, the views again, then systemd."""

@@ -9,6 +9,8 @@ At each boot, :func:`boot` (run by PID 1 as ``python -m labsim.net.node_host ...
 command line the boot loader holds and the modprobe configuration the initramfs holds, asks
 :func:`labsim.sysfs_tree.boot_state` which state the node reaches (stock, blacklisted or
 vfio) and materialises that ``/sys`` + ``/proc`` view, which PID 1 then binds over the host's own.
+Each boot is recorded in ``/var/lib/gpulab-sim/boot/``: ``last-boot.json`` and, one JSON line per boot,
+``boots.jsonl``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +195,8 @@ def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
     )
     result = {"boot": int(os.environ.get("GPULAB_BOOT", "0")), "state": state, "cmdline": cmdline}
     (sim / "boot" / "last-boot.json").write_text(json.dumps(result) + "\n")
+    with open(sim / "boot" / "boots.jsonl", "a") as history:  # every boot, for readers that count them
+        history.write(json.dumps({"time": time.time(), **result}) + "\n")
     return result
 
 

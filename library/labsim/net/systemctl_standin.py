@@ -1,12 +1,13 @@
-#!/usr/bin/env python3
-"""A test double for systemctl on a host that runs no systemd (the k3s tests' mount-namespace hosts).
+#!/usr/bin/python3
+"""A stand-in for systemctl on a lab host that runs no systemd (:mod:`labsim.net.mount_ns_host`).
 
 It answers what the k3s install script stand-in, its uninstall and killall scripts, and Ansible's
 systemd_service module ask: daemon-reload, enable/disable, start/stop/restart, is-enabled/is-active, show,
 list-unit-files. A unit with an ExecStart really runs, in the background, in a new session, with the
 environment systemd would give it (a plain PATH plus the unit's EnvironmentFile= lines), its output appended
-to /var/log/<unit>.log. Unit state lives in /var/lib/gpulab-test/systemd/<unit>.json; every call is appended
-to /var/log/gpulab-test-systemctl.log (JSON lines). Standard library only; all paths are the host's own.
+to /var/log/<unit>.log. Unit state lives in /var/lib/gpulab-sim/systemd/<unit>.json; every call is appended
+to the lab's stand-in log, /var/log/gpulab-standins.log (JSON lines: time, command, argv, rc, as
+:mod:`labsim.net.command_standins` writes them). Standard library only; all paths are the host's own.
 """
 
 import contextlib
@@ -18,8 +19,8 @@ import sys
 import time
 
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
-STATE_DIR = "/var/lib/gpulab-test/systemd"
-CALLS = "/var/log/gpulab-test-systemctl.log"
+STATE_DIR = "/var/lib/gpulab-sim/systemd"
+LOG = "/var/log/gpulab-standins.log"  # command_standins.LOG (this file runs alone in the host)
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -185,7 +186,7 @@ def systemctl(args):
         elif verb == "stop":
             stop(st)
         else:
-            print(f"fake systemctl: verb {verb} is not stood in", file=sys.stderr)
+            print(f"systemctl stand-in: verb {verb} is not stood in", file=sys.stderr)
             return 1
         save(unit, st)
     return rc
@@ -193,8 +194,8 @@ def systemctl(args):
 
 def main(argv):
     rc = systemctl(argv)
-    with contextlib.suppress(OSError), open(CALLS, "a") as f:
-        f.write(json.dumps({"time": time.time(), "argv": argv, "rc": rc}) + "\n")
+    with contextlib.suppress(OSError), open(LOG, "a") as f:
+        f.write(json.dumps({"time": time.time(), "command": "systemctl", "argv": argv, "rc": rc}) + "\n")
     return rc
 
 

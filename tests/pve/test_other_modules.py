@@ -150,7 +150,9 @@ def test_password_login_and_wrong_fingerprint(own_lab):
     res = run_module("gpulab_pve_info", {**root, "node": "pve", "gather": ["version"]})
     assert not res.get("failed"), res
     assert res["requests"] == {"reads": 1, "writes": 1}  # the ticket call
-    res = run_module("gpulab_pve_info", lab.conn(node="pve", gather=["version"], api_fingerprint="AB" * 32))
+    res = run_module(
+        "gpulab_pve_info", lab.conn(node="pve", gather=["version"], api_fingerprint=":".join(["AB"] * 32))
+    )
     assert res["failed"] and "TLS" in res["msg"] and "fingerprint" in res["msg"].lower()
     res = run_module("gpulab_pve_info", lab.conn(node="pve", gather=["version"], api_fingerprint=None))
     assert res["failed"] and "TLS verification failed" in res["msg"]

@@ -29,11 +29,11 @@ from proxmoxer.backends.https import JsonSerializer, ProxmoxHttpSession
 from proxmoxer.core import ProxmoxResource
 from requests.adapters import HTTPAdapter
 
+from gpulab.constants import PVE_FINGERPRINT_RE, PVE_TOKEN_ID_RE
+
 RETRY_STATUS = frozenset({500, 502, 503, 504, 595, 596, 597, 599})
 # PVE answers 500 for these too, but they will not change by asking again.
 _DETERMINISTIC = re.compile(r"does not exist|already exists|no such|not a valid|refusing|mismatch", re.I)
-_TOKEN_ID_RE = re.compile(r"^[^\s:/]+@[A-Za-z][A-Za-z0-9.\-_]+![A-Za-z][A-Za-z0-9.\-_]+$")
-_FINGERPRINT_RE = re.compile(r"^(?:[0-9A-Fa-f]{2}:?){31}[0-9A-Fa-f]{2}$")
 
 
 class PveError(Exception):
@@ -95,16 +95,16 @@ class PveConnection:
         if self.token_id or self.token_secret:
             if not (self.token_id and self.token_secret):
                 raise ValueError("an API token needs both api_token_id and api_token_secret")
-            if not _TOKEN_ID_RE.match(self.token_id):
+            if not PVE_TOKEN_ID_RE.match(self.token_id):
                 raise ValueError(
                     f"api_token_id {self.token_id!r} is not USER@REALM!TOKENID (e.g. root@pam!gpulab)"
                 )
         elif not (self.user and self.password):
             raise ValueError("give api_token_id + api_token_secret, or api_user + api_password")
-        if self.fingerprint and not _FINGERPRINT_RE.match(self.fingerprint):
+        if self.fingerprint and not PVE_FINGERPRINT_RE.match(self.fingerprint):
             raise ValueError(
                 f"api_fingerprint {self.fingerprint!r} is not a SHA-256 fingerprint "
-                "(64 hex digits, colons allowed, as PVE shows it under Node > Certificates)"
+                "(32 hex bytes joined by colons, as PVE shows it under Node > Certificates)"
             )
 
     @property

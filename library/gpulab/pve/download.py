@@ -12,15 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulab.constants import (
+    DIGEST_HEX_DIGITS,
+    DOWNLOAD_ALGORITHMS,
+    DOWNLOAD_EXTENSION_HINTS,
+    DOWNLOAD_EXTENSIONS,
+)
 from gpulab.pve.client import PveClient, PveTaskError
 
-ALGORITHMS = ("md5", "sha1", "sha224", "sha256", "sha384", "sha512")
-_HEX_LEN = {"md5": 32, "sha1": 40, "sha224": 56, "sha256": 64, "sha384": 96, "sha512": 128}
-_EXTENSIONS = {
-    "iso": re.compile(r"\.(iso|img)$", re.I),
-    "import": re.compile(r"\.(ova|qcow2|raw|vmdk)$"),
-    "vztmpl": re.compile(r"\.tar\.(gz|xz|zst|bz2)$|\.tgz$"),
-}
 _PERCENT_RE = re.compile(r"(\d+(?:\.\d+)?)\s*%")
 
 
@@ -36,22 +35,20 @@ def normalise_filename(name: str) -> str:
 
 def check_request(content: str, filename: str, checksum: str | None, algorithm: str | None) -> None:
     """Refuse what PVE would refuse, with the fix."""
-    pattern = _EXTENSIONS.get(content)
+    pattern = DOWNLOAD_EXTENSIONS.get(content)
     if pattern is not None and not pattern.search(filename):
-        hint = {
-            "iso": ".iso or .img",
-            "import": ".qcow2, .raw, .vmdk or .ova (a cloud image .img is qcow2: name it .qcow2)",
-            "vztmpl": ".tar.gz/.tar.xz/.tar.zst",
-        }[content]
+        hint = DOWNLOAD_EXTENSION_HINTS[content]
         raise DownloadError(
             f"filename {filename!r} does not fit content {content!r}: it must end with {hint}"
         )
     if checksum:
         algo = (algorithm or "").lower()
-        if algo not in ALGORITHMS:
-            raise DownloadError(f"checksum_algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
-        if not re.fullmatch(rf"[0-9a-fA-F]{{{_HEX_LEN[algo]}}}", checksum):
-            raise DownloadError(f"checksum is not a {algo} digest ({_HEX_LEN[algo]} hex digits)")
+        if algo not in DOWNLOAD_ALGORITHMS:
+            raise DownloadError(
+                f"checksum_algorithm {algorithm!r} is not one of {', '.join(DOWNLOAD_ALGORITHMS)}"
+            )
+        if not re.fullmatch(rf"[0-9a-fA-F]{{{DIGEST_HEX_DIGITS[algo]}}}", checksum):
+            raise DownloadError(f"checksum is not a {algo} digest ({DIGEST_HEX_DIGITS[algo]} hex digits)")
 
 
 @dataclass

@@ -13,6 +13,8 @@ router limit, in-pool on pfSense) are raised before any write, authentication fa
 
 from __future__ import annotations
 
+from gpulab.constants import ROUTER_KINDS
+
 from .backend import Backend, Result
 from .model import (
     ApplyError,
@@ -29,12 +31,7 @@ from .model import (
     norm_mac,
 )
 
-KINDS = ("dnsmasq", "openwrt", "kea", "mikrotik", "opnsense", "pfsense", "huawei_ont")
-SSH_KINDS = ("dnsmasq", "openwrt")
-
 __all__ = [
-    "KINDS",
-    "SSH_KINDS",
     "ApplyError",
     "AuthError",
     "Backend",
@@ -97,8 +94,10 @@ def make_backend(cfg: dict) -> Backend:
     become, local},
     options (backend-specific, see OPTION_DEFAULTS), name (for messages)."""
     kind = cfg.get("kind")
-    if kind not in KINDS:
-        raise RouterError(f"unknown router kind {kind!r}: router_kind must be one of {', '.join(KINDS)}")
+    if kind not in ROUTER_KINDS:
+        raise RouterError(
+            f"unknown router kind {kind!r}: router_kind must be one of {', '.join(ROUTER_KINDS)}"
+        )
     unknown = set(cfg.get("options") or {}) - set(OPTION_DEFAULTS[kind])
     if unknown:
         raise RouterError(

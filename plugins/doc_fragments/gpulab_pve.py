@@ -61,4 +61,13 @@ options:
     default: 3
 notes:
   - Runs on the controller and needs the C(gpulab) Python package (the project's virtualenv).
+  - In a play, a task passes only its own options. Each connection option it leaves out comes from the
+    inventory, through the module's action plugin (C(plugins/action/gpulab_pve_connection.py)) -
+    O(api_url) from C(pve_api_url), O(api_token_id) from C(pve_api_token_id) and so on - of the host of
+    group C(proxmox) whose C(pve_node) (or name) is the task's C(node); the first host of C(proxmox)
+    for a module without C(node); the task's own host when C(proxmox) has none of them.
+  - An option the task gives wins, and the inventory's login and certificate check are then not mixed
+    in (a task's token takes none of the inventory's user and password, its O(api_ca_file) none of its
+    O(api_fingerprint)). The environment variables apply to what neither gives (and to the module run
+    outside a play).
 """

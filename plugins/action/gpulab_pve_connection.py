@@ -1,0 +1,57 @@
+"""The PVE connection of every gpulab PVE module, read from the inventory (doc fragment `gpulab_pve`).
+
+Not a task of its own: plugins/action/<module>.py of each PVE module is a subclass of this plugin. Before
+the module runs, each `api_*` option the task leaves out is filled from the `pve_api_*` variables of the
+node's host (gpulab.pve.connection.fill_from_inventory): the host of group `proxmox` whose `pve_node` (or,
+without one, whose name) is the task's `node`; for a task without `node` (gpulab_lab_table) the first host
+of `proxmox`; when that group has no such host, the task's own host. So a task passes only its own options.
+The module's no_log hides the secrets in its result, as when a task passes them itself.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleUndefinedVariable, AnsibleValueOmittedError
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import merge_hash
+
+from gpulab.pve import connection
+
+GROUP = "proxmox"
+
+
+class _Settings:
+    """A host's variables, templated; one that is undefined or omitted reads as unset."""
+
+    def __init__(self, hostvars):
+        self.hostvars = hostvars
+
+    def get(self, name, default=None):
+        try:
+            return self.hostvars.get(name, default)
+        except (AnsibleUndefinedVariable, AnsibleValueOmittedError):
+            return default
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = True
+
+    def node_settings(self, task_vars):
+        hostvars = task_vars["hostvars"]
+        node = self._task.args.get("node")
+        for host in task_vars.get("groups", {}).get(GROUP, []):
+            if node is None or _Settings(hostvars[host]).get("pve_node", host) == node:
+                return _Settings(hostvars[host])
+        return _Settings(hostvars[task_vars["inventory_hostname"]])
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = connection.fill_from_inventory(self._task.args, self.node_settings(task_vars))
+        wrap_async = self._task.async_val
+        module_result = self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async)
+        result = merge_hash(result, module_result)
+        if not wrap_async:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        return result

@@ -1,0 +1,136 @@
+"""The PVE modules' connection from the inventory (plugins/action/gpulab_pve_connection.py): each api_*
+option a task leaves out comes from the pve_api_* variables of the task's node; what the task gives wins."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from gpulab.pve import connection
+
+from .conftest import ROOT, PveSimProcess
+
+INVENTORY = {
+    "pve_api_url": "https://pve.example:8006",
+    "pve_api_token_id": "gpulab@pve!ansible",
+    "pve_api_token_secret": "inventory-secret",
+    "pve_api_fingerprint": "AB:CD",
+    "pve_api_validate_certs": True,
+    "pve_api_user": "",  # empty: unset
+}
+
+
+def test_fill_takes_what_the_task_leaves_out():
+    assert connection.fill_from_inventory({"node": "pve"}, INVENTORY) == {
+        "node": "pve",
+        "api_url": "https://pve.example:8006",
+        "api_token_id": "gpulab@pve!ansible",
+        "api_token_secret": "inventory-secret",
+        "api_fingerprint": "AB:CD",
+        "api_validate_certs": True,
+    }
+
+
+def test_fill_keeps_what_the_task_gives_null_included():
+    out = connection.fill_from_inventory(
+        {"api_url": "https://other:8006", "api_fingerprint": None}, INVENTORY
+    )
+    assert out["api_url"] == "https://other:8006" and out["api_fingerprint"] is None
+    assert out["api_token_secret"] == "inventory-secret"
+
+
+def test_fill_keeps_the_tasks_login_and_certificate_check_whole():
+    task = {"api_user": "root@pam", "api_password": "pw", "api_ca_file": "/etc/pve-root-ca.pem"}
+    out = connection.fill_from_inventory(task, INVENTORY)
+    assert out == {**task, "api_url": "https://pve.example:8006", "api_validate_certs": True}
+    # the other way round: a token given by the task excludes the inventory's user and password
+    inventory = {
+        "pve_api_url": "https://pve.example:8006",
+        "pve_api_user": "root@pam",
+        "pve_api_password": "pw",
+    }
+    out = connection.fill_from_inventory({"api_token_id": "a@pve!t", "api_token_secret": "s"}, inventory)
+    assert "api_user" not in out and "api_password" not in out
+
+
+def _play(lab: PveSimProcess, tmp_path, hosts: dict, tasks: list) -> tuple[subprocess.CompletedProcess, list]:
+    """Runs the tasks on localhost with -vvv and this inventory; returns the process and the task records."""
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"proxmox": {"hosts": hosts}}}}))
+    play = [
+        {
+            "name": "PVE modules with the inventory's connection",
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": False,
+            "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+            "tasks": tasks,
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    record = tmp_path / "record.jsonl"
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "pve" / "callbacks"),
+        ANSIBLE_CALLBACKS_ENABLED="gpulab_record",
+        ANSIBLE_NOCOLOR="1",
+        GPULAB_RECORD=str(record),
+        ROOT_PASSWORD=lab.desc["password"],
+    )
+    for name in [k for k in env if k.startswith("PVE_API_")]:
+        del env[name]  # the modules' environment fallbacks must not stand in for the inventory
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-vvv", "-i", str(tmp_path / "hosts.yml")]
+    proc = subprocess.run(
+        [*cmd, str(tmp_path / "play.yml")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    records = [json.loads(x) for x in record.read_text().splitlines()] if record.exists() else []
+    return proc, [r for r in records if "task" in r]
+
+
+@pytest.mark.slow
+def test_tasks_pass_only_their_own_options(lab, tmp_path):
+    settings = {
+        "pve_api_url": lab.desc["pve_url"],
+        "pve_api_token_id": lab.desc["token_id"],
+        "pve_api_token_secret": lab.desc["token_secret"],
+        "pve_api_fingerprint": lab.desc["fingerprint"],
+        "pve_api_retries": 0,
+    }
+    hosts = {
+        "pve": {"pve_node": "pve", **settings},
+        # a second node whose API address answers nothing
+        "pve-b": {"pve_node": "other", **settings, "pve_api_url": "https://127.0.0.1:9"},
+    }
+    info = {"gather": ["version"]}
+    tasks = [
+        {"name": "Node pve", "gpulab_pve_info": {"node": "pve", **info}},
+        {"name": "Node other, the task's URL", "gpulab_pve_info": {"node": "other", "api_url": lab.desc["pve_url"], **info}},
+        {
+            "name": "Node pve, the task's password login",
+            "gpulab_pve_info": {"node": "pve", "api_user": "root@pam", "api_password": "{{ lookup('env', 'ROOT_PASSWORD') }}", **info},
+        },
+        {"name": "Node other", "gpulab_pve_info": {"node": "other", **info}},
+    ]  # fmt: skip
+    mark = lab.mark()
+    proc, records = _play(lab, tmp_path, hosts, tasks)
+    output = proc.stdout + proc.stderr
+    assert [(r["task"], r["status"]) for r in records] == [
+        ("Node pve", "ok"),
+        ("Node other, the task's URL", "ok"),
+        ("Node pve, the task's password login", "ok"),
+        ("Node other", "failed"),
+    ], output[-3000:]
+    assert proc.returncode == 2
+    # node other's own (unreachable) address was used when the task gave none
+    assert "127.0.0.1:9" in records[3]["result"]["msg"]
+    # who read /version: the inventory's token twice, then root@pam (the task's login, not mixed with the token)
+    users = [r["user"] for r in lab.requests(mark) if r["path"] == "/api2/json/version"]
+    token_user = lab.desc["token_id"]
+    assert users == [token_user, token_user, "root@pam"]
+    # -vvv shows each result and how the module ran, and no secret
+    assert "AnsiballZ_gpulab_pve_info.py" in output
+    assert lab.desc["token_secret"] not in output and lab.desc["password"] not in output

@@ -1,4 +1,4 @@
-"""Role pve_host through playbooks/host.yml against a stand-in node (real sshd, own mount namespace).
+"""Role pve_host through playbooks/host.yml against the lab's node host on the loopback (labsim).
 
 Needs root (mount namespaces and overlays); every write lands in the test's directory.
 """
@@ -8,8 +8,7 @@ import shutil
 
 import pytest
 
-from .conftest import load_module
-from .nodehost import DEBIAN_GRUB, DEBIAN_MODULES, INSTALLER_CMDLINE, PVE_BLACKLIST, NodeHost
+from .conftest import DEBIAN_GRUB, DEBIAN_MODULES, INSTALLER_CMDLINE, PVE_BLACKLIST, PlaybookNode, load_module
 
 pytestmark = [
     pytest.mark.root,
@@ -35,7 +34,7 @@ ALLOW = {"pve_host_reboot_allowed": True}
 @pytest.fixture
 def node(tmp_path, request):
     options = getattr(request, "param", {})
-    host = NodeHost(tmp_path, **options).start()
+    host = PlaybookNode(tmp_path, **options).start()
     yield host
     host.stop()
 

@@ -74,6 +74,44 @@ def update_readme(root: Path) -> bool:
     return new != text
 
 
+# gpulab_pve_vm's DOCUMENTATION options: generated from the option table gpulab.pve.vmoptions.
+VM_MODULE = "plugins/modules/gpulab_pve_vm.py"
+VM_OPTIONS_START = (
+    "options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, not this block\n"
+)
+
+
+class _Indented(yaml.SafeDumper):
+    """Lists indented under their key, as the hand-written DOCUMENTATION blocks are."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
+
+
+def render_vm_options() -> str:
+    from gpulab.pve import vmoptions
+
+    body = yaml.dump(vmoptions.documentation(), Dumper=_Indented, sort_keys=False, width=110)
+    return VM_OPTIONS_START + "".join(f"  {line}\n" if line else "\n" for line in body.splitlines())
+
+
+def vm_options_block(text: str) -> str:
+    """The generated options block of the module's DOCUMENTATION (it ends DOCUMENTATION)."""
+    return VM_OPTIONS_START + text.split(VM_OPTIONS_START, 1)[1].split('"""', 1)[0]
+
+
+def update_vm_module(root: Path) -> bool:
+    path = root / VM_MODULE
+    text = path.read_text()
+    new = text.replace(vm_options_block(text), render_vm_options())
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
 if __name__ == "__main__":
-    changed = update_readme(Path(sys.argv[1] if len(sys.argv) > 1 else "."))
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    changed = update_readme(root)
     print("README.md variables updated" if changed else "README.md variables up to date")
+    changed = update_vm_module(root)
+    print(f"{VM_MODULE} options updated" if changed else f"{VM_MODULE} options up to date")

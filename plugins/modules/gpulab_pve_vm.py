@@ -24,7 +24,7 @@ attributes:
     support: full
   diff_mode:
     support: full
-options:
+options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, not this block
   node:
     description: The PVE node the VM lives on.
     type: str
@@ -40,13 +40,18 @@ options:
     required: true
   state:
     description:
-      - V(present) creates or updates the VM and leaves its power state alone; V(started) also starts it;
-        V(stopped) shuts it down (forced stop after the timeout); V(absent) stops and destroys it.
-      - V(restarted) shuts an existing VM down and starts it again without touching its config (always
-        changed; the guest renews its DHCP lease). Only O(node), O(vmid) and O(name) are needed.
+      - V(present) creates or updates the VM and leaves its power state alone; V(started) also starts it; V(stopped)
+        shuts it down (forced stop after the timeout); V(absent) stops and destroys it.
+      - V(restarted) shuts an existing VM down and starts it again without touching its config (always changed; the
+        guest renews its DHCP lease). Only O(node), O(vmid) and O(name) are needed.
     type: str
-    choices: [present, started, stopped, absent, restarted]
     default: present
+    choices:
+      - present
+      - started
+      - stopped
+      - absent
+      - restarted
   cores:
     description: Cores per socket.
     type: int
@@ -58,8 +63,8 @@ options:
     type: int
   balloon:
     description:
-      - Balloon target in MiB; V(0) removes the balloon device (needed with a passed-through GPU, whose
-        memory is pinned). Equal to O(memory) is PVE's default.
+      - 'Balloon target in MiB: the least memory the VM keeps when the host reclaims memory. V(0) removes the balloon
+        device (needed with a passed-through GPU, whose memory is pinned). Equal to O(memory) is PVE''s default.'
     type: int
   machine:
     description: Machine type, V(i440fx) (QEMU's C(pc)) or V(q35), or a pinned version such as V(pc-q35-9.2).
@@ -67,7 +72,9 @@ options:
   bios:
     description: Firmware.
     type: str
-    choices: [seabios, ovmf]
+    choices:
+      - seabios
+      - ovmf
   cpu:
     description: CPU type, such as V(host) or V(x86-64-v2-AES) (a full C(cpu) property string is accepted).
     type: str
@@ -97,8 +104,10 @@ options:
       efitype:
         description: Size and type of the EFI vars.
         type: str
-        choices: ["2m", "4m"]
-        default: "4m"
+        default: 4m
+        choices:
+          - 2m
+          - 4m
       pre_enrolled_keys:
         description: Enrol distribution and Microsoft keys (turns Secure Boot on; unsigned modules then fail to load).
         type: bool
@@ -122,8 +131,8 @@ options:
         required: true
       import_from:
         description:
-          - Volume to import the disk from when the VM is created, such as
-            V(local:import/noble-server-cloudimg-amd64.qcow2). Ignored for an existing disk.
+          - Volume to import the disk from when the VM is created, such as V(local:import/noble-server-cloudimg-amd64.qcow2).
+            Ignored for an existing disk.
         type: str
       iothread:
         description: Own I/O thread.
@@ -158,10 +167,10 @@ options:
         type: int
   hostpci:
     description:
-      - PCI devices, C(hostpci0) first. Each entry names a resource O(hostpci[].mapping), a raw
-        O(hostpci[].host) address, or both.
-      - With both, the mapping is used, except when the module logs in as root@pam with a password
-        (PVE accepts raw devices from root@pam only, never from a token).
+      - PCI devices, C(hostpci0) first. Each entry names a resource O(hostpci[].mapping) or a raw O(hostpci[].host)
+        address.
+      - 'PVE accepts raw devices from root@pam (password login) only, never from a token: a raw address with any other
+        login is refused before anything is written.'
     type: list
     elements: dict
     suboptions:
@@ -181,10 +190,11 @@ options:
         description: Map the device ROM.
         type: bool
   cdrom:
-    description: An ISO volume for the CD-ROM, such as V(local:iso/ubuntu-24.04.3-live-server-amd64.iso); V(none) empties it.
+    description: An ISO volume for the CD-ROM, such as V(local:iso/ubuntu-24.04.3-live-server-amd64.iso); V(none)
+      empties it.
     type: str
   cdrom_slot:
-    description: Config key of the CD-ROM.
+    description: Config key of the CD-ROM (with O(cdrom)).
     type: str
     default: ide2
   cloudinit:
@@ -232,8 +242,8 @@ options:
     elements: str
   extra_config:
     description:
-      - Further config keys as PVE spells them (key to value; null removes the key). They go through the
-        same normalisation as the rest.
+      - Further config keys as PVE spells them (key to value; null removes the key). They go through the same normalisation
+        as the rest.
     type: dict
   restart:
     description: Restart a running VM whose hardware changes are pending.
@@ -390,147 +400,35 @@ requests:
       type: int
 """
 
-import traceback  # noqa: E402
+from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib  # noqa: E402
-
-try:
-    from gpulab.pve import connection, vmconfig
-    from gpulab.pve.client import PveError
+if HAS_GPULAB:
+    from gpulab.pve import connection, vmconfig, vmoptions
     from gpulab.pve.vm import VmError, VmManager, VmSpec, build_config, wait_for_address
-except ImportError:
-    HAS_GPULAB, GPULAB_ERR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_ERR = True, None
 
 
 def build_argument_spec(fallback=None):
+    """The connection options and the option table of gpulab.pve.vmoptions."""
     spec = connection.argument_spec(fallback) if HAS_GPULAB else {}
-    spec.update(
-        node={"type": "str", "required": True},
-        vmid={"type": "int", "required": True},
-        name={"type": "str", "required": True},
-        state={
-            "type": "str",
-            "choices": ["present", "started", "stopped", "absent", "restarted"],
-            "default": "present",
-        },
-        cores={"type": "int"},
-        sockets={"type": "int"},
-        memory={"type": "int"},
-        balloon={"type": "int"},
-        machine={"type": "str"},
-        bios={"type": "str", "choices": ["seabios", "ovmf"]},
-        cpu={"type": "str"},
-        ostype={"type": "str"},
-        scsihw={"type": "str"},
-        agent={"type": "bool"},
-        onboot={"type": "bool"},
-        numa={"type": "bool"},
-        efidisk={
-            "type": "dict",
-            "options": {
-                "storage": {"type": "str", "required": True},
-                "efitype": {"type": "str", "choices": ["2m", "4m"], "default": "4m"},
-                "pre_enrolled_keys": {"type": "bool", "default": False},
-            },
-        },
-        disks={
-            "type": "list",
-            "elements": "dict",
-            "options": {
-                "slot": {"type": "str", "default": "scsi0"},
-                "storage": {"type": "str", "required": True},
-                "size_gb": {"type": "int", "required": True},
-                "import_from": {"type": "str"},
-                "iothread": {"type": "bool"},
-                "discard": {"type": "bool"},
-                "ssd": {"type": "bool"},
-            },
-        },
-        nets={
-            "type": "list",
-            "elements": "dict",
-            "options": {
-                "model": {"type": "str", "default": "virtio"},
-                "bridge": {"type": "str", "default": "vmbr0"},
-                "macaddr": {"type": "str"},
-                "firewall": {"type": "bool"},
-                "tag": {"type": "int"},
-            },
-        },
-        hostpci={
-            "type": "list",
-            "elements": "dict",
-            "options": {
-                "mapping": {"type": "str"},
-                "host": {"type": "str"},
-                "pcie": {"type": "bool"},
-                "x_vga": {"type": "bool"},
-                "rombar": {"type": "bool"},
-            },
-        },
-        cdrom={"type": "str"},
-        cdrom_slot={"type": "str", "default": "ide2"},
-        cloudinit={
-            "type": "dict",
-            "options": {
-                "storage": {"type": "str", "required": True},
-                "slot": {"type": "str", "default": "ide2"},
-                "user": {"type": "str"},
-                "ssh_keys": {"type": "list", "elements": "str", "no_log": False},
-                "ipconfig": {"type": "str", "default": "ip=dhcp"},
-                "upgrade": {"type": "bool"},
-                "password": {"type": "str", "no_log": True},
-            },
-        },
-        serial_console={"type": "bool"},
-        boot_order={"type": "list", "elements": "str"},
-        description={"type": "str"},
-        tags={"type": "list", "elements": "str"},
-        extra_config={"type": "dict"},
-        restart={"type": "bool", "default": False},
-        timeout={"type": "int", "default": 600},
-        lock_timeout={"type": "int", "default": 60},
-        wait_for_address={"type": "bool", "default": False},
-        address_timeout={"type": "int", "default": 300},
-    )
+    spec.update(vmoptions.argument_spec() if HAS_GPULAB else {})
     return spec
 
 
-def choose_hostpci(entries, conn):
-    """Mapping by default; the raw address only for root@pam password logins (PVE refuses it to tokens)."""
-    if entries is None:
-        return None
-    root_password = not conn.uses_token and conn.user == "root@pam"
-    out = []
-    for index, dev in enumerate(entries):
-        dev = {k: v for k, v in dev.items() if v is not None}
-        if dev.get("mapping") and dev.get("host"):
-            dev.pop("mapping" if root_password else "host")
-        elif dev.get("host") and not root_password:
+def refuse_raw_hostpci(entries, conn):
+    """PVE attaches a raw PCI address for root@pam password logins only; refuse it up front otherwise."""
+    for index, dev in enumerate(entries or ()):
+        if dev.get("host") and (conn.uses_token or conn.user != "root@pam"):
             raise ValueError(
                 f"hostpci[{index}] names the raw device {dev['host']} but PVE only lets root@pam (password "
                 f"login) attach raw PCI devices, and this module logs in as {conn.userid}: create a PCI "
                 "resource mapping (gpulab_pve_pci_mapping) and give its id as mapping"
             )
-        out.append(dev)
-    return out
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=build_argument_spec(env_fallback),
-        supports_check_mode=True,
-        **(connection.MODULE_KWARGS if HAS_GPULAB else {}),
-    )
-    if not HAS_GPULAB:
-        module.fail_json(
-            msg=missing_required_lib("gpulab (the project's Python package)"), exception=GPULAB_ERR
-        )
+    module = controller_module(build_argument_spec, pve=True)
     p = module.params
     result = {
-        "changed": False,
         "vmid": p["vmid"],
         "node": p["node"],
         "status": "absent",
@@ -545,42 +443,14 @@ def main():
         "restart_needed": False,
         "restarted": False,
         "mac": None,
-        "requests": {"reads": 0, "writes": 0},
     }
-    client = None
     what = f"VM {p['vmid']} ({p['name']}) on node {p['node']}"
-    try:
+    with ModuleRun(module, f"Managing {what}", VmError, ValueError, result=result) as run:
         conn = connection.connection_from_params(p)
-        hostpci = choose_hostpci(p["hostpci"], conn)
-        config, families = build_config(
-            name=p["name"],
-            cores=p["cores"],
-            sockets=p["sockets"],
-            memory=p["memory"],
-            balloon=p["balloon"],
-            machine=p["machine"],
-            bios=p["bios"],
-            cpu=p["cpu"],
-            ostype=p["ostype"],
-            scsihw=p["scsihw"],
-            agent=p["agent"],
-            onboot=p["onboot"],
-            numa=p["numa"],
-            efidisk=p["efidisk"],
-            disks=p["disks"],
-            nets=p["nets"],
-            hostpci=hostpci,
-            cdrom=p["cdrom"],
-            cdrom_slot=p["cdrom_slot"],
-            cloudinit=p["cloudinit"],
-            serial_console=p["serial_console"],
-            boot_order=p["boot_order"],
-            description=p["description"],
-            tags=p["tags"],
-            extra_config=p["extra_config"],
-        )
+        refuse_raw_hostpci(p["hostpci"], conn)
+        config, families = build_config(**{o.name: p[o.name] for o in vmoptions.OPTIONS}, name=p["name"])
         spec = VmSpec(node=p["node"], vmid=p["vmid"], name=p["name"], config=config, own_families=families)
-        client = connection.connect(p)
+        client = run.connect()
         manager = VmManager(
             client,
             spec,
@@ -609,6 +479,11 @@ def main():
                 k: v for k, v in res.current.items() if k != "digest" and not vmconfig.key_info(k).write_only
             },
         )
+        if res.restart_needed:
+            module.warn(
+                f"{what} runs with hardware changes PVE holds as pending ({', '.join(res.pending)}): they apply "
+                "at its next restart; restart it, or run with restart=true (stage vms: -e pve_vms_restart=true)"
+            )
         # In check mode the agent is asked too when the VM already runs (reads only).
         runs_now = not module.check_mode or not ({"create", "start", "restart"} & set(res.actions))
         if p["wait_for_address"] and res.status == "running" and runs_now:
@@ -622,12 +497,7 @@ def main():
                 "before": res.before,
                 "after": res.after if p["state"] != "absent" else {},
             }
-    except (PveError, VmError, ValueError) as exc:
-        if client is not None:
-            result["requests"] = {"reads": client.reads, "writes": client.writes}
-        module.fail_json(msg=f"Managing {what}: {exc}", **result)
-    result["requests"] = {"reads": client.reads, "writes": client.writes}
-    module.exit_json(**result)
+    run.exit()
 
 
 if __name__ == "__main__":

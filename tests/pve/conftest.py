@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import yaml
+from ansible_modules import command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODULES = ROOT / "plugins" / "modules"
@@ -193,7 +194,7 @@ def run_module(
     )
     if subprocess_run:
         proc = subprocess.run(
-            [sys.executable, str(MODULES / f"{name}.py"), payload],
+            command(MODULES / f"{name}.py", payload),
             capture_output=True,
             text=True,
             timeout=180,
@@ -243,7 +244,7 @@ def gpu_vm_args(lab: PveSimProcess, **over) -> dict:
             }
         ],
         nets=[{"bridge": "vmbr0"}],
-        hostpci=[{"mapping": "rtx3090", "host": "0000:02:00", "pcie": True}],
+        hostpci=[{"mapping": "rtx3090", "pcie": True}],
         agent=True,
         onboot=False,
         serial_console=True,

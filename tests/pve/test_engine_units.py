@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpulab.pve import download, mapping, vm, vmconfig
@@ -93,15 +95,8 @@ def test_own_families_remove_extra_nics_and_devices_only():
     assert sorted(change.delete) == ["hostpci0", "net1"] and change.set == {}
 
 
-@pytest.mark.parametrize(
-    ("user", "token", "expect"),
-    [
-        ("root@pam", None, {"host": "0000:02:00", "pcie": True}),
-        (None, "root@pam!gpulab", {"mapping": "rtx3090", "pcie": True}),
-        ("admin@pve", None, {"mapping": "rtx3090", "pcie": True}),
-    ],
-)
-def test_mapping_unless_root_password(user, token, expect):
+@pytest.mark.parametrize(("user", "token"), [(None, "root@pam!gpulab"), ("admin@pve", None)])
+def test_a_raw_device_without_a_root_password_login_is_refused_with_the_way_out(user, token):
     mod = _load_module("gpulab_pve_vm")
     conn = PveConnection(
         api_url="https://pve:8006",
@@ -110,17 +105,11 @@ def test_mapping_unless_root_password(user, token, expect):
         token_id=token,
         token_secret="s" if token else None,
     )
-    got = mod.choose_hostpci(
-        [{"mapping": "rtx3090", "host": "0000:02:00", "pcie": True, "x_vga": None}], conn
-    )
-    assert got == [expect]
-
-
-def test_raw_device_with_a_token_is_refused_with_the_way_out():
-    mod = _load_module("gpulab_pve_vm")
-    conn = PveConnection(api_url="https://pve:8006", token_id="root@pam!gpulab", token_secret="s")
-    with pytest.raises(ValueError, match=r"root@pam!gpulab.*gpulab_pve_pci_mapping"):
-        mod.choose_hostpci([{"host": "0000:02:00"}], conn)
+    with pytest.raises(ValueError, match=rf"{re.escape(conn.userid)}.*gpulab_pve_pci_mapping"):
+        mod.refuse_raw_hostpci([{"host": "0000:02:00"}], conn)
+    mod.refuse_raw_hostpci([{"mapping": "rtx3090"}], conn)  # a mapping is fine for any login
+    root = PveConnection(api_url="https://pve:8006", user="root@pam", password="x")
+    mod.refuse_raw_hostpci([{"host": "0000:02:00"}], root)
 
 
 def test_map_entries_are_written_and_compared_as_pve_keeps_them():

@@ -146,8 +146,9 @@ def test_raw_device_needs_root_password_login(lab):
     args = gpu_vm_args(lab, hostpci=[{"host": "0000:02:00", "pcie": True}])
     res = run_module("gpulab_pve_vm", args)
     assert res["failed"] and "root@pam" in res["msg"] and "mapping" in res["msg"]
-    # root@pam with a password: the raw address is used even when a mapping is named too
-    args = {k: v for k, v in gpu_vm_args(lab).items() if not k.startswith("api_token")}
+    # root@pam with a password: the raw address is attached
+    args = {k: v for k, v in gpu_vm_args(lab, hostpci=[{"host": "0000:02:00", "pcie": True}]).items()
+            if not k.startswith("api_token")}  # fmt: skip
     res = run_module("gpulab_pve_vm", {**args, **lab.root_conn()})
     assert not res.get("failed"), res
     assert res["config"]["hostpci0"] == "0000:02:00,pcie=1"

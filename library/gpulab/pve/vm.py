@@ -1,6 +1,7 @@
 """Bring one QEMU VM to a declared state: present, started, stopped or absent.
 
-`build_config` turns the friendly spec (cores, disks, NICs, GPU, cloud-init, ...) into PVE config keys.
+`build_config` turns the module's options (cores, disks, NICs, GPU, cloud-init, ...) into PVE config keys
+through the option table of `vmoptions`.
 `ensure_vm` reads the VM (one cluster-resources call and one config call), compares with
 `vmconfig.diff`, writes only the difference in one config call (removed keys through `delete`, `digest`
 for optimistic locking), grows disks, waits for each task, re-reads and reports before/after. A new VM
@@ -15,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpulab.pve import propstr, vmconfig
+from gpulab.pve import vmconfig, vmoptions
 from gpulab.pve.client import PveClient, PveError
 
 # Options PVE applies to a running VM at once (qemu-server's "fast plug" options); anything else
@@ -61,130 +62,15 @@ class VmSpec:
     own_families: tuple[str, ...] = ()
 
 
-def _bool01(value: Any) -> str:
-    return "1" if value in (True, 1, "1", "true", "yes", "on") else "0"
+def build_config(*, name: str, **options: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The PVE config keys for the module's options (`gpulab.pve.vmoptions`), and the families they own.
 
-
-def build_config(
-    *,
-    name: str,
-    cores: int | None = None,
-    sockets: int | None = None,
-    memory: int | None = None,
-    balloon: int | None = None,
-    machine: str | None = None,
-    bios: str | None = None,
-    cpu: str | None = None,
-    ostype: str | None = None,
-    scsihw: str | None = None,
-    agent: bool | None = None,
-    onboot: bool | None = None,
-    numa: bool | None = None,
-    efidisk: Mapping[str, Any] | None = None,
-    disks: list[Mapping[str, Any]] | None = None,
-    nets: list[Mapping[str, Any]] | None = None,
-    hostpci: list[Mapping[str, Any]] | None = None,
-    cdrom: str | None = None,
-    cdrom_slot: str = "ide2",
-    cloudinit: Mapping[str, Any] | None = None,
-    serial_console: bool | None = None,
-    boot_order: list[str] | None = None,
-    description: str | None = None,
-    tags: list[str] | None = None,
-    extra_config: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The PVE config keys for a friendly spec, and the key families it owns.
-
-    Options left at None are not managed. Disks are `{slot, storage, size_gb, import_from, iothread,
-    discard, ssd}`; NICs `{model, bridge, macaddr, firewall, tag}`; PCI devices `{mapping | host, pcie,
-    x_vga, rombar}` (a host address without `.function` passes every function of the card).
+    Options left at None are not managed.
     """
-    cfg: dict[str, Any] = {"name": name}
-    families: list[str] = []
-    for key, value in (
-        ("cores", cores),
-        ("sockets", sockets),
-        ("memory", memory),
-        ("balloon", balloon),
-        ("bios", bios),
-        ("cpu", cpu),
-        ("ostype", ostype),
-        ("scsihw", scsihw),
-        ("description", description),
-    ):
-        if value is not None:
-            cfg[key] = str(value)
-    if machine is not None:
-        cfg["machine"] = "pc" if machine in ("i440fx", "pc") else machine
-    for key, flag in (("onboot", onboot), ("numa", numa), ("agent", agent)):
-        if flag is not None:
-            cfg[key] = _bool01(flag)
-    if tags is not None:
-        cfg["tags"] = ";".join(tags) if tags else None
-    if efidisk is not None:
-        props = {
-            "file": f"{efidisk['storage']}:1",
-            "efitype": efidisk.get("efitype") or "4m",
-            "pre-enrolled-keys": _bool01(efidisk.get("pre_enrolled_keys", False)),
-        }
-        cfg["efidisk0"] = propstr.render(props, "file")
-    for disk in disks or ():
-        slot = disk.get("slot") or "scsi0"
-        props = {"file": f"{disk['storage']}:{disk['size_gb']}"}
-        for opt in ("iothread", "ssd"):
-            if disk.get(opt) is not None:
-                props[opt] = _bool01(disk[opt])
-        if disk.get("discard") is not None:
-            props["discard"] = "on" if disk["discard"] in (True, "on") else "ignore"
-        if disk.get("import_from"):
-            props["import-from"] = disk["import_from"]
-        cfg[slot] = propstr.render(props, "file")
-    if nets is not None:
-        families.append("net")
-        for index, nic in enumerate(nets):
-            props = {"model": nic.get("model") or "virtio", "bridge": nic.get("bridge") or "vmbr0"}
-            if nic.get("macaddr"):
-                props["macaddr"] = str(nic["macaddr"]).upper()
-            if nic.get("firewall") is not None:
-                props["firewall"] = _bool01(nic["firewall"])
-            if nic.get("tag") is not None:
-                props["tag"] = str(nic["tag"])
-            cfg[f"net{index}"] = propstr.render(props, "model")
-    if hostpci is not None:
-        families.append("hostpci")
-        for index, dev in enumerate(hostpci):
-            if bool(dev.get("mapping")) == bool(dev.get("host")):
-                raise VmError(f"hostpci{index}: give exactly one of mapping or host")
-            props = {"mapping": dev["mapping"]} if dev.get("mapping") else {"host": str(dev["host"]).lower()}
-            for opt, sub in (("pcie", "pcie"), ("x_vga", "x-vga"), ("rombar", "rombar")):
-                if dev.get(opt) is not None:
-                    props[sub] = _bool01(dev[opt])
-            cfg[f"hostpci{index}"] = propstr.render(props, "host")
-    if cdrom is not None:
-        cfg[cdrom_slot] = "none,media=cdrom" if cdrom in ("", "none") else f"{cdrom},media=cdrom"
-    if cloudinit is not None:
-        slot = cloudinit.get("slot") or "ide2"
-        if cdrom is not None and slot == cdrom_slot:
-            raise VmError(f"the cloud-init drive and the CD-ROM both want {slot}; give them different slots")
-        cfg[slot] = f"{cloudinit['storage']}:cloudinit"
-        if cloudinit.get("user"):
-            cfg["ciuser"] = cloudinit["user"]
-        if cloudinit.get("ssh_keys"):
-            cfg["sshkeys"] = vmconfig.encode_sshkeys(list(cloudinit["ssh_keys"]))
-        if cloudinit.get("ipconfig"):
-            cfg["ipconfig0"] = cloudinit["ipconfig"]
-        if cloudinit.get("upgrade") is not None:
-            cfg["ciupgrade"] = _bool01(cloudinit["upgrade"])
-        if cloudinit.get("password"):
-            cfg["cipassword"] = cloudinit["password"]
-    if serial_console is not None:
-        cfg["serial0"] = "socket" if serial_console else None
-        cfg["vga"] = "serial0" if serial_console else None
-    if boot_order:
-        cfg["boot"] = "order=" + ";".join(boot_order)
-    for key, value in (extra_config or {}).items():
-        cfg[key] = value
-    return cfg, tuple(families)
+    try:
+        return vmoptions.build({"name": name, **options})
+    except vmoptions.OptionError as exc:
+        raise VmError(str(exc)) from None
 
 
 @dataclass

@@ -1,0 +1,437 @@
+"""The input options of gpulab_pve_vm, one row each, with the PVE config keys each one writes.
+
+This one table drives the module's argument spec (`argument_spec()`), its DOCUMENTATION options
+(`documentation()`, written into plugins/modules/gpulab_pve_vm.py by `make docs`; a test keeps the two
+equal) and the config the module sends (`build()`). Each row of `OPTIONS` names the keys of `vmconfig`'s
+key table (or the indexed families, `net*`) it writes; a test fails when a row writes a key it does not
+name or names a key that table lacks. `CONTROL` holds the options that say which VM and what to do with
+it (no config key).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpulab.pve import propstr, vmconfig
+
+
+class OptionError(ValueError):
+    """An option value that cannot become a config (the message names the option)."""
+
+
+@dataclass(frozen=True)
+class Sub:
+    """A sub-option of a dict option (or of each element of a list of dicts)."""
+
+    name: str
+    type: str = "str"
+    doc: str | tuple[str, ...] = ""
+    required: bool = False
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    elements: str | None = None
+    no_log: bool | None = None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One module option: its argument spec, its documentation and the config keys it writes."""
+
+    name: str
+    type: str
+    doc: str | tuple[str, ...]
+    keys: tuple[str, ...] = ()  # config keys; `net*` stands for a family
+    build: Callable[[Any, Mapping[str, Any]], dict[str, Any]] | None = None
+    required: bool = False
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    elements: str | None = None
+    subs: tuple[Sub, ...] = ()
+    owns: str | None = None  # the family this option owns whole: members it leaves out are removed
+
+    def spec(self) -> dict[str, Any]:
+        return _spec(self)
+
+    def writes(self, key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.keys)
+
+
+def _spec(row: Option | Sub) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": row.type}
+    if row.required:
+        out["required"] = True
+    for attr in ("default", "choices", "elements", "no_log"):
+        value = getattr(row, attr, None)
+        if value is not None:
+            out[attr] = list(value) if attr == "choices" else value
+    subs = getattr(row, "subs", ())
+    if subs:
+        out["options"] = {s.name: _spec(s) for s in subs}
+    return out
+
+
+def _doc(row: Option | Sub) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": list(row.doc) if isinstance(row.doc, tuple) else row.doc}
+    spec = _spec(row)
+    for attr in ("type", "required", "default", "choices", "elements"):
+        if attr in spec:
+            out[attr] = spec[attr]
+    subs = getattr(row, "subs", ())
+    if subs:
+        out["suboptions"] = {s.name: _doc(s) for s in subs}
+    return out
+
+
+def _b(value: Any) -> str:
+    return "1" if value in (True, 1, "1", "true", "yes", "on") else "0"
+
+
+def _as_str(key: str) -> Callable[[Any, Mapping[str, Any]], dict[str, Any]]:
+    return lambda value, _p: {key: str(value)}
+
+
+def _as_bool(key: str) -> Callable[[Any, Mapping[str, Any]], dict[str, Any]]:
+    return lambda value, _p: {key: _b(value)}
+
+
+def _machine(value: Any, _p: Mapping[str, Any]) -> dict[str, Any]:
+    return {"machine": "pc" if value in ("i440fx", "pc") else value}
+
+
+def _tags(value: Any, _p: Mapping[str, Any]) -> dict[str, Any]:
+    return {"tags": ";".join(value) if value else None}
+
+
+def _efidisk(value: Mapping[str, Any], _p: Mapping[str, Any]) -> dict[str, Any]:
+    props = {
+        "file": f"{value['storage']}:1",
+        "efitype": value.get("efitype") or "4m",
+        "pre-enrolled-keys": _b(value.get("pre_enrolled_keys", False)),
+    }
+    return {"efidisk0": propstr.render(props, "file")}
+
+
+def _disks(value: list[Mapping[str, Any]], _p: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for disk in value:
+        props = {"file": f"{disk['storage']}:{disk['size_gb']}"}
+        for opt in ("iothread", "ssd"):
+            if disk.get(opt) is not None:
+                props[opt] = _b(disk[opt])
+        if disk.get("discard") is not None:
+            props["discard"] = "on" if disk["discard"] in (True, "on") else "ignore"
+        if disk.get("import_from"):
+            props["import-from"] = disk["import_from"]
+        out[disk.get("slot") or "scsi0"] = propstr.render(props, "file")
+    return out
+
+
+def _nets(value: list[Mapping[str, Any]], _p: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for index, nic in enumerate(value):
+        props = {"model": nic.get("model") or "virtio", "bridge": nic.get("bridge") or "vmbr0"}
+        if nic.get("macaddr"):
+            props["macaddr"] = str(nic["macaddr"]).upper()
+        if nic.get("firewall") is not None:
+            props["firewall"] = _b(nic["firewall"])
+        if nic.get("tag") is not None:
+            props["tag"] = str(nic["tag"])
+        out[f"net{index}"] = propstr.render(props, "model")
+    return out
+
+
+def _hostpci(value: list[Mapping[str, Any]], _p: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for index, dev in enumerate(value):
+        if bool(dev.get("mapping")) == bool(dev.get("host")):
+            raise OptionError(f"hostpci[{index}]: give exactly one of mapping or host")
+        props = {"mapping": dev["mapping"]} if dev.get("mapping") else {"host": str(dev["host"]).lower()}
+        for opt, sub in (("pcie", "pcie"), ("x_vga", "x-vga"), ("rombar", "rombar")):
+            if dev.get(opt) is not None:
+                props[sub] = _b(dev[opt])
+        out[f"hostpci{index}"] = propstr.render(props, "host")
+    return out
+
+
+def _cdrom(value: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+    slot = p.get("cdrom_slot") or "ide2"
+    return {slot: "none,media=cdrom" if value in ("", "none") else f"{value},media=cdrom"}
+
+
+def _cloudinit(value: Mapping[str, Any], p: Mapping[str, Any]) -> dict[str, Any]:
+    slot = value.get("slot") or "ide2"
+    if p.get("cdrom") is not None and slot == (p.get("cdrom_slot") or "ide2"):
+        raise OptionError(f"the cloud-init drive and the CD-ROM both want {slot}; give them different slots")
+    out: dict[str, Any] = {slot: f"{value['storage']}:cloudinit"}
+    if value.get("user"):
+        out["ciuser"] = value["user"]
+    if value.get("ssh_keys"):
+        out["sshkeys"] = vmconfig.encode_sshkeys(list(value["ssh_keys"]))
+    if value.get("ipconfig"):
+        out["ipconfig0"] = value["ipconfig"]
+    if value.get("upgrade") is not None:
+        out["ciupgrade"] = _b(value["upgrade"])
+    if value.get("password"):
+        out["cipassword"] = value["password"]
+    return out
+
+
+def _serial(value: Any, _p: Mapping[str, Any]) -> dict[str, Any]:
+    return {"serial0": "socket" if value else None, "vga": "serial0" if value else None}
+
+
+def _boot(value: list[str], _p: Mapping[str, Any]) -> dict[str, Any]:
+    return {"boot": "order=" + ";".join(value)} if value else {}
+
+
+def _extra(value: Mapping[str, Any], _p: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(value)
+
+
+_DRIVES = ("ide*", "sata*", "scsi*", "virtio*")
+
+# The options that become config keys, in the order of the module's documentation.
+OPTIONS: tuple[Option, ...] = (
+    Option("cores", "int", "Cores per socket.", ("cores",), _as_str("cores")),
+    Option("sockets", "int", "CPU sockets.", ("sockets",), _as_str("sockets")),
+    Option("memory", "int", "Memory in MiB.", ("memory",), _as_str("memory")),
+    Option(
+        "balloon",
+        "int",
+        (
+            "Balloon target in MiB: the least memory the VM keeps when the host reclaims memory. V(0) removes the "
+            "balloon device (needed with a passed-through GPU, whose memory is pinned). Equal to O(memory) is "
+            "PVE's default.",
+        ),
+        ("balloon",),
+        _as_str("balloon"),
+    ),
+    Option(
+        "machine",
+        "str",
+        "Machine type, V(i440fx) (QEMU's C(pc)) or V(q35), or a pinned version such as V(pc-q35-9.2).",
+        ("machine",),
+        _machine,
+    ),
+    Option("bios", "str", "Firmware.", ("bios",), _as_str("bios"), choices=("seabios", "ovmf")),
+    Option(
+        "cpu",
+        "str",
+        "CPU type, such as V(host) or V(x86-64-v2-AES) (a full C(cpu) property string is accepted).",
+        ("cpu",),
+        _as_str("cpu"),
+    ),
+    Option("ostype", "str", "Guest OS type, such as V(l26).", ("ostype",), _as_str("ostype")),
+    Option(
+        "scsihw", "str", "SCSI controller, such as V(virtio-scsi-single).", ("scsihw",), _as_str("scsihw")
+    ),
+    Option("agent", "bool", "Enable the QEMU guest agent channel.", ("agent",), _as_bool("agent")),
+    Option("onboot", "bool", "Start the VM when the node boots.", ("onboot",), _as_bool("onboot")),
+    Option("numa", "bool", "Enable NUMA.", ("numa",), _as_bool("numa")),
+    Option(
+        "efidisk",
+        "dict",
+        "The EFI vars disk (with O(bios=ovmf)). Its options are fixed when it is created.",
+        ("efidisk0",),
+        _efidisk,
+        subs=(
+            Sub("storage", doc="Storage for the EFI disk.", required=True),
+            Sub("efitype", doc="Size and type of the EFI vars.", choices=("2m", "4m"), default="4m"),
+            Sub(
+                "pre_enrolled_keys",
+                "bool",
+                "Enrol distribution and Microsoft keys (turns Secure Boot on; unsigned modules then fail to load).",
+                default=False,
+            ),
+        ),
+    ),
+    Option(
+        "disks",
+        "list",
+        "Disks. A disk that exists is compared by storage, options and size.",
+        _DRIVES,
+        _disks,
+        elements="dict",
+        subs=(
+            Sub("slot", doc="Config key, such as V(scsi0) or V(virtio1).", default="scsi0"),
+            Sub("storage", doc="Storage for the disk.", required=True),
+            Sub(
+                "size_gb",
+                "int",
+                "Size in GiB. A larger size than the current one grows the disk; a smaller one is refused.",
+                required=True,
+            ),
+            Sub(
+                "import_from",
+                doc=(
+                    "Volume to import the disk from when the VM is created, such as "
+                    "V(local:import/noble-server-cloudimg-amd64.qcow2). Ignored for an existing disk.",
+                ),
+            ),
+            Sub("iothread", "bool", "Own I/O thread."),
+            Sub("discard", "bool", "Pass discard/trim through."),
+            Sub("ssd", "bool", "Present the disk as an SSD."),
+        ),
+    ),
+    Option(
+        "nets",
+        "list",
+        "Network devices, C(net0) first. Without a MAC, PVE picks one and it is kept afterwards.",
+        ("net*",),
+        _nets,
+        elements="dict",
+        owns="net",
+        subs=(
+            Sub("model", doc="NIC model.", default="virtio"),
+            Sub("bridge", doc="Bridge.", default="vmbr0"),
+            Sub("macaddr", doc="Fixed MAC address."),
+            Sub("firewall", "bool", "PVE firewall on this NIC."),
+            Sub("tag", "int", "VLAN tag."),
+        ),
+    ),
+    Option(
+        "hostpci",
+        "list",
+        (
+            "PCI devices, C(hostpci0) first. Each entry names a resource O(hostpci[].mapping) or a raw "
+            "O(hostpci[].host) address.",
+            "PVE accepts raw devices from root@pam (password login) only, never from a token: a raw address "
+            "with any other login is refused before anything is written.",
+        ),
+        ("hostpci*",),
+        _hostpci,
+        elements="dict",
+        owns="hostpci",
+        subs=(
+            Sub("mapping", doc="ID of a cluster PCI resource mapping."),
+            Sub(
+                "host", doc="Host address; V(0000:02:00) without a function passes all functions of the card."
+            ),
+            Sub("pcie", "bool", "Attach as PCI Express (needs O(machine=q35))."),
+            Sub("x_vga", "bool", "Primary GPU of the VM."),
+            Sub("rombar", "bool", "Map the device ROM."),
+        ),
+    ),
+    Option(
+        "cdrom",
+        "str",
+        "An ISO volume for the CD-ROM, such as V(local:iso/ubuntu-24.04.3-live-server-amd64.iso); V(none) empties it.",
+        ("ide*", "sata*"),
+        _cdrom,
+    ),
+    Option("cdrom_slot", "str", "Config key of the CD-ROM (with O(cdrom)).", default="ide2"),
+    Option(
+        "cloudinit",
+        "dict",
+        "A cloud-init drive and its settings.",
+        (*_DRIVES, "ciuser", "sshkeys", "ipconfig*", "ciupgrade", "cipassword"),
+        _cloudinit,
+        subs=(
+            Sub("storage", doc="Storage for the cloud-init drive.", required=True),
+            Sub("slot", doc="Config key of the drive.", default="ide2"),
+            Sub("user", doc="User to create."),
+            Sub("ssh_keys", "list", "Public SSH keys for the user.", elements="str", no_log=False),
+            Sub("ipconfig", doc="C(ipconfig0), such as V(ip=dhcp).", default="ip=dhcp"),
+            Sub("upgrade", "bool", "Upgrade packages on first boot."),
+            Sub(
+                "password",
+                doc="Password for the user; set when the VM is created and never compared (PVE does not show it).",
+                no_log=True,
+            ),
+        ),
+    ),
+    Option(
+        "serial_console",
+        "bool",
+        "A serial port as the console (C(serial0=socket), C(vga=serial0)), as cloud images expect.",
+        ("serial*", "vga"),
+        _serial,
+    ),
+    Option(
+        "boot_order", "list", "Boot devices in order, such as V([scsi0]).", ("boot",), _boot, elements="str"
+    ),
+    Option("description", "str", "VM description (notes).", ("description",), _as_str("description")),
+    Option("tags", "list", "Tags.", ("tags",), _tags, elements="str"),
+    Option(
+        "extra_config",
+        "dict",
+        (
+            "Further config keys as PVE spells them (key to value; null removes the key). They go through the "
+            "same normalisation as the rest.",
+        ),
+        ("*",),
+        _extra,
+    ),
+)
+
+# The options that say which VM and what to do with it.
+CONTROL: tuple[Option, ...] = (
+    Option("node", "str", "The PVE node the VM lives on.", required=True),
+    Option("vmid", "int", "The VM ID.", required=True),
+    Option(
+        "name",
+        "str",
+        ("The VM name. An existing VM with this ID but another name is never taken over.",),
+        required=True,
+    ),
+    Option(
+        "state",
+        "str",
+        (
+            "V(present) creates or updates the VM and leaves its power state alone; V(started) also starts it; "
+            "V(stopped) shuts it down (forced stop after the timeout); V(absent) stops and destroys it.",
+            "V(restarted) shuts an existing VM down and starts it again without touching its config (always "
+            "changed; the guest renews its DHCP lease). Only O(node), O(vmid) and O(name) are needed.",
+        ),
+        choices=("present", "started", "stopped", "absent", "restarted"),
+        default="present",
+    ),
+    *OPTIONS,
+    Option("restart", "bool", "Restart a running VM whose hardware changes are pending.", default=False),
+    Option(
+        "timeout", "int", "Seconds to wait for each PVE task (create, update, start, shutdown).", default=600
+    ),
+    Option(
+        "lock_timeout", "int", "Seconds to wait for a locked VM to be unlocked before failing.", default=60
+    ),
+    Option(
+        "wait_for_address",
+        "bool",
+        "After the VM runs, wait for the guest agent to report an IPv4 address on C(net0).",
+        default=False,
+    ),
+    Option("address_timeout", "int", "Seconds to wait for the address.", default=300),
+)
+
+BY_NAME: dict[str, Option] = {o.name: o for o in CONTROL}
+
+
+def argument_spec() -> dict[str, dict[str, Any]]:
+    """Every option of the module but the connection's, as AnsibleModule takes them."""
+    return {o.name: o.spec() for o in CONTROL}
+
+
+def documentation() -> dict[str, Any]:
+    """The same options as DOCUMENTATION's `options:` mapping."""
+    return {o.name: _doc(o) for o in CONTROL}
+
+
+def build(params: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The PVE config keys for the given option values, and the key families they own.
+
+    Options absent or None are not managed. Each key comes from the row of the option that names it
+    (tests/pve/test_vm_options.py holds every row to its keys).
+    """
+    cfg: dict[str, Any] = {"name": params["name"]}
+    families: list[str] = []
+    for option in OPTIONS:
+        value = params.get(option.name)
+        if value is None or option.build is None:
+            continue
+        cfg.update(option.build(value, params))
+        if option.owns:
+            families.append(option.owns)
+    return cfg, tuple(families)

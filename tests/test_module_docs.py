@@ -1,7 +1,8 @@
 """Every module in plugins/modules: DOCUMENTATION, EXAMPLES and RETURN parse and match its argument spec.
 
 Modules are found by listing the folder, so a new module is checked without touching this file. A module
-with neither ARGUMENT_SPEC nor build_argument_spec() must be the documentation of an action plugin.
+with neither ARGUMENT_SPEC nor build_argument_spec() (its own options; the prologue adds the PVE
+connection options) must be the documentation of an action plugin.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from types import ModuleType
 
 import pytest
 import yaml
+from ansible.module_utils import gpulab_module
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("gpulab_*.py"))
@@ -29,9 +31,13 @@ def module(name: str) -> ModuleType:
 
 
 def argument_spec(mod: ModuleType, fallback=None) -> dict | None:
-    if hasattr(mod, "build_argument_spec"):
-        return mod.build_argument_spec(fallback)
-    return getattr(mod, "ARGUMENT_SPEC", None)
+    """The module's own options and, for a PVE module (one with the gpulab_pve fragment), the connection
+    options, as the prologue (plugins/module_utils/gpulab_module.py) builds them."""
+    own = getattr(mod, "build_argument_spec", None) or getattr(mod, "ARGUMENT_SPEC", None)
+    if own is None:
+        return None
+    pve = "gpulab_pve" in (yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment") or [])
+    return gpulab_module.argument_spec(own, pve, fallback)
 
 
 def documented_options(doc: dict) -> dict:

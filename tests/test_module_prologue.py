@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.module_utils.gpulab_module import GPULAB_MISSING, ModuleRun
 from ansible.plugins.loader import action_loader
 from ansible_modules import MODULES, command
@@ -65,8 +66,24 @@ def test_a_controller_module_keeps_no_prologue_of_its_own(name):
     assert not assigned & {"HAS_GPULAB", "GPULAB_ERR"}, "the import guard is the prologue's"
     handlers = [n for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler)]
     assert not [h for h in handlers if isinstance(h.type, ast.Name) and h.type.id == "ImportError"]
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    assert "controller_module" in called
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    called = {n.func.id for n in calls}
+    [prologue] = [n for n in calls if n.func.id == "controller_module"]
+    # a PVE module (documented with the gpulab_pve fragment) gets the connection options from the prologue
+    pve = any(
+        k.arg == "pve" and isinstance(k.value, ast.Constant) and k.value.value is True
+        for k in prologue.keywords
+    )
+    assert pve == (name in PVE_MODULES)
+    assigns = {
+        t.id: n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    doc = assigns["DOCUMENTATION"].value
+    assert ("gpulab_pve" in yaml.safe_load(doc).get("extends_documentation_fragment", [])) == pve
     assert not called & {"AnsibleModule", "missing_required_lib"}, "the module is built by the prologue"
     # the engine is imported under `if HAS_GPULAB:` only, so that a missing gpulab is reported, not raised
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -5,9 +5,10 @@ built from an argument spec, and a run that maps the engine's errors to a failur
 Modules import it the standard way, `from ansible.module_utils.gpulab_module import ...`: Ansible finds it
 in plugins/module_utils (ansible.cfg `module_utils`) and ships it with the module; the tests add that folder
 to `ansible.module_utils` (tests/ansible_modules.py). A module imports what it needs of the engine under
-`if HAS_GPULAB:` and starts main() with
+`if HAS_GPULAB:`, declares only its own options (ARGUMENT_SPEC, or build_argument_spec() where they
+need the engine) and starts main() with
 
-    module = controller_module(build_argument_spec, pve=True)
+    module = controller_module(ARGUMENT_SPEC, pve=True)
     with ModuleRun(module, f"Reading node {p['node']}", SomeError, result=result) as run:
         ... run.connect() ...
     run.exit()
@@ -35,13 +36,24 @@ GPULAB_MISSING = missing_required_lib(
 )
 
 
-def controller_module(argument_spec, pve=False, **kwargs):
+def argument_spec(own, pve=False, fallback=env_fallback):
+    """A module's whole argument spec: its own options (`own`: a dict, or a function that returns it when
+    they need the engine) and, for a PVE module, the connection options of gpulab.pve.connection (doc
+    fragment gpulab_pve), which fall back to the PVE_API_* environment variables through `fallback`."""
+    spec = dict(own() if callable(own) else own)
+    if pve:
+        from gpulab.pve import connection
+
+        spec.update(connection.argument_spec(fallback))
+    return spec
+
+
+def controller_module(own, pve=False, **kwargs):
     """The AnsibleModule (check mode supported) of a controller module, or its failure without gpulab.
 
-    `argument_spec` is the spec, or a function of Ansible's env_fallback that returns it (a PVE module's
-    `build_argument_spec`, whose connection options fall back to PVE_API_*). `pve=True` adds the rules of
-    the connection options (a token or a user and password, not both). Without gpulab the options cannot
-    be known, so the module fails naming the missing package whatever options it was given.
+    `own` and `pve` as for `argument_spec`; a PVE module also gets the rules of the connection options (a
+    token or a user and password, not both). Without gpulab the options cannot be known, so the module
+    fails naming the missing package whatever options it was given.
     """
     if not HAS_GPULAB:
         given = _load_params()
@@ -53,8 +65,7 @@ def controller_module(argument_spec, pve=False, **kwargs):
         from gpulab.pve import connection
 
         kwargs = {**connection.MODULE_KWARGS, **kwargs}
-    spec = argument_spec(env_fallback) if callable(argument_spec) else argument_spec
-    return AnsibleModule(argument_spec=spec, supports_check_mode=True, **kwargs)
+    return AnsibleModule(argument_spec=argument_spec(own, pve), supports_check_mode=True, **kwargs)
 
 
 class ModuleRun:

@@ -154,23 +154,12 @@ ARGUMENT_SPEC = {
 def main():
     module = controller_module(ARGUMENT_SPEC)
     p = module.params
-    scaling = p["device_memory_scaling"]
-    if scaling == int(scaling):
-        scaling = int(scaling)  # 1, not 1.0, in the chart values
+    # every option of the module is an argument of the engine's render
+    own = {name: p[name] for name in ARGUMENT_SPEC}
+    if own["device_memory_scaling"] == int(own["device_memory_scaling"]):
+        own["device_memory_scaling"] = int(own["device_memory_scaling"])  # 1, not 1.0, in the chart values
     with ModuleRun(module, f"Rendering the HAMi HelmChart {p['name']}", hami.ValuesError) as run:
-        values, manifest = hami.render(
-            p["chart_version"],
-            device_split_count=p["device_split_count"],
-            device_memory_scaling=scaling,
-            runtime_class_name=p["runtime_class_name"],
-            node_selector=p["node_selector"],
-            kube_scheduler_image=p["kube_scheduler_image"],
-            extra_values=p["extra_values"],
-            name=p["name"],
-            namespace=p["namespace"],
-            repo=p["repo"],
-            timeout=p["timeout"],
-        )
+        values, manifest = hami.render(**own)
     run.exit(
         values=values,
         values_content=hami.values_content(values),

@@ -86,22 +86,17 @@ from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller
 
 if HAS_GPULAB:
     from gpulab import labtable
-    from gpulab.pve import connection
 
-
-def build_argument_spec(fallback=None):
-    spec = connection.argument_spec(fallback)
-    spec.update(
-        vms={"type": "list", "elements": "dict", "required": True},
-        gpus={"type": "dict", "default": {}},
-        k8s_nodes={"type": "list", "elements": "dict", "default": []},
-        state_dir={"type": "path"},
-    )
-    return spec
+ARGUMENT_SPEC = {
+    "vms": {"type": "list", "elements": "dict", "required": True},
+    "gpus": {"type": "dict", "default": {}},
+    "k8s_nodes": {"type": "list", "elements": "dict", "default": []},
+    "state_dir": {"type": "path"},
+}
 
 
 def main():
-    module = controller_module(build_argument_spec, pve=True)
+    module = controller_module(ARGUMENT_SPEC, pve=True)
     p = module.params
     with ModuleRun(module, "Reading the VMs for the lab table") as run:
         pve = labtable.read_vm_configs(run.connect(), p["vms"])

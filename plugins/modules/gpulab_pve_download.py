@@ -162,34 +162,30 @@ requests:
 from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
 if HAS_GPULAB:
-    from gpulab.pve import connection, download
+    from gpulab.pve import download
 
-
-def build_argument_spec(fallback=None):
-    spec = connection.argument_spec(fallback)
-    spec.update(
-        node={"type": "str", "required": True},
-        storage={"type": "str", "required": True},
-        url={"type": "str", "required": True},
-        filename={"type": "str", "required": True},
-        content={"type": "str", "choices": ["iso", "import", "vztmpl"], "default": "iso"},
-        checksum={"type": "str"},
-        checksum_algorithm={
-            "type": "str",
-            "choices": ["md5", "sha1", "sha224", "sha256", "sha384", "sha512"],
-            "default": "sha256",
-        },
-        verify_certificates={"type": "bool", "default": True},
-        verify_existing={"type": "bool", "default": False},
-        wait={"type": "bool", "default": True},
-        upid={"type": "str"},
-        timeout={"type": "int", "default": 3600},
-    )
-    return spec
+ARGUMENT_SPEC = {
+    "node": {"type": "str", "required": True},
+    "storage": {"type": "str", "required": True},
+    "url": {"type": "str", "required": True},
+    "filename": {"type": "str", "required": True},
+    "content": {"type": "str", "choices": ["iso", "import", "vztmpl"], "default": "iso"},
+    "checksum": {"type": "str"},
+    "checksum_algorithm": {
+        "type": "str",
+        "choices": ["md5", "sha1", "sha224", "sha256", "sha384", "sha512"],
+        "default": "sha256",
+    },
+    "verify_certificates": {"type": "bool", "default": True},
+    "verify_existing": {"type": "bool", "default": False},
+    "wait": {"type": "bool", "default": True},
+    "upid": {"type": "str"},
+    "timeout": {"type": "int", "default": 3600},
+}
 
 
 def main():
-    module = controller_module(build_argument_spec, pve=True)
+    module = controller_module(ARGUMENT_SPEC, pve=True)
     p = module.params
     name = download.normalise_filename(p["filename"])
     volid = f"{p['storage']}:{p['content']}/{name}"
@@ -216,21 +212,9 @@ def main():
                 f", {state['progress']:.0f}%" if state["progress"] is not None else ""
             )
         else:
-            res = download.ensure_download(
-                client,
-                node=p["node"],
-                storage=p["storage"],
-                url=p["url"],
-                filename=p["filename"],
-                content=p["content"],
-                checksum=p["checksum"],
-                checksum_algorithm=p["checksum_algorithm"],
-                verify_certificates=p["verify_certificates"],
-                verify_existing=p["verify_existing"],
-                check_mode=module.check_mode,
-                wait=p["wait"],
-                timeout=p["timeout"],
-            )
+            # every option of the module but upid is an argument of the engine's download
+            own = {name: p[name] for name in ARGUMENT_SPEC if name != "upid"}
+            res = download.ensure_download(client, check_mode=module.check_mode, **own)
             result.update(
                 changed=res.changed,
                 present_before=res.present_before,

@@ -103,22 +103,20 @@ requests:
 from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
 if HAS_GPULAB:
-    from gpulab.pve import connection, info
+    from gpulab.pve import info
 
 
-def build_argument_spec(fallback=None):
-    spec = connection.argument_spec(fallback)
-    spec.update(
-        node={"type": "str", "required": True},
+def build_argument_spec():
+    return {
+        "node": {"type": "str", "required": True},
         # the engine's sections (nics, a read per VM, only when asked for)
-        gather={
+        "gather": {
             "type": "list",
             "elements": "str",
             "choices": list(info.SECTIONS),
             "default": list(info.DEFAULT_SECTIONS),
         },
-    )
-    return spec
+    }
 
 
 def main():

@@ -93,33 +93,29 @@ requests:
 from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
 
 if HAS_GPULAB:
-    from gpulab.pve import connection, mapping
+    from gpulab.pve import mapping
 
-
-def build_argument_spec(fallback=None):
-    spec = connection.argument_spec(fallback)
-    spec.update(
-        id={"type": "str", "required": True},
-        state={"type": "str", "choices": ["present", "absent"], "default": "present"},
-        description={"type": "str"},
-        entries={
-            "type": "list",
-            "elements": "dict",
-            "default": [],
-            "options": {
-                "node": {"type": "str", "required": True},
-                "path": {"type": "str", "required": True},
-                "id": {"type": "str", "required": True},
-                "iommugroup": {"type": "int"},
-                "subsystem_id": {"type": "str"},
-            },
+ARGUMENT_SPEC = {
+    "id": {"type": "str", "required": True},
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+    "description": {"type": "str"},
+    "entries": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "node": {"type": "str", "required": True},
+            "path": {"type": "str", "required": True},
+            "id": {"type": "str", "required": True},
+            "iommugroup": {"type": "int"},
+            "subsystem_id": {"type": "str"},
         },
-    )
-    return spec
+    },
+}
 
 
 def main():
-    module = controller_module(build_argument_spec, pve=True)
+    module = controller_module(ARGUMENT_SPEC, pve=True)
     p = module.params
     result = {"id": p["id"], "mapping": None}
     with ModuleRun(module, f"PCI mapping {p['id']}", mapping.MappingError, result=result) as run:

@@ -75,6 +75,11 @@ def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
     second = server.play("k3s_server", server_vars)
     assert recap(second) == {**recap(second), "changed": 0, "failed": 0}, second.stdout[-4000:]
     assert server.systemctl_calls().count(["restart", "k3s"]) == 1 and server.unit_pid("k3s") == pid
+    # The first run installed and waited for its node; the second neither includes the install steps nor
+    # waits for a node it did not restart (the cluster check of stage k3s looks at every node).
+    assert "k3s_install : Run the install script" in first.stdout
+    assert "Wait until every node is registered and Ready" in first.stdout
+    assert "k3s_install :" not in second.stdout and "Wait until every node" not in second.stdout
 
     # --check with a new setting: reported, not written, not restarted.
     changed_vars = {
@@ -132,6 +137,7 @@ def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
     again = gpu.play("k3s_agent", agent_vars)
     assert recap(again)["changed"] == 0 and recap(again)["failed"] == 0, again.stdout[-4000:]
     assert gpu.systemctl_calls().count(["restart", "k3s-agent"]) == 1
+    assert "k3s_install : Run the install script" in joined.stdout and "k3s_install :" not in again.stdout
 
     # The cluster check, hami and workloads roles, run on the server against the joined cluster.
     (tmp_path / "controller").mkdir()

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from gpulab import inventory, labdef, reach
+from gpulab import inventory, labdef, reach, vmspec
 
 
 def _plain(value):
@@ -65,6 +65,8 @@ class ActionModule(ActionBase):
             )
             return result
         result["plan"] = labdef.plan_text(definition).splitlines()
+        # Each VM resolved once (gpulab.vmspec): stage vms passes these specs through as they are.
+        result["ansible_facts"] = {"gpulab_vms": vmspec.resolve(definition)}
         result["msg"] = "The lab definition is valid."
         stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         if stages & reach.PVE_STAGES:

@@ -123,6 +123,13 @@ def test_check_diff_changes_nothing_and_shows_the_diff(node):
     rc, out, _recap = node.play(extra={**ALLOW, "pve_gpus": wrong})
     assert rc != 0
     assert "IOMMU group 14; the node shows 10de:2204" in out and "IOMMU group 13" in out
+    # So does a boot_display that the node's boot_vga contradicts: the plan's start-at-boot rule read it.
+    rc, out, _recap = node.play(
+        extra={**ALLOW, "pve_gpus": [{**wrong[0], "iommu_group": 13, "boot_display": False}]}
+    )
+    assert rc != 0
+    assert "pve_gpus[rtx3090].boot_display is False in the inventory" in out and "boot_vga True" in out
+    assert "Fix: set boot_display to true" in out
     rc, out, recap = node.play("--check", "--diff", extra=ALLOW)
     assert rc == 0, out
     assert recap["changed"] > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -13,10 +14,16 @@ import yaml
 from .conftest import ROOT, start_lab, stop_lab
 
 ROLE = ROOT / "roles" / "pve_vms"
+DEMO_GPU = yaml.safe_load((ROOT / "inventory" / "demo" / "host_vars" / "pve.yml").read_text())["pve_gpus"][0]
 
 
-def play(lab_state: pathlib.Path, *extra: str, playbooks=("playbooks/vms.yml",)) -> dict:
-    """Run playbooks on inventory/demo against the lab; return {rc, stats, results: [task records]}."""
+def play(
+    lab_state: pathlib.Path,
+    *extra: str,
+    playbooks=("playbooks/preflight.yml", "playbooks/vms.yml"),
+    inventory: str = "inventory/demo",
+) -> dict:
+    """Run playbooks on an inventory against the lab; return {rc, stats, results: [task records]}."""
     record = lab_state.parent / f"record-{len(list(lab_state.parent.glob('record-*')))}.jsonl"
     env = dict(
         os.environ,
@@ -27,8 +34,8 @@ def play(lab_state: pathlib.Path, *extra: str, playbooks=("playbooks/vms.yml",))
         ANSIBLE_CALLBACKS_ENABLED="gpulab_record",
         ANSIBLE_NOCOLOR="1",
     )
-    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), *playbooks, "-i", "inventory/demo"]
-    cmd += ["-e", "pve_vms_guest_agent_snippet=false", "-e", "pve_vms_download_poll_s=1", *extra]
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), *playbooks, "-i", inventory]
+    cmd += ["-e", "gpulab_guest_agent_snippet=false", "-e", "pve_vms_download_poll_s=1", *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     lines = [json.loads(x) for x in record.read_text().splitlines()] if record.exists() else []
     stats = next((x["stats"] for x in lines if "stats" in x), None)
@@ -131,7 +138,7 @@ def test_check_diff_then_apply_then_nothing_to_do(demo_lab, tmp_path):
     )
     # second run: nothing changes, no write, and the number of reads per VM
     mark = lab.mark()
-    out = play(lab.state, playbooks=("playbooks/vms.yml", str(check)))
+    out = play(lab.state, playbooks=("playbooks/preflight.yml", "playbooks/vms.yml", str(check)))
     assert out["rc"] == 0, out["stdout"]
     assert all(s["changed"] == 0 and s["failures"] == 0 for s in out["stats"].values()), out["stats"]
     assert lab.writes(mark) == []
@@ -144,14 +151,61 @@ def test_check_diff_then_apply_then_nothing_to_do(demo_lab, tmp_path):
         ]
     assert reads.count("/cluster/resources") == 3
 
-    # vm_onboot everywhere: the boot-display GPU's VM stays off at boot (and the play says why)
+    # vm_onboot everywhere: preflight refuses start at boot for the VM whose GPU is the boot display, and
+    # names the way out; nothing is written (stage vms has no rule of its own that could differ)
     out = play(lab.state, "--check", "-e", "vm_onboot=true")
-    vms = results(out, "gpulab_pve_vm")
-    assert vms["vm-gpu"]["changed"] is False and vms["vm-1"]["changed"] is False
-    said = [r for r in out["results"] if "Keep from starting at boot" in r["task"]]
-    assert len(said) == 1 and "vm-gpu" in said[0]["result"]["msg"]
+    assert out["rc"] != 0
+    assert "vm-gpu: vm_onboot=True" in out["stdout"] and "vm_onboot_override_boot_display" in out["stdout"]
+    assert results(out, "gpulab_pve_vm") == {}
     assert lab.writes(mark) == []
     assert lab.rejected() == []
+
+
+def edited_demo(tmp_path: pathlib.Path, edits: dict[str, dict]) -> str:
+    """A copy of inventory/demo with host_vars files changed: {host: {var: value, or None to remove}}."""
+    inv = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventory" / "demo", inv)
+    for host, changes in edits.items():
+        path = inv / "host_vars" / f"{host}.yml"
+        data = yaml.safe_load(path.read_text())
+        for name, value in changes.items():
+            if value is None:
+                data.pop(name, None)
+            else:
+                data[name] = value
+        path.write_text(yaml.safe_dump(data))
+    return str(inv)
+
+
+@pytest.mark.slow
+def test_the_vms_are_made_as_the_plan_says(demo_lab, tmp_path):
+    """The places where stage vms once went its own way: the balloon floor, vm_name, the catalogue's
+    defaults, and start at boot decided from the node's boot_vga instead of the checked definition."""
+    lab = demo_lab
+    inventory = edited_demo(
+        tmp_path,
+        {
+            "vm-1": {"vm_balloon_min_mib": 1024, "vm_name": "web-1"},
+            "vm-2": {"vm_cores": None, "vm_memory_mib": None, "vm_disk_gb": None},
+            # the inventory calls the card no boot display (the checks then allow start at boot) ...
+            "pve": {"pve_gpus": [{**DEMO_GPU, "boot_display": False}]},
+            "vm-gpu": {"vm_onboot": True},
+        },
+    )
+    # ... while stage host's fact says it is: stage vms goes by the plan, stage host refuses the mismatch
+    state = json.dumps({"pve_host_gpu_state": {"rtx3090": {"boot_vga": True}}})
+    out = play(lab.state, "-e", state, inventory=inventory)
+    assert out["rc"] == 0, out["stdout"]
+    client = lab.client()
+    cfg = {
+        vm["name"]: client.get(f"nodes/pve/qemu/{vm['vmid']}/config")
+        for vm in client.get("cluster/resources", type="vm")
+    }
+    assert set(cfg) == {"web-1", "vm-2", "vm-gpu"}
+    assert int(cfg["web-1"]["balloon"]) == 1024 and int(str(cfg["web-1"]["memory"]).split("=")[-1]) == 4096
+    assert int(cfg["vm-2"]["cores"]) == 2 and int(str(cfg["vm-2"]["memory"]).split("=")[-1]) == 2048
+    assert "size=32G" in cfg["vm-2"]["scsi0"]
+    assert int(cfg["vm-gpu"]["onboot"]) == 1
 
 
 def test_defaults_and_argument_specs_agree():
@@ -159,7 +213,9 @@ def test_defaults_and_argument_specs_agree():
     spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"][
         "options"
     ]
-    assert set(defaults) == set(spec)
+    # the one required option is what preflight publishes; every other has its default here
+    assert {n for n, o in spec.items() if o.get("required")} == {"gpulab_vms"}
+    assert set(defaults) == set(spec) - {"gpulab_vms"}
     for name, value in defaults.items():
         assert spec[name]["default"] == value, name
         assert spec[name].get("description"), name

@@ -128,6 +128,14 @@ CATALOGUE: tuple[Var, ...] = (
         doc="Live-server ISO for `vm_os_install: iso`, same keys as `gpulab_os_image`.",
     ),
     Var(
+        "gpulab_guest_agent_snippet",
+        "all",
+        "bool",
+        True,
+        doc="Cloud-image VMs get the QEMU guest agent through a cloud-init vendor snippet that stage vms "
+        "writes to the node's `local` snippets (over SSH: the API cannot upload snippets).",
+    ),
+    Var(
         "gpulab_host_reserve_mib",
         "all",
         "int",
@@ -235,6 +243,7 @@ CATALOGUE: tuple[Var, ...] = (
     ),
     Var("vm_address", "vms", "str", required=True, doc="The VM's IPv4 address, reserved on the router."),
     Var("vm_mac", "vms", "str", doc="Fixed MAC for net0 (else PVE picks one)."),
+    Var("vm_bridge", "vms", "str", "vmbr0", doc="Bridge of net0 (the node's LAN bridge)."),
     Var("vm_name", "vms", "str", doc="VM name in PVE (default: the inventory host name)."),
     Var(
         "vm_os_install",

@@ -1,0 +1,111 @@
+"""Each VM of the lab definition resolved once into the whole spec stage "vms" sends.
+
+`resolve(lab)` is pure: it takes a validated lab definition (defaults applied, see gpulab.labdef) and
+returns, for each VM in the order stage "vms" brings them up (GPU VMs last), where it lives, how it is
+installed, and the options of gpulab_pve_vm (`gpulab.pve.vmoptions`) with every decision made: the
+defaults, the GPU and whether it goes through its resource mapping or its raw address, start at boot,
+the balloon and its floor, the name, the install kind. Preflight publishes the result as the fact
+`gpulab_vms`; roles/pve_vms passes it through and decides nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Hardware every VM gets.
+OSTYPE = "l26"
+SCSIHW = "virtio-scsi-single"
+# The cloud image has no QEMU guest agent: a cloud-init vendor snippet on the node installs it.
+SNIPPET_STORAGE = "local"
+SNIPPET_NAME = "gpulab-vendor.yaml"
+
+
+def raw_pci_login(globals_: dict[str, Any]) -> bool:
+    """PVE attaches a raw PCI address only for root@pam with a password, never for a token."""
+    return not globals_.get("pve_api_token_id") and globals_.get("pve_api_user") == "root@pam"
+
+
+def balloon_mib(vm: dict[str, Any]) -> int:
+    """PVE's `balloon`: 0 (no balloon device) without ballooning, else the floor (all memory when unset)."""
+    if not vm["vm_balloon"]:
+        return 0
+    return int(vm.get("vm_balloon_min_mib") or vm["vm_memory_mib"])
+
+
+def _image_volume(image: dict[str, Any], content: str) -> str:
+    return f"{image.get('storage') or 'local'}:{content}/{image['filename']}"
+
+
+def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
+    """One VM's plan: identity, install kind, address and the gpulab_pve_vm options (`spec`)."""
+    g = lab.globals
+    vm = lab.vms[host]
+    node_host, node = lab.node_by_name(vm["vm_node"])
+    gpu = next((x for x in node.get("pve_gpus") or () if x.get("id") == vm.get("vm_gpu")), None)
+    cloud = vm["vm_os_install"] == "cloud_image"
+    spec: dict[str, Any] = {
+        "cores": vm["vm_cores"],
+        "memory": vm["vm_memory_mib"],
+        "balloon": balloon_mib(vm),
+        "machine": vm["vm_machine"],
+        "bios": vm["vm_firmware"],
+        "cpu": vm["vm_cpu"],
+        "ostype": OSTYPE,
+        "scsihw": SCSIHW,
+        "agent": True,
+        "onboot": bool(vm["vm_onboot"]),
+        "disks": [
+            {"slot": "scsi0", "storage": vm["vm_storage"], "size_gb": vm["vm_disk_gb"], "iothread": True}
+        ],
+        "nets": [{"model": "virtio", "bridge": vm["vm_bridge"]}],
+        "hostpci": [],
+        "serial_console": cloud,
+        "boot_order": ["scsi0"] if cloud else ["scsi0", "ide2"],
+    }
+    if vm.get("vm_mac"):
+        spec["nets"][0]["macaddr"] = vm["vm_mac"]
+    if vm["vm_firmware"] == "ovmf":
+        spec["efidisk"] = {
+            "storage": vm["vm_storage"],
+            "pre_enrolled_keys": bool(vm["vm_efi_pre_enrolled_keys"]),
+        }
+    if gpu is not None:
+        device = {"host": gpu["pci"].lower()} if raw_pci_login(g) else {"mapping": gpu["id"]}
+        spec["hostpci"] = [{**device, "pcie": vm["vm_machine"] == "q35"}]
+    snippet = None
+    if cloud:
+        image = g["gpulab_os_image"]
+        spec["disks"][0]["import_from"] = _image_volume(image, "import")
+        keys = [vm["vm_ssh_public_key"]] if vm.get("vm_ssh_public_key") else []
+        spec["cloudinit"] = {
+            "storage": vm["vm_storage"],
+            "slot": "ide2",
+            "user": vm["vm_ssh_user"],
+            "ssh_keys": keys,
+            "ipconfig": "ip=dhcp",
+            "upgrade": False,
+        }
+        if g["gpulab_guest_agent_snippet"]:
+            snippet = {"storage": SNIPPET_STORAGE, "name": SNIPPET_NAME}
+            spec["extra_config"] = {"cicustom": f"vendor={SNIPPET_STORAGE}:snippets/{SNIPPET_NAME}"}
+    else:
+        spec["cdrom"] = _image_volume(g["gpulab_os_iso"], "iso")
+    return {
+        "host": host,
+        "node": vm["vm_node"],
+        "node_host": node_host,
+        "vmid": vm["vm_id"],
+        "name": vm["vm_name"],
+        "install": vm["vm_os_install"],
+        "gpu": gpu["id"] if gpu else None,
+        "address": vm["vm_address"],
+        "ssh_user": vm["vm_ssh_user"],
+        "snippet": snippet,
+        "spec": spec,
+    }
+
+
+def resolve(lab: Any) -> dict[str, dict[str, Any]]:
+    """Every VM's plan by inventory host, plain VMs first, then GPU VMs (each in inventory order)."""
+    plans = [resolve_vm(lab, host) for host in lab.vms]
+    return {p["host"]: p for p in sorted(plans, key=lambda p: p["gpu"] is not None)}

@@ -20,46 +20,6 @@ from typing import Any
 
 TICKET_LIFETIME_S = 2 * 3600
 
-# Every privilege PVE 9 knows that the simulated endpoints check.
-ALL_PRIVS = frozenset(
-    {
-        "VM.Allocate",
-        "VM.Audit",
-        "VM.Backup",
-        "VM.Clone",
-        "VM.Config.CDROM",
-        "VM.Config.CPU",
-        "VM.Config.Cloudinit",
-        "VM.Config.Disk",
-        "VM.Config.HWType",
-        "VM.Config.Memory",
-        "VM.Config.Network",
-        "VM.Config.Options",
-        "VM.Console",
-        "VM.GuestAgent.Audit",
-        "VM.GuestAgent.Unrestricted",
-        "VM.Migrate",
-        "VM.PowerMgmt",
-        "VM.Snapshot",
-        "Datastore.Allocate",
-        "Datastore.AllocateSpace",
-        "Datastore.AllocateTemplate",
-        "Datastore.Audit",
-        "Sys.AccessNetwork",
-        "Sys.Audit",
-        "Sys.Console",
-        "Sys.Modify",
-        "Sys.PowerMgmt",
-        "SDN.Audit",
-        "SDN.Use",
-        "Mapping.Audit",
-        "Mapping.Modify",
-        "Mapping.Use",
-        "Pool.Allocate",
-        "Pool.Audit",
-    }
-)
-
 # What the project's token needs, and nothing more (no Sys.Modify: download-url takes Sys.AccessNetwork).
 PROJECT_PRIVS = frozenset(
     {
@@ -87,6 +47,22 @@ PROJECT_PRIVS = frozenset(
         "Mapping.Use",
     }
 )
+
+# Every privilege PVE 9 knows that the simulated endpoints check: the project's and those it must not need.
+ALL_PRIVS = PROJECT_PRIVS | {
+    "VM.Backup",
+    "VM.Clone",
+    "VM.GuestAgent.Unrestricted",
+    "VM.Migrate",
+    "VM.Snapshot",
+    "Datastore.Allocate",
+    "Sys.Console",
+    "Sys.Modify",
+    "Sys.PowerMgmt",
+    "SDN.Audit",
+    "Pool.Allocate",
+    "Pool.Audit",
+}
 
 TOKEN_HEADER_RE = re.compile(r"(?:^|\s)PVEAPIToken(?:=| )([^;]*)")
 TOKEN_ID_RE = re.compile(r"^[^\s:/]+@[A-Za-z][A-Za-z0-9.\-_]+![A-Za-z][A-Za-z0-9.\-_]+$")

@@ -3,8 +3,9 @@
 Not a task of its own: plugins/action/<module>.py of each PVE module is a subclass of this plugin. Before
 the module runs, each `api_*` option the task leaves out is filled from the `pve_api_*` variables of the
 node's host (gpulab.pve.connection.fill_from_inventory): the host of group `proxmox` whose `pve_node` (or,
-without one, whose name) is the task's `node`; for a task without `node` (gpulab_lab_table) the first host
-of `proxmox`; when that group has no such host, the task's own host. So a task passes only its own options.
+without one, whose name) is the task's node (`task_node`: its `node` option; a subclass may say otherwise);
+for a task without a node (gpulab_lab_table) the first host of `proxmox`; when that group has no such
+host, the task's own host. So a task passes only its own options.
 The module's no_log hides the secrets in its result, as when a task passes them itself.
 """
 
@@ -37,9 +38,13 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = True
 
+    def task_node(self):
+        """The PVE node the task acts on, None for none in particular."""
+        return self._task.args.get("node")
+
     def node_settings(self, task_vars):
         hostvars = task_vars["hostvars"]
-        node = self._task.args.get("node")
+        node = self.task_node()
         for host in task_vars.get("groups", {}).get(GROUP, []):
             if node is None or _Settings(hostvars[host]).get("pve_node", host) == node:
                 return _Settings(hostvars[host])

@@ -101,9 +101,9 @@ def test_tasks_pass_only_their_own_options(lab, tmp_path):
         "pve_api_retries": 0,
     }
     hosts = {
+        # first in group proxmox: a second node whose API address answers nothing
+        "node-b": {"pve_node": "other", **settings, "pve_api_url": "https://127.0.0.1:9"},
         "pve": {"pve_node": "pve", **settings},
-        # a second node whose API address answers nothing
-        "pve-b": {"pve_node": "other", **settings, "pve_api_url": "https://127.0.0.1:9"},
     }
     info = {"gather": ["version"]}
     tasks = [
@@ -112,6 +112,11 @@ def test_tasks_pass_only_their_own_options(lab, tmp_path):
         {
             "name": "Node pve, the task's password login",
             "gpulab_pve_info": {"node": "pve", "api_user": "root@pam", "api_password": "{{ lookup('env', 'ROOT_PASSWORD') }}", **info},
+        },
+        {
+            "name": "The mapping of node pve (its entries' node)",
+            "gpulab_pve_pci_mapping": {"id": "rtx3090", "entries": [{"node": "pve", "path": "0000:02:00", "id": "10de:2204"}]},
+            "check_mode": True,
         },
         {"name": "Node other", "gpulab_pve_info": {"node": "other", **info}},
     ]  # fmt: skip
@@ -122,11 +127,13 @@ def test_tasks_pass_only_their_own_options(lab, tmp_path):
         ("Node pve", "ok"),
         ("Node other, the task's URL", "ok"),
         ("Node pve, the task's password login", "ok"),
+        ("The mapping of node pve (its entries' node)", "ok"),
         ("Node other", "failed"),
     ], output[-3000:]
     assert proc.returncode == 2
     # node other's own (unreachable) address was used when the task gave none
-    assert "127.0.0.1:9" in records[3]["result"]["msg"]
+    assert "127.0.0.1:9" in records[4]["result"]["msg"]
+    assert records[3]["result"]["changed"] and records[3]["result"]["requests"]["writes"] == 0
     # who read /version: the inventory's token twice, then root@pam (the task's login, not mixed with the token)
     users = [r["user"] for r in lab.requests(mark) if r["path"] == "/api2/json/version"]
     token_user = lab.desc["token_id"]

@@ -40,14 +40,26 @@ def argument_spec(mod: ModuleType, fallback=None) -> dict | None:
     return gpulab_module.argument_spec(own, pve, fallback)
 
 
-def documented_options(doc: dict) -> dict:
-    """The module's options with those of its gpulab doc fragments."""
-    options = {}
+def with_fragments(doc: dict, key: str, section: str = "DOCUMENTATION") -> dict:
+    """The entries under `key` of the module's docs (the whole RETURN for key None), with those its gpulab
+    doc fragments give, as ansible-doc merges them (the module's own win)."""
+    merged = {}
     for fragment in doc.get("extends_documentation_fragment") or []:
         frag = load(ROOT / "plugins" / "doc_fragments" / f"{fragment}.py", f"fragment_{fragment}")
-        options.update(yaml.safe_load(frag.ModuleDocFragment.DOCUMENTATION)["options"])
-    options.update(doc.get("options") or {})
-    return options
+        part = yaml.safe_load(getattr(frag.ModuleDocFragment, section, "{}"))
+        merged.update((part if key is None else part.get(key)) or {})
+    own = (
+        {k: v for k, v in doc.items() if k != "extends_documentation_fragment"}
+        if key is None
+        else doc.get(key)
+    )
+    merged.update(own or {})
+    return merged
+
+
+def documented_options(doc: dict) -> dict:
+    """The module's options with those of its gpulab doc fragments."""
+    return with_fragments(doc, "options")
 
 
 def compare(doc: dict, spec: dict, where: str = "") -> list[str]:
@@ -92,7 +104,7 @@ def test_documentation_matches_argument_spec(name):
         assert documented_options(doc) == {}
         return
     assert compare(documented_options(doc), spec) == []
-    assert doc["attributes"]["check_mode"]["support"] == "full"
+    assert with_fragments(doc, "attributes")["check_mode"]["support"] == "full"
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -111,7 +123,7 @@ def test_examples_call_the_module_with_documented_options(name):
 
 @pytest.mark.parametrize("name", MODULES)
 def test_return_parses_and_describes_each_value(name):
-    returned = yaml.safe_load(module(name).RETURN)
+    returned = with_fragments(yaml.safe_load(module(name).RETURN), None, "RETURN")
     assert returned
     assert all("description" in v and "returned" in v and "type" in v for v in returned.values())
 

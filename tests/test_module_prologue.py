@@ -84,6 +84,10 @@ def test_a_controller_module_keeps_no_prologue_of_its_own(name):
     }
     doc = assigns["DOCUMENTATION"].value
     assert ("gpulab_pve" in yaml.safe_load(doc).get("extends_documentation_fragment", [])) == pve
+    # ModuleRun returns the request counts of a PVE module: its RETURN documents them, itself or by the fragment
+    returned = yaml.safe_load(assigns["RETURN"].value)
+    documented = "requests" in returned or "gpulab_pve" in returned.get("extends_documentation_fragment", [])
+    assert documented == pve
     assert not called & {"AnsibleModule", "missing_required_lib"}, "the module is built by the prologue"
     # the engine is imported under `if HAS_GPULAB:` only, so that a missing gpulab is reported, not raised
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -1,4 +1,5 @@
-"""Documentation of the connection options every gpulab PVE module shares (fragment `gpulab_pve`)."""
+"""Documentation of what every gpulab PVE module shares (fragment `gpulab_pve`): the connection options,
+check mode (plugins/module_utils/gpulab_module.py gives it to each) and the request counts it returns."""
 
 
 class ModuleDocFragment:
@@ -59,15 +60,27 @@ options:
         backoff) before the module fails naming the call.
     type: int
     default: 3
+attributes:
+  check_mode:
+    support: full
+    details: Reads the API as a real run does and writes nothing.
 notes:
   - Runs on the controller and needs the C(gpulab) Python package (the project's virtualenv).
   - In a play, a task passes only its own options. Each connection option it leaves out comes from the
     inventory, through the module's action plugin (C(plugins/action/gpulab_pve_connection.py)) -
     O(api_url) from C(pve_api_url), O(api_token_id) from C(pve_api_token_id) and so on - of the host of
-    group C(proxmox) whose C(pve_node) (or name) is the task's C(node); the first host of C(proxmox)
-    for a module without C(node); the task's own host when C(proxmox) has none of them.
+    group C(proxmox) whose C(pve_node) (or name) is the task's C(node) (for M(gpulab_pve_pci_mapping)
+    the node of its first entry); the first host of C(proxmox) for a task without one; the task's own
+    host when C(proxmox) has none of them.
   - An option the task gives wins, and the inventory's login and certificate check are then not mixed
     in (a task's token takes none of the inventory's user and password, its O(api_ca_file) none of its
     O(api_fingerprint)). The environment variables apply to what neither gives (and to the module run
     outside a play).
+"""
+
+    RETURN = r"""
+requests:
+  description: API requests this run sent (reads, writes).
+  returned: always
+  type: dict
 """

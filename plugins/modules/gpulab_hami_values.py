@@ -15,11 +15,10 @@ description:
     returns the C(helm.cattle.io/v1) C(HelmChart) manifest for k3s's auto-deploy manifests directory.
   - Refuses a key the chart version does not have, because Helm silently ignores it.
   - Refuses a node selector value that is not a string (YAML 1.1 reads a bare C(on) as V(true)).
-  - Runs on the controller (delegate it to V(localhost)) and imports the gpulab package; it writes nothing.
 version_added: "0.1.0"
 author: gpulab contributors
-requirements:
-  - the gpulab Python package (installed in the project's virtualenv)
+extends_documentation_fragment:
+  - gpulab_compute
 options:
   chart_version:
     description: HAMi chart version; key facts must exist for it in the gpulab package.
@@ -77,14 +76,8 @@ options:
     description: Helm timeout of the install job (Go duration).
     type: str
     default: 10m0s
-attributes:
-  check_mode:
-    support: full
-    description: The module only computes; it runs the same in check mode.
-  diff_mode:
-    support: none
 notes:
-  - Always returns C(changed=false); write RV(manifest) with M(ansible.builtin.copy) to install it.
+  - Write RV(manifest) with M(ansible.builtin.copy) to install it.
 """
 
 EXAMPLES = r"""

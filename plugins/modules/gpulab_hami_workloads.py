@@ -17,11 +17,10 @@ description:
   - Refuses a plan that puts a card above 100 % before anything is applied.
   - Returns the engines in start order; an engine that shares a card with a later one is marked
     RV(engines[].wait_ready) so that the next one starts only once it is Ready.
-  - Runs on the controller (delegate it to V(localhost)) and imports the gpulab package; it writes nothing.
 version_added: "0.1.0"
 author: gpulab contributors
-requirements:
-  - the gpulab Python package (installed in the project's virtualenv)
+extends_documentation_fragment:
+  - gpulab_compute
 options:
   engines:
     description:
@@ -41,14 +40,6 @@ options:
       - When set, every object is validated against that Kubernetes release's OpenAPI schema (needs the
         kubernetes-validate Python package on the controller).
     type: str
-attributes:
-  check_mode:
-    support: full
-    description: The module only computes; it runs the same in check mode.
-  diff_mode:
-    support: none
-notes:
-  - Always returns C(changed=false).
 """
 
 EXAMPLES = r"""

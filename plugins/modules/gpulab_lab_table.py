@@ -13,13 +13,12 @@ description:
     only when their content changed. In check mode nothing is written.
 version_added: "0.1.0"
 author: gpulab
-extends_documentation_fragment:
-  - gpulab_pve
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: none
+    details: The table it writes under O(state_dir) comes back as RV(lines) and RV(markdown) instead.
+extends_documentation_fragment:
+  - gpulab_pve
 options:
   vms:
     description:
@@ -44,11 +43,9 @@ options:
 """
 
 EXAMPLES = r"""
+# In a play the connection comes from the inventory (pve_api_* of the first host in group proxmox).
 - name: Build and store the lab table
   gpulab_lab_table:
-    api_url: https://192.168.100.5:8006
-    api_token_id: gpulab@pve!ansible
-    api_token_secret: "{{ vault_pve_api_token_secret }}"
     vms:
       - {name: vm-gpu, node: pve, vmid: 102, address: 192.168.100.55, gpu: rtx3090}
     gpus: {vm-gpu: [{name: NVIDIA GeForce RTX 3090, memory_total_mib: 24576, driver_version: "580.95.05"}]}
@@ -57,6 +54,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - gpulab_pve
 rows:
   description: One dict per VM with the keys vm, vmid, address, shape, platform, gpu, onboot, driver, k3s, hami.
   returned: always
@@ -76,10 +75,6 @@ files:
   returned: when O(state_dir) is given
   type: list
   elements: str
-requests:
-  description: API requests sent (reads, writes).
-  returned: always
-  type: dict
 """
 
 from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402

@@ -13,13 +13,12 @@ description:
     O(upid) reports how far it got (RV(progress)), so that a playbook can poll it and show progress.
 version_added: "0.1.0"
 author: gpulab
-extends_documentation_fragment:
-  - gpulab_pve
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: full
+    details: Shows whether the file is in the storage, before and after, and the checksum it is held to.
+extends_documentation_fragment:
+  - gpulab_pve
 options:
   node:
     description: The node that downloads.
@@ -70,17 +69,15 @@ options:
     description: A download task started earlier (RV(upid)); the module then only reports its state.
     type: str
   timeout:
-    description: Seconds to wait for the download.
+    description: Seconds to wait for PVE's download task (with O(wait=true)) before the module fails.
     type: int
     default: 3600
 """
 
 EXAMPLES = r"""
+# In a play the connection comes from the inventory (pve_api_* of node pve's host in group proxmox).
 - name: Ubuntu 24.04 cloud image for import, checked against its SHA-256
   gpulab_pve_download:
-    api_url: https://pve.example:8006
-    api_token_id: root@pam!gpulab
-    api_token_secret: "{{ vault_pve_token_secret }}"
     node: pve
     storage: local
     content: import
@@ -91,9 +88,6 @@ EXAMPLES = r"""
 
 - name: Start a download and poll it
   gpulab_pve_download:
-    api_url: https://pve.example:8006
-    api_token_id: root@pam!gpulab
-    api_token_secret: "{{ vault_pve_token_secret }}"
     node: pve
     storage: local
     url: https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso
@@ -104,9 +98,6 @@ EXAMPLES = r"""
 
 - name: Wait for it
   gpulab_pve_download:
-    api_url: https://pve.example:8006
-    api_token_id: root@pam!gpulab
-    api_token_secret: "{{ vault_pve_token_secret }}"
     node: pve
     storage: local
     url: https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso
@@ -120,6 +111,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - gpulab_pve
 volid:
   description: The volume ID of the file, such as C(local:import/noble-server-cloudimg-amd64.qcow2).
   returned: always
@@ -153,10 +146,6 @@ msg:
   description: What happened, in words.
   returned: always
   type: str
-requests:
-  description: API requests this run sent (reads, writes).
-  returned: always
-  type: dict
 """
 
 from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402

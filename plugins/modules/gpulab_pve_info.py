@@ -9,13 +9,12 @@ description:
   - Each section is one GET request; ask only for the sections you need.
 version_added: "0.1.0"
 author: gpulab
-extends_documentation_fragment:
-  - gpulab_pve
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: none
+    details: It changes nothing.
+extends_documentation_fragment:
+  - gpulab_pve
 options:
   node:
     description: The node to describe.
@@ -30,11 +29,9 @@ options:
 """
 
 EXAMPLES = r"""
+# In a play the connection comes from the inventory (pve_api_* of node pve's host in group proxmox).
 - name: What the node has
   gpulab_pve_info:
-    api_url: https://pve.example:8006
-    api_token_id: root@pam!gpulab
-    api_token_secret: "{{ vault_pve_token_secret }}"
     node: pve
     gather: [memory, pci, vms]
   register: pve_facts
@@ -42,9 +39,18 @@ EXAMPLES = r"""
 - name: The GPU's IOMMU group holds nothing else
   ansible.builtin.assert:
     that: pve_facts.iommu_groups['13'] == ['0000:02:00.0', '0000:02:00.1']
+
+- name: The version, read with a login of the task's own (it wins over the inventory's token)
+  gpulab_pve_info:
+    api_user: root@pam
+    api_password: "{{ vault_pve_root_password }}"
+    node: pve
+    gather: [version]
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - gpulab_pve
 node:
   description: The node.
   returned: always
@@ -94,10 +100,6 @@ mappings:
   returned: when V(mappings) is gathered
   type: list
   elements: dict
-requests:
-  description: API requests this run sent (reads, writes).
-  returned: always
-  type: dict
 """
 
 from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402

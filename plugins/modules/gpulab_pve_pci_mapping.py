@@ -14,13 +14,12 @@ description:
   - The comparison ignores the order of entries and the case of hex IDs; only a difference is written.
 version_added: "0.1.0"
 author: gpulab
-extends_documentation_fragment:
-  - gpulab_pve
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: full
+    details: Shows the mapping (C(map) entries, C(description)) before and after.
+extends_documentation_fragment:
+  - gpulab_pve
 options:
   id:
     description: Mapping ID, C([a-z][a-z0-9_-]+), such as V(rtx3090).
@@ -61,11 +60,10 @@ options:
 """
 
 EXAMPLES = r"""
+# In a play the connection comes from the inventory (pve_api_* of the host in group proxmox of the
+# entries' node).
 - name: Map the RTX 3090 of node pve
   gpulab_pve_pci_mapping:
-    api_url: https://pve.example:8006
-    api_token_id: root@pam!gpulab
-    api_token_secret: "{{ vault_pve_token_secret }}"
     id: rtx3090
     entries:
       - node: pve
@@ -76,16 +74,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - gpulab_pve
 id:
   description: The mapping ID.
   returned: always
   type: str
 mapping:
   description: The mapping after the run (C(map) entries normalised and sorted, C(description)); null when absent.
-  returned: always
-  type: dict
-requests:
-  description: API requests this run sent (reads, writes).
   returned: always
   type: dict
 """

@@ -21,32 +21,27 @@ from .model import (
     AuthError,
     ConflictError,
     ConnectError,
-    Desired,
-    Lease,
     LimitError,
     PolicyError,
-    Reservation,
     RouterError,
     VerifyError,
-    norm_mac,
 )
 
+# The interface: build a backend (or probe a router) and the errors it raises. The data model the
+# backends share (Desired, Lease, Reservation, norm_mac, make_plan) stays in gpulab.routers.model.
 __all__ = [
+    "OPTION_DEFAULTS",
     "ApplyError",
     "AuthError",
     "Backend",
     "ConflictError",
     "ConnectError",
-    "Desired",
-    "Lease",
     "LimitError",
     "PolicyError",
-    "Reservation",
     "Result",
     "RouterError",
     "VerifyError",
     "make_backend",
-    "norm_mac",
     "probe",
 ]
 

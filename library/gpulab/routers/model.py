@@ -123,37 +123,37 @@ class Plan:
 
 
 class RouterError(Exception):
-    """A refusal or failure, with what was being done, to what, why, and how to fix it."""
+    """A refusal or failure, with what was being done, to what, why, and how to fix it.
+
+    `code` is the kind the module reports as error_code; each subclass names its own.
+    """
 
     code = "router_error"
 
-
-class AuthError(RouterError):
-    code = "auth_failed"
-
-
-class ConflictError(RouterError):
-    code = "conflict"
+    def __init_subclass__(cls, *, code: str, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.code = code
 
 
-class PolicyError(RouterError):
-    code = "policy"
+class AuthError(RouterError, code="auth_failed"): ...
 
 
-class LimitError(RouterError):
-    code = "limit"
+class ConflictError(RouterError, code="conflict"): ...
 
 
-class ApplyError(RouterError):
-    code = "apply_failed"
+class PolicyError(RouterError, code="policy"): ...
 
 
-class VerifyError(RouterError):
-    code = "verify_failed"
+class LimitError(RouterError, code="limit"): ...
 
 
-class ConnectError(RouterError):
-    code = "unreachable"
+class ApplyError(RouterError, code="apply_failed"): ...
+
+
+class VerifyError(RouterError, code="verify_failed"): ...
+
+
+class ConnectError(RouterError, code="unreachable"): ...
 
 
 def _in_pool(ip, pool) -> bool:

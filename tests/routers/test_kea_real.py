@@ -1,5 +1,6 @@
 """Kea 2.2 for real: reservations through the control agent reach a real DHCP client."""
 
+import functools
 import json
 from pathlib import Path
 
@@ -71,22 +72,32 @@ def test_refusals_change_nothing_and_kea_keeps_serving(lan, kea_router):
     assert lan.dhcp(MAC) is not None  # still serving
 
 
+def spy_commands(monkeypatch, b, tamper):
+    """Record the commands `b` sends to Kea; each goes through `tamper(send, command, arguments)`."""
+    sent = []
+    send = b.command
+
+    def spy(command, arguments=None, **kw):
+        sent.append(command)
+        return tamper(functools.partial(send, **kw), command, arguments)
+
+    monkeypatch.setattr(b, "command", spy)
+    return sent
+
+
 def test_config_test_guards_config_set(lan, kea_router, monkeypatch):
     """A config Kea refuses is never config-set: the server keeps serving DHCP afterwards."""
     lan.add_client(MAC)
     b = backend(lan, kea_router)
-    sent = []
-    real = b.command
 
-    def spy(command, arguments=None, **kw):
-        sent.append(command)
+    def unknown_parameter(send, command, arguments):
         if command == "config-test" and arguments:
             # what a refusal looks like: Kea rejects an unknown top-level parameter
             arguments = json.loads(json.dumps(arguments))
             arguments["Dhcp4"]["no-such-parameter"] = True
-        return real(command, arguments, **kw)
+        return send(command, arguments)
 
-    monkeypatch.setattr(b, "command", spy)
+    sent = spy_commands(monkeypatch, b, unknown_parameter)
     b.ensure(MAC, "192.168.100.62")
     with pytest.raises(ApplyError, match=r"config-test refused .* nothing was changed"):
         b.apply()
@@ -106,16 +117,13 @@ def test_wrong_password_is_an_auth_error_that_hides_it(lan, kea_router):
 def test_failed_config_set_reloads_the_saved_configuration(lan, kea_router, monkeypatch):
     lan.add_client(MAC)
     b = backend(lan, kea_router)
-    sent = []
-    real = b.command
 
-    def spy(command, arguments=None, **kw):
-        sent.append(command)
+    def refuse_config_set(send, command, arguments):
         if command == "config-set":  # as if Kea had refused it after all
             return {"result": 1, "text": "simulated refusal"}
-        return real(command, arguments, **kw)
+        return send(command, arguments)
 
-    monkeypatch.setattr(b, "command", spy)
+    sent = spy_commands(monkeypatch, b, refuse_config_set)
     b.ensure(MAC, "192.168.100.63")
     with pytest.raises(ApplyError, match="simulated refusal; its configuration file was reloaded"):
         b.apply()

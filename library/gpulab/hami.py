@@ -58,20 +58,12 @@ class ValuesError(ValueError):
     """The requested values do not fit the pinned chart version."""
 
 
+# A value's kind, by the first type it is an instance of (bool before int: a bool is an int too).
+_KINDS = ((dict, "map"), (list, "list"), (bool, "bool"), (int, "int"), (float, "float"), (str, "str"))
+
+
 def _kind(value):
-    if isinstance(value, dict):
-        return "map"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    return "any"
+    return next((kind for type_, kind in _KINDS if isinstance(value, type_)), "any")
 
 
 def keys_from_values(values, chart_version, source=""):

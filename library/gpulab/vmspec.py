@@ -32,12 +32,23 @@ def balloon_mib(vm: dict[str, Any]) -> int:
     return int(vm.get("vm_balloon_min_mib") or vm["vm_memory_mib"])
 
 
-def _image_volume(image: dict[str, Any], content: str) -> str:
-    return f"{image.get('storage') or 'local'}:{content}/{image['filename']}"
+def image_download(image: dict[str, Any], content: str) -> dict[str, Any]:
+    """What the node downloads for an install (gpulab_pve_download's options) and the volume it becomes."""
+    storage = image.get("storage") or "local"
+    return {
+        "storage": storage,
+        "content": content,
+        "url": image["url"],
+        "filename": image["filename"],
+        "checksum": image["checksum"],
+        "checksum_algorithm": image.get("checksum_algorithm") or "sha256",
+        "volume": f"{storage}:{content}/{image['filename']}",
+    }
 
 
 def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
-    """One VM's plan: identity, install kind, address and the gpulab_pve_vm options (`spec`)."""
+    """One VM's plan: identity, install kind, the image its node downloads, address, and the gpulab_pve_vm
+    options (`spec`)."""
     g = lab.globals
     vm = lab.vms[host]
     node_host, node = lab.node_by_name(vm["vm_node"])
@@ -73,9 +84,11 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
         device = {"host": gpu["pci"].lower()} if raw_pci_login(g) else {"mapping": gpu["id"]}
         spec["hostpci"] = [{**device, "pcie": vm["vm_machine"] == "q35"}]
     snippet = None
+    image = (
+        image_download(g["gpulab_os_image"], "import") if cloud else image_download(g["gpulab_os_iso"], "iso")
+    )
     if cloud:
-        image = g["gpulab_os_image"]
-        spec["disks"][0]["import_from"] = _image_volume(image, "import")
+        spec["disks"][0]["import_from"] = image["volume"]
         keys = [vm["vm_ssh_public_key"]] if vm.get("vm_ssh_public_key") else []
         spec["cloudinit"] = {
             "storage": vm["vm_storage"],
@@ -89,7 +102,7 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
             snippet = {"storage": SNIPPET_STORAGE, "name": SNIPPET_NAME}
             spec["extra_config"] = {"cicustom": f"vendor={SNIPPET_STORAGE}:snippets/{SNIPPET_NAME}"}
     else:
-        spec["cdrom"] = _image_volume(g["gpulab_os_iso"], "iso")
+        spec["cdrom"] = image["volume"]
     return {
         "host": host,
         "node": vm["vm_node"],
@@ -100,6 +113,7 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
         "gpu": gpu["id"] if gpu else None,
         "address": vm["vm_address"],
         "ssh_user": vm["vm_ssh_user"],
+        "image": image,
         "snippet": snippet,
         "spec": spec,
     }

@@ -36,6 +36,15 @@ def test_the_reference_gpu_vm_is_resolved_whole(inv):
         "ssh-ed25519 AAAAC3Nza test"
     ]
     assert spec["extra_config"] == {"cicustom": "vendor=local:snippets/gpulab-vendor.yaml"}
+    assert gpu["image"] == {
+        "storage": "local",
+        "content": "import",
+        "url": "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img",
+        "filename": "noble-server-cloudimg-amd64.qcow2",
+        "checksum": "d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac",
+        "checksum_algorithm": "sha256",
+        "volume": "local:import/noble-server-cloudimg-amd64.qcow2",
+    }
 
 
 def test_every_spec_key_is_an_option_of_the_module(inv):
@@ -107,7 +116,7 @@ def test_an_iso_install_gets_the_installer_and_no_cloud_init(inv):
     plan = plans(inv)["vm-1"]
     assert plan["install"] == "iso" and plan["snippet"] is None
     spec = plan["spec"]
-    assert spec["cdrom"] == "local:iso/ubuntu-24.04.3-live-server-amd64.iso"
+    assert spec["cdrom"] == "local:iso/ubuntu-24.04.3-live-server-amd64.iso" == plan["image"]["volume"]
     assert "cloudinit" not in spec and "import_from" not in spec["disks"][0]
     assert spec["boot_order"] == ["scsi0", "ide2"] and spec["serial_console"] is False
 

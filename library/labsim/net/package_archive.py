@@ -48,11 +48,23 @@ def _log(rc):
         pass
 """
 
-NVIDIA_SMI = (
-    "#!/usr/bin/python3\n"
-    '"""gpulab lab stand-in for nvidia-smi: the GPUs passed through to this VM, in nvidia-smi\'s formats."""\n'
-    + _LOG_SNIPPET
-    + f"""
+# The end of a stand-in that defines main(argv): run it, record the call and exit with its status.
+_RUN_MAIN = """
+if __name__ == "__main__":
+    rc = main(sys.argv[1:])
+    _log(rc)
+    sys.exit(rc)
+"""
+
+
+def _standin(doc: str, body: str) -> str:
+    """A stand-in command: a python3 script with docstring `doc`, the call log `_log`, then `body`."""
+    return f'#!/usr/bin/python3\n"""{doc}"""\n' + _LOG_SNIPPET + body
+
+
+NVIDIA_SMI = _standin(
+    "gpulab lab stand-in for nvidia-smi: the GPUs passed through to this VM, in nvidia-smi's formats.",
+    f"""
 DRIVER = "{DRIVER_VERSION}"
 FIELDS = {{
     "uuid": ("uuid", ""), "name": ("name", ""), "memory.total": ("memory_mib", " MiB"),
@@ -103,19 +115,13 @@ def main(argv):
     for g in gpus:
         print(f"|   {{g['index']}}  {{g['name']}}  |  {{g['pci_bus_id']}}  |  0MiB / {{g['memory_mib']}}MiB |")
     return 0
-
-if __name__ == "__main__":
-    rc = main(sys.argv[1:])
-    _log(rc)
-    sys.exit(rc)
 """
+    + _RUN_MAIN,
 )
 
-NVIDIA_CTK = (
-    "#!/usr/bin/python3\n"
-    '"""gpulab lab stand-in for nvidia-ctk (NVIDIA Container Toolkit CLI)."""\n'
-    + _LOG_SNIPPET
-    + f"""
+NVIDIA_CTK = _standin(
+    "gpulab lab stand-in for nvidia-ctk (NVIDIA Container Toolkit CLI).",
+    f"""
 VERSION = "{TOOLKIT_VERSION.split("-")[0]}"
 
 def main(argv):
@@ -151,36 +157,28 @@ def main(argv):
         return 0
     print("NAME:\\n   NVIDIA Container Toolkit CLI")
     return 0
-
-if __name__ == "__main__":
-    rc = main(sys.argv[1:])
-    _log(rc)
-    sys.exit(rc)
 """
+    + _RUN_MAIN,
 )
 
-RECORDING_TOOL = (
-    "#!/usr/bin/python3\n"
-    '"""gpulab lab stand-in: records the call and succeeds."""\n'
-    + _LOG_SNIPPET
-    + """
+RECORDING_TOOL = _standin(
+    "gpulab lab stand-in: records the call and succeeds.",
+    """
 if __name__ == "__main__":
     _log(0)
-"""
+""",
 )
 
 
-GUEST_AGENT = (
-    "#!/usr/bin/python3\n"
-    '"""gpulab lab stand-in for qemu-ga: runs until stopped (the lab answers the agent API itself)."""\n'
-    + _LOG_SNIPPET
-    + """
+GUEST_AGENT = _standin(
+    "gpulab lab stand-in for qemu-ga: runs until stopped (the lab answers the agent API itself).",
+    """
 import signal
 if __name__ == "__main__":
     _log(0)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.pause()
-"""
+""",
 )
 GUEST_AGENT_UNIT = """[Unit]
 Description=QEMU Guest Agent (gpulab lab stand-in)

@@ -62,9 +62,9 @@ options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, 
     description: Memory in MiB.
     type: int
   balloon:
-    description:
-      - 'Balloon target in MiB: the least memory the VM keeps when the host reclaims memory. V(0) removes the balloon
-        device (needed with a passed-through GPU, whose memory is pinned). Equal to O(memory) is PVE''s default.'
+    description: 'Balloon target in MiB: the least memory the VM keeps when the host reclaims memory. V(0) removes
+      the balloon device (needed with a passed-through GPU, whose memory is pinned). Equal to O(memory) is PVE''s
+      default.'
     type: int
   machine:
     description: Machine type, V(i440fx) (QEMU's C(pc)) or V(q35), or a pinned version such as V(pc-q35-9.2).

@@ -193,22 +193,29 @@ def _extra(value: Mapping[str, Any], _p: Mapping[str, Any]) -> dict[str, Any]:
 
 _DRIVES = ("ide*", "sata*", "scsi*", "virtio*")
 
+
+def _plain(name: str, type_: str, doc: str | tuple[str, ...], **kw: Any) -> Option:
+    """An option that is a config key of the same name, written as it is (a bool as 0 or 1)."""
+    return Option(name, type_, doc, (name,), _as_bool(name) if type_ == "bool" else _as_str(name), **kw)
+
+
+def _flags(**docs: str) -> tuple[Sub, ...]:
+    """Boolean sub-options, unset unless given."""
+    return tuple(Sub(name, "bool", doc) for name, doc in docs.items())
+
+
+BALLOON_DOC = (
+    "Balloon target in MiB: the least memory the VM keeps when the host reclaims memory. V(0) removes the "
+    "balloon device (needed with a passed-through GPU, whose memory is pinned). Equal to O(memory) is "
+    "PVE's default."
+)
+
 # The options that become config keys, in the order of the module's documentation.
 OPTIONS: tuple[Option, ...] = (
-    Option("cores", "int", "Cores per socket.", ("cores",), _as_str("cores")),
-    Option("sockets", "int", "CPU sockets.", ("sockets",), _as_str("sockets")),
-    Option("memory", "int", "Memory in MiB.", ("memory",), _as_str("memory")),
-    Option(
-        "balloon",
-        "int",
-        (
-            "Balloon target in MiB: the least memory the VM keeps when the host reclaims memory. V(0) removes the "
-            "balloon device (needed with a passed-through GPU, whose memory is pinned). Equal to O(memory) is "
-            "PVE's default.",
-        ),
-        ("balloon",),
-        _as_str("balloon"),
-    ),
+    _plain("cores", "int", "Cores per socket."),
+    _plain("sockets", "int", "CPU sockets."),
+    _plain("memory", "int", "Memory in MiB."),
+    _plain("balloon", "int", BALLOON_DOC),
     Option(
         "machine",
         "str",
@@ -216,21 +223,17 @@ OPTIONS: tuple[Option, ...] = (
         ("machine",),
         _machine,
     ),
-    Option("bios", "str", "Firmware.", ("bios",), _as_str("bios"), choices=("seabios", "ovmf")),
-    Option(
+    _plain("bios", "str", "Firmware.", choices=("seabios", "ovmf")),
+    _plain(
         "cpu",
         "str",
         "CPU type, such as V(host) or V(x86-64-v2-AES) (a full C(cpu) property string is accepted).",
-        ("cpu",),
-        _as_str("cpu"),
     ),
-    Option("ostype", "str", "Guest OS type, such as V(l26).", ("ostype",), _as_str("ostype")),
-    Option(
-        "scsihw", "str", "SCSI controller, such as V(virtio-scsi-single).", ("scsihw",), _as_str("scsihw")
-    ),
-    Option("agent", "bool", "Enable the QEMU guest agent channel.", ("agent",), _as_bool("agent")),
-    Option("onboot", "bool", "Start the VM when the node boots.", ("onboot",), _as_bool("onboot")),
-    Option("numa", "bool", "Enable NUMA.", ("numa",), _as_bool("numa")),
+    _plain("ostype", "str", "Guest OS type, such as V(l26)."),
+    _plain("scsihw", "str", "SCSI controller, such as V(virtio-scsi-single)."),
+    _plain("agent", "bool", "Enable the QEMU guest agent channel."),
+    _plain("onboot", "bool", "Start the VM when the node boots."),
+    _plain("numa", "bool", "Enable NUMA."),
     Option(
         "efidisk",
         "dict",
@@ -271,9 +274,11 @@ OPTIONS: tuple[Option, ...] = (
                     "V(local:import/noble-server-cloudimg-amd64.qcow2). Ignored for an existing disk.",
                 ),
             ),
-            Sub("iothread", "bool", "Own I/O thread."),
-            Sub("discard", "bool", "Pass discard/trim through."),
-            Sub("ssd", "bool", "Present the disk as an SSD."),
+            *_flags(
+                iothread="Own I/O thread.",
+                discard="Pass discard/trim through.",
+                ssd="Present the disk as an SSD.",
+            ),
         ),
     ),
     Option(
@@ -310,9 +315,11 @@ OPTIONS: tuple[Option, ...] = (
             Sub(
                 "host", doc="Host address; V(0000:02:00) without a function passes all functions of the card."
             ),
-            Sub("pcie", "bool", "Attach as PCI Express (needs O(machine=q35))."),
-            Sub("x_vga", "bool", "Primary GPU of the VM."),
-            Sub("rombar", "bool", "Map the device ROM."),
+            *_flags(
+                pcie="Attach as PCI Express (needs O(machine=q35)).",
+                x_vga="Primary GPU of the VM.",
+                rombar="Map the device ROM.",
+            ),
         ),
     ),
     Option(
@@ -353,7 +360,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "boot_order", "list", "Boot devices in order, such as V([scsi0]).", ("boot",), _boot, elements="str"
     ),
-    Option("description", "str", "VM description (notes).", ("description",), _as_str("description")),
+    _plain("description", "str", "VM description (notes)."),
     Option("tags", "list", "Tags.", ("tags",), _tags, elements="str"),
     Option(
         "extra_config",

@@ -39,7 +39,8 @@ GPULAB_MISSING = missing_required_lib(
 def argument_spec(own, pve=False, fallback=env_fallback):
     """A module's whole argument spec: its own options (`own`: a dict, or a function that returns it when
     they need the engine) and, for a PVE module, the connection options of gpulab.pve.connection (doc
-    fragment gpulab_pve), which fall back to the PVE_API_* environment variables through `fallback`."""
+    fragment gpulab_pve), which fall back to the PVE_API_* environment variables through `fallback` (they
+    replace any the module declares itself)."""
     spec = dict(own() if callable(own) else own)
     if pve:
         from gpulab.pve import connection

@@ -50,62 +50,45 @@ def _pattern(pattern: str) -> re.Pattern:
 
 
 # ---------------------------------------------------------------- code-validated formats (pve-common)
-_I = re.IGNORECASE
-_CODE_FORMATS: dict[str, tuple[re.Pattern, str]] = {
-    "pve-node": (
-        re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?$"),
-        "value does not look like a valid node name",
-    ),
-    "pve-vmid": (re.compile(r"^[1-9][0-9]{2,8}$"), "value does not look like a valid VM ID"),
-    "pve-configid": (re.compile(r"^[a-z][a-z0-9_-]+$", _I), "invalid configuration ID '{v}'"),
-    "pve-storage-id": (
-        re.compile(r"^[a-z][a-z0-9\-_.]*[a-z0-9]$", _I),
-        "storage ID '{v}' contains illegal characters",
-    ),
-    "pve-bridge-id": (
-        re.compile(r"^[-_.\w\d]+$"),
-        "invalid format - value does not look like a valid bridge",
-    ),
-    "pve-volume-id": (re.compile(r"^[a-z][a-z0-9\-_.]*[a-z0-9]:.+$", _I), "unable to parse volume ID '{v}'"),
-    "disk-size": (re.compile(r"^\d+(\.\d+)?([KMGT](iB)?)?$"), "unable to parse size '{v}'"),
-    "dns-name": (
-        re.compile(
-            r"^(([a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?)\.)*([a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?)$"
-        ),
-        "value does not look like a valid DNS name",
-    ),
+_DNS_LABEL = r"[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?"
+_HOTPLUG = "network|disk|cpu|memory|usb|cloudinit"
+# name: (pattern, with its flags inline, and the message; {v} is the value); compiled once below.
+_CODE_FORMAT_PATTERNS = {
+    "pve-node": (rf"^{_DNS_LABEL}$", "value does not look like a valid node name"),
+    "pve-vmid": (r"^[1-9][0-9]{2,8}$", "value does not look like a valid VM ID"),
+    "pve-configid": (r"(?i)^[a-z][a-z0-9_-]+$", "invalid configuration ID '{v}'"),
+    "pve-storage-id": (r"(?i)^[a-z][a-z0-9\-_.]*[a-z0-9]$", "storage ID '{v}' contains illegal characters"),
+    "pve-bridge-id": (r"^[-_.\w\d]+$", "invalid format - value does not look like a valid bridge"),
+    "pve-volume-id": (r"(?i)^[a-z][a-z0-9\-_.]*[a-z0-9]:.+$", "unable to parse volume ID '{v}'"),
+    "disk-size": (r"^\d+(\.\d+)?([KMGT](iB)?)?$", "unable to parse size '{v}'"),
+    "dns-name": (rf"^(({_DNS_LABEL})\.)*({_DNS_LABEL})$", "value does not look like a valid DNS name"),
     "mac-addr": (
-        re.compile(r"^[a-f0-9][02468ace](?::[a-f0-9]{2}){5}$", _I),
+        r"(?i)^[a-f0-9][02468ace](?::[a-f0-9]{2}){5}$",
         "value does not look like a valid unicast MAC address",
     ),
-    "urlencoded": (re.compile(r"^[-%a-zA-Z0-9_.!~*'()]*$"), "value '{v}' is not urlencoded"),
+    "urlencoded": (r"^[-%a-zA-Z0-9_.!~*'()]*$", "value '{v}' is not urlencoded"),
     "pve-storage-content": (
-        re.compile(r"^(images|rootdir|vztmpl|iso|backup|snippets|import)$"),
+        r"^(images|rootdir|vztmpl|iso|backup|snippets|import)$",
         "invalid content type '{v}'",
     ),
-    "pve-poolid": (re.compile(r"^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+){0,2}$"), "invalid pool ID '{v}'"),
-    "pve-tag": (re.compile(r"^[a-z0-9_][a-z0-9_\-+.]*$", _I), "invalid tag '{v}'"),
-    "pve-realm": (re.compile(r"^[A-Za-z][A-Za-z0-9.\-_]+$"), "value does not look like a valid realm"),
-    "pve-priv": (re.compile(r"^[A-Za-z.]+$"), "invalid privilege '{v}'"),
-    "pve-qm-bootdisk": (
-        re.compile(r"^(ide|sata|scsi|virtio|efidisk|tpmstate)\d+$"),
-        "invalid boot disk '{v}'",
-    ),
-    "pve-cpuset": (re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$"), "invalid cpuset '{v}'"),
+    "pve-poolid": (r"^[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+){0,2}$", "invalid pool ID '{v}'"),
+    "pve-tag": (r"(?i)^[a-z0-9_][a-z0-9_\-+.]*$", "invalid tag '{v}'"),
+    "pve-realm": (r"^[A-Za-z][A-Za-z0-9.\-_]+$", "value does not look like a valid realm"),
+    "pve-priv": (r"^[A-Za-z.]+$", "invalid privilege '{v}'"),
+    "pve-qm-bootdisk": (r"^(ide|sata|scsi|virtio|efidisk|tpmstate)\d+$", "invalid boot disk '{v}'"),
+    "pve-cpuset": (r"^\d+(-\d+)?(,\d+(-\d+)?)*$", "invalid cpuset '{v}'"),
     "pve-hotplug-features": (
-        re.compile(
-            r"^(0|1|((network|disk|cpu|memory|usb|cloudinit)(,(network|disk|cpu|memory|usb|cloudinit))*))$"
-        ),
+        rf"^(0|1|(({_HOTPLUG})(,({_HOTPLUG}))*))$",
         "invalid hotplug feature list '{v}'",
     ),
-    "pve-phys-bits": (re.compile(r"^(host|\d+)$"), "invalid phys-bits '{v}'"),
-    "pve-qm-bootdev": (
-        re.compile(r"^(ide|sata|scsi|virtio|net|usb|hostpci)\d+$"),
-        "invalid boot device '{v}'",
-    ),
-    "pve-task-status-type": (re.compile(r"^.+$"), "invalid task status type '{v}'"),
-    "storage-pair": (re.compile(r"^.+$"), "invalid storage pair '{v}'"),
-    "string": (re.compile(r"^.*$", re.S), ""),
+    "pve-phys-bits": (r"^(host|\d+)$", "invalid phys-bits '{v}'"),
+    "pve-qm-bootdev": (r"^(ide|sata|scsi|virtio|net|usb|hostpci)\d+$", "invalid boot device '{v}'"),
+    "pve-task-status-type": (r"^.+$", "invalid task status type '{v}'"),
+    "storage-pair": (r"^.+$", "invalid storage pair '{v}'"),
+    "string": (r"(?s)^.*$", ""),
+}
+_CODE_FORMATS: dict[str, tuple[re.Pattern, str]] = {
+    name: (re.compile(pattern), message) for name, (pattern, message) in _CODE_FORMAT_PATTERNS.items()
 }
 
 

@@ -93,13 +93,8 @@ def _play(lab: PveSimProcess, tmp_path, hosts: dict, tasks: list) -> tuple[subpr
 
 @pytest.mark.slow
 def test_tasks_pass_only_their_own_options(lab, tmp_path):
-    settings = {
-        "pve_api_url": lab.desc["pve_url"],
-        "pve_api_token_id": lab.desc["token_id"],
-        "pve_api_token_secret": lab.desc["token_secret"],
-        "pve_api_fingerprint": lab.desc["fingerprint"],
-        "pve_api_retries": 0,
-    }
+    # the simulator's token connection as the inventory's pve_api_* variables
+    settings = {f"pve_{name}": value for name, value in lab.conn(api_retries=0).items()}
     hosts = {
         # first in group proxmox: a second node whose API address answers nothing
         "node-b": {"pve_node": "other", **settings, "pve_api_url": "https://127.0.0.1:9"},

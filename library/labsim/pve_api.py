@@ -281,6 +281,13 @@ class PveApiSim:
                 return value
         return value
 
+    def _vm_to_change(self, args: dict, who: Principal) -> tuple[str, int, dict]:
+        """The node, id and state of the VM `args` names, once it exists and is not locked (lock held)."""
+        node, vmid = args["node"], args["vmid"]
+        vm = self._vm(node, vmid)
+        self._check_lock(vm, vmid, args, who)
+        return node, vmid, vm
+
     def _check_lock(self, vm: dict, vmid: int, args: dict, who: Principal) -> None:
         if args.get("skiplock") and not who.is_root_ticket:
             raise ApiError(
@@ -414,19 +421,26 @@ class PveApiSim:
 
     def _vm_summary(self, vmid: int, vm: dict) -> dict:
         cfg = vm["config"]
-        running = vm["status"] == "running"
-        entry = {
+        return {
             "vmid": vmid,
             "name": cfg.get("name", f"VM {vmid}"),
             "node": vm["node"],
             "status": vm["status"],
             "template": 0,
+            "maxcpu": int(cfg.get("cores", 1)) * int(cfg.get("sockets", 1)),
+            "disk": 0,
+            **self._vm_usage(vm),
+        }
+
+    def _vm_usage(self, vm: dict) -> dict:
+        """What a VM's list entry and its status/current share: memory, disk, uptime, load, lock and tags."""
+        cfg = vm["config"]
+        running = vm["status"] == "running"
+        usage = {
             "maxmem": self._vm_memory_mib(cfg) * 2**20,
             "mem": self._vm_memory_mib(cfg) * 2**20 // 2 if running else 0,
-            "maxcpu": int(cfg.get("cores", 1)) * int(cfg.get("sockets", 1)),
             "cpu": 0.01 if running else 0,
             "maxdisk": self._boot_disk_size(cfg),
-            "disk": 0,
             "uptime": int(time.time() - vm["started_at"]) if running and vm.get("started_at") else 0,
             "diskread": 0,
             "diskwrite": 0,
@@ -434,10 +448,10 @@ class PveApiSim:
             "netout": 0,
         }
         if cfg.get("tags"):
-            entry["tags"] = cfg["tags"]
+            usage["tags"] = cfg["tags"]
         if vm.get("lock"):
-            entry["lock"] = vm["lock"]
-        return entry
+            usage["lock"] = vm["lock"]
+        return usage
 
     def _boot_disk_size(self, cfg: dict) -> int:
         for key in sorted(cfg):
@@ -1316,15 +1330,7 @@ class PveApiSim:
             "name": cfg.get("name", f"VM {args['vmid']}"),
             "ha": {"managed": 0},
             "cpus": int(cfg.get("cores", 1)) * int(cfg.get("sockets", 1)),
-            "maxmem": self._vm_memory_mib(cfg) * 2**20,
-            "mem": self._vm_memory_mib(cfg) * 2**20 // 2 if running else 0,
-            "maxdisk": self._boot_disk_size(cfg),
-            "uptime": int(time.time() - vm["started_at"]) if running and vm.get("started_at") else 0,
-            "cpu": 0.01 if running else 0,
-            "diskread": 0,
-            "diskwrite": 0,
-            "netin": 0,
-            "netout": 0,
+            **self._vm_usage(vm),
         }
         if self._agent_enabled(cfg):
             out["agent"] = 1
@@ -1334,10 +1340,6 @@ class PveApiSim:
                 "pc-q35-10.1+pve0" if "q35" in cfg.get("machine", "") else "pc-i440fx-10.1+pve0"
             )
             out["running-qemu"] = "10.1.2"
-        if vm.get("lock"):
-            out["lock"] = vm["lock"]
-        if cfg.get("tags"):
-            out["tags"] = cfg["tags"]
         return out
 
     def _agent_enabled(self, cfg: dict) -> bool:
@@ -1414,10 +1416,8 @@ class PveApiSim:
             raise TaskFailed(f"start failed: lab host for VM {vmid} did not come up: {exc}") from exc
 
     def h_post_nodes_node_qemu_vmid_status_start(self, args, who):
-        node, vmid = args["node"], args["vmid"]
         with self.lock:
-            vm = self._vm(node, vmid)
-            self._check_lock(vm, vmid, args, who)
+            node, vmid, vm = self._vm_to_change(args, who)
             if vm["status"] == "running":
                 raise ApiError(500, f"VM {vmid} already running")
 
@@ -1449,37 +1449,28 @@ class PveApiSim:
         except Exception as exc:
             print(f"labsim: {hook.__name__}({node}, {vmid}) failed: {exc!r}", flush=True)
 
-    def h_post_nodes_node_qemu_vmid_status_shutdown(self, args, who):
-        node, vmid = args["node"], args["vmid"]
+    def _power_off(self, args, who, kind: str):
+        """A qmshutdown (refused unless the VM runs) or qmstop (whatever its state) task."""
         with self.lock:
-            vm = self._vm(node, vmid)
-            self._check_lock(vm, vmid, args, who)
-            if vm["status"] != "running":
+            node, vmid, vm = self._vm_to_change(args, who)
+            if kind == "qmshutdown" and vm["status"] != "running":
                 raise ApiError(500, f"VM {vmid} not running")
 
         def body(task):
-            self._sleep("qmshutdown")
+            self._sleep(kind)
             self._stop_now(node, vmid)
 
-        return self.tasks.start(node, "qmshutdown", str(vmid), who.userid, body)
+        return self.tasks.start(node, kind, str(vmid), who.userid, body)
+
+    def h_post_nodes_node_qemu_vmid_status_shutdown(self, args, who):
+        return self._power_off(args, who, "qmshutdown")
 
     def h_post_nodes_node_qemu_vmid_status_stop(self, args, who):
-        node, vmid = args["node"], args["vmid"]
-        with self.lock:
-            vm = self._vm(node, vmid)
-            self._check_lock(vm, vmid, args, who)
-
-        def body(task):
-            self._sleep("qmstop")
-            self._stop_now(node, vmid)
-
-        return self.tasks.start(node, "qmstop", str(vmid), who.userid, body)
+        return self._power_off(args, who, "qmstop")
 
     def h_delete_nodes_node_qemu_vmid(self, args, who):
-        node, vmid = args["node"], args["vmid"]
         with self.lock:
-            vm = self._vm(node, vmid)
-            self._check_lock(vm, vmid, args, who)
+            node, vmid, vm = self._vm_to_change(args, who)
             if vm["status"] == "running":
                 raise ApiError(500, f"VM {vmid} is running - destroy failed")
             vm["lock"] = "destroyed"

@@ -13,6 +13,9 @@ description:
   - Runs C(nvidia-smi --query-gpu=uuid,name,memory.total,driver_version,pci.bus_id
     --format=csv,noheader,nounits) on the managed host and returns one entry per GPU, in GPU index order.
   - The UUIDs feed HAMi card pinning (C(nvidia.com/use-gpuuuid)) later on.
+  - In the same call it reports what else a GPU guest's next steps decide on, so that they need no call of
+    their own. That is the running kernel (RV(kernel), whose headers the driver's DKMS build needs) and the
+    NVIDIA container toolkit (RV(container_toolkit), what k3s needs to add the nvidia runtime).
   - When fewer than O(min_gpus) cards are found, the module fails and lists the likely causes with what it
     found for each one, read from the guest itself. That is whether an NVIDIA display controller is on the
     guest's PCI bus (PCI passthrough) and which driver owns it, the Secure Boot state from the EFI
@@ -26,6 +29,10 @@ options:
       - The C(nvidia-smi) program, as a name looked up on the PATH or as an absolute path.
     type: str
     default: nvidia-smi
+  container_runtime:
+    description: Where k3s looks for the NVIDIA container runtime (reported in RV(container_toolkit)).
+    type: str
+    default: /usr/bin/nvidia-container-runtime
   min_gpus:
     description:
       - Fail unless at least this many GPUs are reported.
@@ -109,6 +116,26 @@ driver_version:
   description: Driver version of the first GPU, V(null) when none was found.
   returned: always
   type: str
+kernel:
+  description: The release of the running kernel (C(uname -r)).
+  returned: always
+  type: str
+  sample: 6.8.0-87-generic
+container_toolkit:
+  description: The NVIDIA container toolkit as this guest has it.
+  returned: always
+  type: dict
+  contains:
+    runtime:
+      description: O(container_runtime) when it is an executable file there, else V(null).
+      type: str
+    ctk_version:
+      description: The first line of C(nvidia-ctk --version), V(null) when it is missing or fails.
+      type: str
+      sample: NVIDIA Container Toolkit CLI version 1.18.1
+    ctk_error:
+      description: Why RV(container_toolkit.ctk_version) is V(null) (not installed, or its exit code and error output).
+      type: str
 error:
   description:
     - Why no GPU could be read, V(null) when nvidia-smi answered.
@@ -147,6 +174,9 @@ ansible_facts:
       description: Same as RV(gpus).
       type: list
       elements: dict
+    gpulab_container_toolkit:
+      description: Same as RV(container_toolkit).
+      type: dict
 """
 
 # Ansible modules keep their imports below the documentation blocks.
@@ -410,8 +440,26 @@ def diagnose(error, rc, out, err, root="/"):
 
 ARGUMENT_SPEC = {
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "container_runtime": {"type": "str", "default": "/usr/bin/nvidia-container-runtime"},
     "min_gpus": {"type": "int", "default": 1},
 }
+
+
+def container_toolkit(module, runtime):
+    """The NVIDIA container toolkit: the runtime where k3s looks for it, and what nvidia-ctk says it is."""
+    found = {"runtime": runtime if os.path.isfile(runtime) and os.access(runtime, os.X_OK) else None}
+    ctk = module.get_bin_path("nvidia-ctk", required=False)
+    if not ctk:
+        return {**found, "ctk_version": None, "ctk_error": "nvidia-ctk: command not found"}
+    rc, out, err = module.run_command([ctk, "--version"])
+    first = (out.strip().splitlines() or [""])[0]
+    if rc != 0 or not first:
+        return {
+            **found,
+            "ctk_version": None,
+            "ctk_error": f"nvidia-ctk --version: rc={rc} {err.strip()}".strip(),
+        }
+    return {**found, "ctk_version": first, "ctk_error": None}
 
 
 def run_module():
@@ -440,6 +488,7 @@ def run_module():
         if line.startswith("WARNING:"):
             module.warn(f"nvidia-smi: {line}")
 
+    toolkit = container_toolkit(module, module.params["container_runtime"])
     result = {
         "changed": False,
         "gpus": gpus,
@@ -447,7 +496,9 @@ def run_module():
         "uuids": [g["uuid"] for g in gpus],
         "driver_version": gpus[0]["driver_version"] if gpus else None,
         "error": error,
-        "ansible_facts": {"gpulab_gpus": gpus},
+        "kernel": os.uname().release,
+        "container_toolkit": toolkit,
+        "ansible_facts": {"gpulab_gpus": gpus, "gpulab_container_toolkit": toolkit},
     }
     if error is not None or len(gpus) < min_gpus:
         result["diagnosis"] = diagnose(error, rc, out, err)

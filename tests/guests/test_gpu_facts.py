@@ -374,3 +374,48 @@ def test_driver_warnings_among_the_rows_are_skipped(gpu_facts, tmp_path):
     smi, _ = fake_smi(tmp_path, text)
     result = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi})
     assert result["gpu_count"] == 2 and "infoROM" in json.dumps(result.get("warnings", []))
+
+
+def test_module_reports_the_kernel_and_the_container_toolkit_in_the_same_call(tmp_path):
+    """What the driver's headers and k3s's nvidia runtime depend on comes with the GPUs (one call per guest)."""
+    smi, _ = fake_smi(tmp_path, sample("constructed-nvidia-smi-query-1gpu-nounits.csv"))
+    runtime = tmp_path / "nvidia-container-runtime"
+    bare = {**os.environ, "PATH": "/usr/bin:/bin"}
+    result = run_ansible_module(
+        "gpulab_gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=bare
+    )
+    assert result["kernel"] == os.uname().release
+    assert result["container_toolkit"] == {
+        "runtime": None,
+        "ctk_version": None,
+        "ctk_error": "nvidia-ctk: command not found",
+    }
+    assert result["ansible_facts"]["gpulab_container_toolkit"] == result["container_toolkit"]
+
+    runtime.write_text("#!/bin/sh\n")
+    runtime.chmod(0o755)
+    ctk = tmp_path / "bin" / "nvidia-ctk"
+    ctk.parent.mkdir()
+    ctk.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] || exit 3\necho "NVIDIA Container Toolkit CLI version 1.18.1"\necho "commit: x"\n'
+    )
+    ctk.chmod(0o755)
+    env = {**bare, "PATH": f"{ctk.parent}:/usr/bin:/bin"}
+    result = run_ansible_module(
+        "gpulab_gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=env
+    )
+    assert result["container_toolkit"] == {
+        "runtime": str(runtime),
+        "ctk_version": "NVIDIA Container Toolkit CLI version 1.18.1",
+        "ctk_error": None,
+    }
+
+    ctk.write_text("#!/bin/sh\necho 'libnvidia-container.so.1: cannot open' >&2\nexit 1\n")
+    result = run_ansible_module(
+        "gpulab_gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=env
+    )
+    assert result["container_toolkit"]["ctk_version"] is None
+    assert (
+        result["container_toolkit"]["ctk_error"]
+        == "nvidia-ctk --version: rc=1 libnvidia-container.so.1: cannot open"
+    )

@@ -11,8 +11,9 @@ module: gpulab_k3s_facts
 short_description: Read the installed k3s release, its systemd unit and (on a server) the join token
 description:
   - Reads, in one call, what roles k3s_server and k3s_agent decide on. That is the release the installed
-    C(k3s) binary reports (C(k3s --version)), whether the install script's systemd unit exists, and, when
-    O(server_dir) is given, the server's join token.
+    C(k3s) binary reports (C(k3s --version)), whether the install script's systemd unit exists and whether
+    it runs and is enabled (C(systemctl is-active), C(is-enabled)), and, when O(server_dir) is given, the
+    server's join token.
   - Changes nothing. Register the result with C(no_log) when O(server_dir) is given, since RV(token) is a
     secret.
   - Runs on the managed host with the Python standard library only.
@@ -64,6 +65,14 @@ unit_exists:
   description: Whether the unit file O(unit_dir)/O(unit).service exists.
   returned: always
   type: bool
+active:
+  description: Whether C(systemctl is-active) says the unit runs (V(false) without the unit).
+  returned: always
+  type: bool
+enabled:
+  description: Whether C(systemctl is-enabled) says the unit starts at boot (V(false) without the unit).
+  returned: always
+  type: bool
 token:
   description: The server's join token (O(server_dir)/token without surrounding white space); V(null) when it is missing or not asked for.
   returned: always
@@ -107,10 +116,18 @@ def run_module():
             token = None
         except OSError as exc:
             module.fail_json(msg=f"cannot read {path}: {exc.strerror}")
+    unit_exists = os.path.exists(os.path.join(p["unit_dir"], f"{p['unit']}.service"))
+    active = enabled = False
+    if unit_exists:
+        systemctl = module.get_bin_path("systemctl", required=True)
+        active = module.run_command([systemctl, "is-active", "--quiet", p["unit"]])[0] == 0
+        enabled = module.run_command([systemctl, "is-enabled", "--quiet", p["unit"]])[0] == 0
     module.exit_json(
         changed=False,
         version=version,
-        unit_exists=os.path.exists(os.path.join(p["unit_dir"], f"{p['unit']}.service")),
+        unit_exists=unit_exists,
+        active=active,
+        enabled=enabled,
         token=token,
     )
 

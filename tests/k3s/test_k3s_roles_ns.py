@@ -80,6 +80,13 @@ def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
     assert "k3s_install : Run the install script" in first.stdout
     assert "Wait until every node is registered and Ready" in first.stdout
     assert "k3s_install :" not in second.stdout and "Wait until every node" not in second.stdout
+    # k3s found running and enabled is left alone; found stopped, it is started again.
+    assert ["start", "k3s"] not in server.systemctl_calls()
+    assert server.run("systemctl", "stop", "k3s").returncode == 0 and server.unit_pid("k3s") is None
+    restarted = server.play("k3s_server", server_vars)
+    assert recap(restarted)["changed"] == 1 and recap(restarted)["failed"] == 0, restarted.stdout[-4000:]
+    assert server.systemctl_calls()[-1] == ["start", "k3s"] and server.unit_pid("k3s") is not None
+    pid = server.unit_pid("k3s")
 
     # --check with a new setting: reported, not written, not restarted.
     changed_vars = {

@@ -74,6 +74,19 @@ def vm_config(facts, name, mac, user="ubuntu"):
     }
 
 
+@contextlib.contextmanager
+def lab_vm(lab, vmid, name, mac):
+    """A VM started on the lab's node (its host brought up as PVE's start hook does), destroyed at exit."""
+    state, fixture, facts = lab
+    hooks = network_lab.make_hooks(state, fixture)
+    cfg = vm_config(facts, name, mac)
+    hooks.vm_started("pve", vmid, cfg)
+    try:
+        yield hooks, cfg
+    finally:
+        hooks.vm_destroyed("pve", vmid)
+
+
 def ens18(hooks, vmid, config):
     for iface in hooks.guest_interfaces("pve", vmid, config):
         if iface["name"] == "ens18":
@@ -165,11 +178,8 @@ def test_node_host_has_its_own_files_address_and_view(lab):
 
 
 def test_hosts_are_isolated_from_each_other_and_from_the_machine(lab):
-    state, fixture, facts = lab
-    hooks = network_lab.make_hooks(state, fixture)
-    cfg = vm_config(facts, "iso-vm", "bc:24:11:00:10:01")
-    hooks.vm_started("pve", 190, cfg)
-    try:
+    *_, facts = lab
+    with lab_vm(lab, 190, "iso-vm", "bc:24:11:00:10:01") as (hooks, cfg):
         (vm_ip,) = ens18(hooks, 190, cfg)
         marker = f"/etc/modprobe.d/gpulab-isolation-{os.getpid()}.conf"
         ssh(facts, "root", facts["node_host"]["address"], f"mkdir -p /etc/modprobe.d && echo x > {marker}")
@@ -185,8 +195,6 @@ def test_hosts_are_isolated_from_each_other_and_from_the_machine(lab):
         hooks.vm_stopped("pve", 190)
         rows = ssh(facts, "root", facts["node_host"]["address"], "qm list").stdout.splitlines()
         assert rows[1].split()[:3] == ["190", "iso-vm", "stopped"]
-    finally:
-        hooks.vm_destroyed("pve", 190)
     assert ssh(facts, "root", facts["node_host"]["address"], "qm list").stdout == ""
 
 
@@ -195,12 +203,9 @@ def _image_list(root, *argv):
 
 
 def test_vm_boots_from_the_guest_image_and_borrows_nothing_of_the_machine(lab):
-    state, fixture, facts = lab
+    *_, facts = lab
     img = Path(facts["guest_image"])
-    hooks = network_lab.make_hooks(state, fixture)
-    cfg = vm_config(facts, "img-vm", "bc:24:11:00:10:07")
-    hooks.vm_started("pve", 196, cfg)
-    try:
+    with lab_vm(lab, 196, "img-vm", "bc:24:11:00:10:07") as (hooks, cfg):
         (addr,) = ens18(hooks, 196, cfg)
 
         def vm(command):
@@ -224,8 +229,6 @@ def test_vm_boots_from_the_guest_image_and_borrows_nothing_of_the_machine(lab):
         assert vm("ls -A /etc/apt/sources.list.d") == ""
         assert set(vm("ls -A /var/lib/apt/lists").split()) <= {"lock", "partial"}
         assert vm("cat /etc/machine-id").strip() not in ("", Path("/etc/machine-id").read_text().strip())
-    finally:
-        hooks.vm_destroyed("pve", 196)
 
 
 @pytest.mark.parametrize(
@@ -233,45 +236,40 @@ def test_vm_boots_from_the_guest_image_and_borrows_nothing_of_the_machine(lab):
 )
 def test_guest_base_apt_refresh_does_not_depend_on_the_machine_apt_lists(lab, machine_lists_age_s):
     """guest_base's refresh (cache_valid_time) reads the VM's own lists, however old the machine's are."""
-    state, fixture, facts = lab
+    *_, facts = lab
     import yaml
 
     valid = yaml.safe_load((ROOT / "roles/guest_base/defaults/main.yml").read_text())[
         "guest_base_apt_cache_valid_time"
     ]
     vmid = 197 if machine_lists_age_s == 0 else 198
-    hooks = network_lab.make_hooks(state, fixture)
-    cfg = vm_config(facts, f"apt-vm-{vmid}", f"bc:24:11:00:10:{vmid - 100:02x}")
-    with machine_apt_lists_aged(machine_lists_age_s):
-        hooks.vm_started("pve", vmid, cfg)
-        try:
-            (addr,) = ens18(hooks, vmid, cfg)
-            ssh_args = f"-o UserKnownHostsFile={facts['ssh_known_hosts']} -o StrictHostKeyChecking=yes"
-            args = json.dumps({"name": "qemu-guest-agent", "update_cache": True, "cache_valid_time": valid})
-            res = subprocess.run(
-                [
-                    str(Path(sys.executable).with_name("ansible")), "all", "-i", f"{addr},", "-u", "ubuntu", "-b",
-                    "--private-key", facts["ssh_private_key"], "-e", f"ansible_ssh_common_args='{ssh_args}'",
-                    "-m", "ansible.builtin.apt", "-a", args, "-o",
-                ],
-                capture_output=True, text=True, timeout=180, check=False,
-                env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
-            )  # fmt: skip
-            assert res.returncode == 0, res.stdout + res.stderr
-            assert "CHANGED" in res.stdout  # refreshed from the lab archive and installed
-            assert ssh(facts, "ubuntu", addr, "dpkg-query -W -f '${Status}' qemu-guest-agent").stdout == (
-                "install ok installed"
-            )
-        finally:
-            hooks.vm_destroyed("pve", vmid)
+    mac = f"bc:24:11:00:10:{vmid - 100:02x}"
+    with (
+        machine_apt_lists_aged(machine_lists_age_s),
+        lab_vm(lab, vmid, f"apt-vm-{vmid}", mac) as (hooks, cfg),
+    ):
+        (addr,) = ens18(hooks, vmid, cfg)
+        ssh_args = f"-o UserKnownHostsFile={facts['ssh_known_hosts']} -o StrictHostKeyChecking=yes"
+        args = json.dumps({"name": "qemu-guest-agent", "update_cache": True, "cache_valid_time": valid})
+        res = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("ansible")), "all", "-i", f"{addr},", "-u", "ubuntu", "-b",
+                "--private-key", facts["ssh_private_key"], "-e", f"ansible_ssh_common_args='{ssh_args}'",
+                "-m", "ansible.builtin.apt", "-a", args, "-o",
+            ],
+            capture_output=True, text=True, timeout=180, check=False,
+            env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        )  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "CHANGED" in res.stdout  # refreshed from the lab archive and installed
+        assert ssh(facts, "ubuntu", addr, "dpkg-query -W -f '${Status}' qemu-guest-agent").stdout == (
+            "install ok installed"
+        )
 
 
 def test_listeners_are_bound_to_lab_addresses_only(lab):
-    state, fixture, facts = lab
-    hooks = network_lab.make_hooks(state, fixture)
-    cfg = vm_config(facts, "listen-vm", "bc:24:11:00:10:02")
-    hooks.vm_started("pve", 191, cfg)
-    try:
+    state, _, facts = lab
+    with lab_vm(lab, 191, "listen-vm", "bc:24:11:00:10:02"):
         rec = json.loads((state / "net" / "record.json").read_text())
         lab_prefix = facts["subnet"].rsplit(".", 1)[0] + "."
         for ns in rec["netns"]:
@@ -290,8 +288,6 @@ def test_listeners_are_bound_to_lab_addresses_only(lab):
         pids = {str(p["pid"]) for p in rec["procs"].values()}
         root_ns = subprocess.run(["ss", "-Hlntup"], capture_output=True, text=True).stdout
         assert not any(f"pid={p}," in root_ns for p in pids)
-    finally:
-        hooks.vm_destroyed("pve", 191)
 
 
 def test_vm_gets_reserved_address_from_real_dhcp_and_moves_when_the_reservation_changes(lab):

@@ -240,16 +240,21 @@ class Host:
                 stderr=log,
                 stdin=subprocess.DEVNULL,
             )
-        deadline = time.monotonic() + 10
+        self.wait_for_ssh(self.sshd, "sshd", 10, 0.02, "sshd does not listen")
+
+    def wait_for_ssh(self, proc, what: str, timeout: float, pause: float, late: str) -> None:
+        """Return once the host's address and port take connections; raise if `proc` (`what`) exits
+        first, or with `late` once `timeout` seconds have passed."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with socket.socket() as s:
                 s.settimeout(0.2)
                 if s.connect_ex((self.address, self.port)) == 0:
                     return
-            if self.sshd.poll() is not None:
-                raise RuntimeError(f"{self.cfg['name']}: sshd exited with {self.sshd.returncode}")
-            time.sleep(0.02)
-        raise RuntimeError(f"{self.cfg['name']}: sshd does not listen on {self.address}:{self.port}")
+            if proc.poll() is not None:
+                raise RuntimeError(f"{self.cfg['name']}: {what} exited with {proc.returncode}")
+            time.sleep(pause)
+        raise RuntimeError(f"{self.cfg['name']}: {late} on {self.address}:{self.port}")
 
     # -- services (a DHCP server on the router host), restarted when they die, as systemd would ------
     def start_service(self, index):
@@ -318,16 +323,7 @@ class Host:
                 stdin=subprocess.DEVNULL,
                 preexec_fn=into_payload,
             )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                s.settimeout(0.2)
-                if s.connect_ex((self.address, self.port)) == 0:
-                    return
-            if self.inner.poll() is not None:
-                raise RuntimeError(f"{self.cfg['name']}: systemd exited with {self.inner.returncode}")
-            time.sleep(0.05)
-        raise RuntimeError(f"{self.cfg['name']}: systemd did not start sshd on {self.address}:{self.port}")
+        self.wait_for_ssh(self.inner, "systemd", 60, 0.05, "systemd did not start sshd")
 
     def inner_main(self):
         """In the inner pid and mount namespace: fresh /proc and cgroup2, the views again, then systemd."""

@@ -71,73 +71,65 @@ class OPNsenseSim(RouterSim):
         if req.basic_auth() != (self.key, self.secret):
             return Reply(401, {"status": 401, "message": "Authentication Failed"})
         p = req.path.rstrip("/")
-        # --- Kea ---
         if p == "/api/kea/dhcpv4/search_subnet":
             return _search([{"uuid": k, **v} for k, v in self.subnets.items()])
-        if p == "/api/kea/dhcpv4/search_reservation":
-            return _search([{"uuid": k, **v} for k, v in self.reservations.items()])
         if p == "/api/kea/leases4/search":
             return _search(self.kea_leases)
-        if p == "/api/kea/service/reconfigure" and req.method == "POST":
-            self.running["kea"] = {k: dict(v) for k, v in self.reservations.items()}
-            self.reconfigures["kea"] += 1
-            return Reply(200, {"status": "ok"})
-        if p == "/api/kea/dhcpv4/add_reservation" and req.method == "POST":
-            obj = (req.json() or {}).get("reservation", {})
-            errors = self._kea_validate(obj, None)
-            if errors:
-                return Reply(200, {"result": "failed", "validations": errors})
-            rid = str(uuid.uuid4())
-            self.reservations[rid] = {
-                k: str(obj.get(k, ""))
-                for k in ("subnet", "ip_address", "hw_address", "hostname", "description")
-            }
-            return Reply(200, {"result": "saved", "uuid": rid})
-        for verb in ("set_reservation", "del_reservation"):
-            if p.startswith(f"/api/kea/dhcpv4/{verb}/") and req.method == "POST":
-                rid = p.rsplit("/", 1)[1]
-                if rid not in self.reservations:
-                    return Reply(
-                        200, {"result": "not found"} if verb == "del_reservation" else {"result": "failed"}
-                    )
-                if verb == "del_reservation":
-                    del self.reservations[rid]
-                    return Reply(200, {"result": "deleted"})
-                obj = {**self.reservations[rid], **(req.json() or {}).get("reservation", {})}
-                errors = self._kea_validate(obj, rid)
-                if errors:
-                    return Reply(200, {"result": "failed", "validations": errors})
-                self.reservations[rid] = obj
-                return Reply(200, {"result": "saved"})
-        # --- Dnsmasq ---
-        if p == "/api/dnsmasq/settings/search_host":
-            return _search([{"uuid": k, **v} for k, v in self.hosts.items()])
         if p == "/api/dnsmasq/leases/search":
             return _search(self.dnsmasq_leases)
-        if p == "/api/dnsmasq/service/reconfigure" and req.method == "POST":
-            self.running["dnsmasq"] = {k: dict(v) for k, v in self.hosts.items()}
-            self.reconfigures["dnsmasq"] += 1
-            return Reply(200, {"status": "ok"})
-        if p == "/api/dnsmasq/settings/add_host" and req.method == "POST":
-            obj = (req.json() or {}).get("host", {})
-            try:
-                ipaddress.IPv4Address(obj.get("ip", ""))
-            except ValueError:
-                return Reply(
-                    200,
-                    {"result": "failed", "validations": {"host.ip": "Please specify a valid IP address."}},
-                )
-            hid = str(uuid.uuid4())
-            self.hosts[hid] = {k: str(obj.get(k, "")) for k in ("host", "domain", "ip", "hwaddr", "descr")}
-            return Reply(200, {"result": "saved", "uuid": hid})
-        for verb in ("set_host", "del_host"):
-            if p.startswith(f"/api/dnsmasq/settings/{verb}/") and req.method == "POST":
-                hid = p.rsplit("/", 1)[1]
-                if hid not in self.hosts:
-                    return Reply(200, {"result": "not found"} if verb == "del_host" else {"result": "failed"})
-                if verb == "del_host":
-                    del self.hosts[hid]
-                    return Reply(200, {"result": "deleted"})
-                self.hosts[hid].update({k: str(v) for k, v in (req.json() or {}).get("host", {}).items()})
-                return Reply(200, {"result": "saved"})
+        for service, store in (("kea", self.reservations), ("dnsmasq", self.hosts)):
+            if p == f"/api/{service}/service/reconfigure" and req.method == "POST":
+                self.running[service] = {k: dict(v) for k, v in store.items()}
+                self.reconfigures[service] += 1
+                return Reply(200, {"status": "ok"})
+        kea = ("/api/kea/dhcpv4", "reservation", self.reservations, _KEA_FIELDS, self._kea_validate)
+        dnsmasq = ("/api/dnsmasq/settings", "host", self.hosts, _DNSMASQ_FIELDS, _dnsmasq_validate)
+        for prefix, item, store, fields, validate in (kea, dnsmasq):
+            reply = _model_call(req, p, prefix, item, store, fields, validate)
+            if reply is not None:
+                return reply
         return Reply(404, {"errorMessage": "Endpoint not found", "errorTitle": "Error"})
+
+
+_KEA_FIELDS = ("subnet", "ip_address", "hw_address", "hostname", "description")
+_DNSMASQ_FIELDS = ("host", "domain", "ip", "hwaddr", "descr")
+
+
+def _dnsmasq_validate(obj: dict, me: str | None) -> dict:
+    try:
+        ipaddress.IPv4Address(obj.get("ip", ""))
+    except ValueError:
+        return {"host.ip": "Please specify a valid IP address."}
+    return {}
+
+
+def _model_call(req: Request, p: str, prefix: str, item: str, store: dict, fields, validate) -> Reply | None:
+    """search/add/set/del on one model (Kea reservations, Dnsmasq hosts) under `prefix`, as OPNsense's
+    MVC controllers answer them; None where `p` is none of these."""
+    if p == f"{prefix}/search_{item}":
+        return _search([{"uuid": k, **v} for k, v in store.items()])
+    if req.method != "POST":
+        return None
+    sent = {k: str(v) for k, v in (req.json() or {}).get(item, {}).items()}
+    if p == f"{prefix}/add_{item}":
+        errors = validate(sent, None)
+        if errors:
+            return Reply(200, {"result": "failed", "validations": errors})
+        uid = str(uuid.uuid4())
+        store[uid] = {k: sent.get(k, "") for k in fields}
+        return Reply(200, {"result": "saved", "uuid": uid})
+    for verb in ("set", "del"):
+        if p.startswith(f"{prefix}/{verb}_{item}/"):
+            uid = p.rsplit("/", 1)[1]
+            if uid not in store:
+                return Reply(200, {"result": "not found" if verb == "del" else "failed"})
+            if verb == "del":
+                del store[uid]
+                return Reply(200, {"result": "deleted"})
+            obj = {**store[uid], **sent}
+            errors = validate(obj, uid)
+            if errors:
+                return Reply(200, {"result": "failed", "validations": errors})
+            store[uid] = obj
+            return Reply(200, {"result": "saved"})
+    return None

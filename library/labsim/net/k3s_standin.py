@@ -407,42 +407,48 @@ def make_handler(cluster, token):
                     return self.reply(401, {"error": "Unauthorized: the join token does not match"})
                 cluster.register(info)
                 return self.reply(200, {"ok": True})
-            if self.path == "/gpulab/cordon":
+            edit = NODE_EDITS.get(self.path)
+            if edit is not None:
                 with cluster.lock:
                     node = cluster.state["nodes"].get(info["node"])
                     if node is None:
                         return self.reply(404, {"error": f'nodes "{info["node"]}" not found'})
-                    changed = bool(node.get("unschedulable")) != bool(info["unschedulable"])
-                    node["unschedulable"] = bool(info["unschedulable"])
-                    if info.get("drain"):
-                        node["drained"] = time.time()
-                    cluster.save()
-                return self.reply(200, {"changed": changed})
-            if self.path == "/gpulab/label":
-                with cluster.lock:
-                    node = cluster.state["nodes"].get(info["node"])
-                    if node is None:
-                        return self.reply(404, {"error": f'nodes "{info["node"]}" not found'})
-                    changed = False
-                    for k, v in info["labels"].items():
-                        if k.endswith("-"):
-                            changed |= node["labels"].pop(k[:-1], None) is not None
-                        elif node["labels"].get(k) != v:
-                            if k in node["labels"] and not info.get("overwrite"):
-                                return self.reply(
-                                    409,
-                                    {
-                                        "error": f"'{k}' already has a value ({node['labels'][k]}), "
-                                        "and --overwrite is false"
-                                    },
-                                )
-                            node["labels"][k] = v
-                            changed = True
-                    cluster.save()
-                return self.reply(200, {"changed": changed})
+                    code, answer = edit(node, info)
+                    if code == 200:
+                        cluster.save()
+                return self.reply(code, answer)
             return self.reply(404, {"error": "not found"})
 
     return Handler
+
+
+def _cordon(node: dict, info: dict) -> tuple[int, dict]:
+    """kubectl cordon/uncordon (and drain, which cordons first) on one node."""
+    changed = bool(node.get("unschedulable")) != bool(info["unschedulable"])
+    node["unschedulable"] = bool(info["unschedulable"])
+    if info.get("drain"):
+        node["drained"] = time.time()
+    return 200, {"changed": changed}
+
+
+def _label(node: dict, info: dict) -> tuple[int, dict]:
+    """kubectl label on one node: `key=value` sets, `key-` removes, a new value needs --overwrite."""
+    changed = False
+    for k, v in info["labels"].items():
+        if k.endswith("-"):
+            changed |= node["labels"].pop(k[:-1], None) is not None
+        elif node["labels"].get(k) != v:
+            if k in node["labels"] and not info.get("overwrite"):
+                return 409, {
+                    "error": f"'{k}' already has a value ({node['labels'][k]}), and --overwrite is false"
+                }
+            node["labels"][k] = v
+            changed = True
+    return 200, {"changed": changed}
+
+
+# POST path -> an edit of the node the request names, made under the cluster lock and saved on 200.
+NODE_EDITS = {"/gpulab/cordon": _cordon, "/gpulab/label": _label}
 
 
 def sd_notify(message):

@@ -310,24 +310,13 @@ def _norm(module: str) -> str:
     return module.strip().replace("-", "_")
 
 
+# A word: runs of non-blanks and double-quoted stretches (an unclosed quote runs to the end of the line).
+_CMDLINE_WORD = re.compile(r'(?:"[^"]*"?|[^\s"])+')
+
+
 def split_cmdline(cmdline: str) -> list[str]:
     """Split a kernel command line into words; double quotes protect spaces (kernel `next_arg` rules)."""
-    words: list[str] = []
-    current: list[str] = []
-    quoted = False
-    for ch in cmdline.strip():
-        if ch == '"':
-            quoted = not quoted
-            current.append(ch)
-        elif ch.isspace() and not quoted:
-            if current:
-                words.append("".join(current))
-                current = []
-        else:
-            current.append(ch)
-    if current:
-        words.append("".join(current))
-    return words
+    return _CMDLINE_WORD.findall(cmdline.strip())
 
 
 @dataclass

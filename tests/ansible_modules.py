@@ -9,8 +9,13 @@ in a fresh interpreter starts through `command()`, which does the same first.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ROOT / "plugins" / "modules"
@@ -33,3 +38,24 @@ def use_module_utils() -> None:
 def command(path: Path | str, *args: str) -> list[str]:
     """The command that runs the module file `path` with `args` in a fresh interpreter (this one's)."""
     return [sys.executable, "-c", START, str(MODULE_UTILS), str(path), *args]
+
+
+def run_json(path: Path | str, args: dict, *, check_mode=False, diff=False, env=None, timeout=60) -> dict:
+    """Run the module file `path` as Ansible runs it on a host (its arguments as JSON on argv, no stdin) and
+    return its JSON result; `env` adds to this process's environment. A run that prints no JSON fails the test."""
+    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode, "_ansible_diff": diff}}
+    proc = subprocess.run(
+        command(path, json.dumps(payload)),
+        input="",
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(
+            f"{Path(path).stem} printed no JSON (rc {proc.returncode}): {proc.stdout!r} {proc.stderr!r}"
+        )

@@ -1,12 +1,10 @@
 """Shared helpers for the guest-stack tests: load the host-side modules straight from plugins/modules."""
 
 import importlib.util
-import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
+from ansible_modules import run_json
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODULES = ROOT / "plugins" / "modules"
@@ -21,21 +19,8 @@ def load_module(name):
 
 
 def run_ansible_module(name, args, check_mode=False, env=None):
-    """Run a module the way Ansible does on a host (JSON args file) and return its JSON result."""
-    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}
-    proc = subprocess.run(
-        [sys.executable, str(MODULES / f"{name}.py"), json.dumps(payload)],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"module {name} printed no JSON: rc={proc.returncode} {proc.stdout!r} {proc.stderr!r}")
+    """Run a module the way Ansible does on a host (JSON args) and return its JSON result."""
+    return run_json(MODULES / f"{name}.py", args, check_mode=check_mode, env=env)
 
 
 @pytest.fixture(scope="session")

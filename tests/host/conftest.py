@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from ansible_modules import run_json
 
 from labsim.net import node_host
 from labsim.net.loopback_node import LoopbackNodeHost
@@ -28,19 +29,7 @@ def load_module(name):
 
 def run_module(name, args, *, check_mode=False, diff=False, env=None):
     """Run a module as Ansible runs it on a host (JSON arguments on argv) and return its JSON result."""
-    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode, "_ansible_diff": diff}}
-    proc = subprocess.run(
-        [sys.executable, str(MODULES / f"{name}.py"), json.dumps(payload)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        check=False,
-        timeout=60,
-    )
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"{name} printed no JSON (rc {proc.returncode}): {proc.stdout!r} {proc.stderr!r}")
+    return run_json(MODULES / f"{name}.py", args, check_mode=check_mode, diff=diff, env=env)
 
 
 @pytest.fixture(scope="session")

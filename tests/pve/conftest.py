@@ -273,33 +273,36 @@ def small_vm_args(lab: PveSimProcess, vmid: int = 100, name: str = "vm-1", **ove
     return args
 
 
+def image_args(lab: PveSimProcess, **over) -> dict:
+    """gpulab_pve_download's arguments for the cloud image the GPU VM imports; `over` changes any."""
+    args = lab.conn(
+        node="pve",
+        storage="local",
+        content="import",
+        url=IMAGE_URL,
+        filename="noble-server-cloudimg-amd64.qcow2",
+        checksum=GPU_SHA256,
+    )
+    args.update(over)
+    return args
+
+
+def gpu_map(**over) -> list[dict]:
+    """gpulab_pve_pci_mapping's entries for the lab's GPU; `over` changes any field of the one entry."""
+    entry = {
+        "node": "pve",
+        "path": "0000:02:00",
+        "id": "10de:2204",
+        "iommugroup": 13,
+        "subsystem_id": "1462:3881",
+    }
+    entry.update(over)
+    return [entry]
+
+
 def prepare_gpu_lab(lab: PveSimProcess) -> None:
     """The image and the GPU's mapping, as the role's first steps leave them (idempotent)."""
-    image = run_module(
-        "gpulab_pve_download",
-        lab.conn(
-            node="pve",
-            storage="local",
-            content="import",
-            url=IMAGE_URL,
-            filename="noble-server-cloudimg-amd64.qcow2",
-            checksum=GPU_SHA256,
-        ),
-    )
+    image = run_module("gpulab_pve_download", image_args(lab))
     assert not image.get("failed"), image
-    mapping = run_module(
-        "gpulab_pve_pci_mapping",
-        lab.conn(
-            id="rtx3090",
-            entries=[
-                {
-                    "node": "pve",
-                    "path": "0000:02:00",
-                    "id": "10de:2204",
-                    "iommugroup": 13,
-                    "subsystem_id": "1462:3881",
-                }
-            ],
-        ),
-    )
+    mapping = run_module("gpulab_pve_pci_mapping", lab.conn(id="rtx3090", entries=gpu_map()))
     assert not mapping.get("failed"), mapping

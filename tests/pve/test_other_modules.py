@@ -2,35 +2,10 @@
 
 from __future__ import annotations
 
-from .conftest import GPU_SHA256, IMAGE_URL, run_module
+from .conftest import gpu_map, image_args, run_module
 
 ISO_URL = "https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso"
 ISO_SHA256 = "e93681f3cab37e29bdf53bf2231ffc4de4bcc9d90ad8dc5bb62d18a2355052a0"
-
-
-def image_args(lab, **over):
-    args = lab.conn(
-        node="pve",
-        storage="local",
-        content="import",
-        url=IMAGE_URL,
-        filename="noble-server-cloudimg-amd64.qcow2",
-        checksum=GPU_SHA256,
-    )
-    args.update(over)
-    return args
-
-
-def gpu_map(**over):
-    entry = {
-        "node": "pve",
-        "path": "0000:02:00",
-        "id": "10de:2204",
-        "iommugroup": 13,
-        "subsystem_id": "1462:3881",
-    }
-    entry.update(over)
-    return [entry]
 
 
 def test_download_check_mode_then_transfer_then_nothing(own_lab):

@@ -14,8 +14,9 @@ description:
     --format=csv,noheader,nounits) on the managed host and returns one entry per GPU, in GPU index order.
   - The UUIDs feed HAMi card pinning (C(nvidia.com/use-gpuuuid)) later on.
   - In the same call it reports what else a GPU guest's next steps decide on, so that they need no call of
-    their own. That is the running kernel (RV(kernel), whose headers the driver's DKMS build needs) and the
-    NVIDIA container toolkit (RV(container_toolkit), what k3s needs to add the nvidia runtime).
+    their own. That is the running kernel (RV(kernel), whose headers the driver's DKMS build needs), the
+    Secure Boot state as C(mokutil --sb-state) reports it (RV(mokutil)), and the NVIDIA container toolkit
+    (RV(container_toolkit), what k3s needs to add the nvidia runtime).
   - When fewer than O(min_gpus) cards are found, the module fails and lists the likely causes with what it
     found for each one, read from the guest itself. That is whether an NVIDIA display controller is on the
     guest's PCI bus (PCI passthrough) and which driver owns it, the Secure Boot state from the EFI
@@ -121,6 +122,22 @@ kernel:
   returned: always
   type: str
   sample: 6.8.0-87-generic
+mokutil:
+  description:
+    - What C(mokutil --sb-state) answered (its exit code and output), V(null) when mokutil is not installed.
+    - mokutil exits 1 on a BIOS boot ("EFI variables are not supported") and 255 without a SecureBoot variable.
+  returned: always
+  type: dict
+  contains:
+    rc:
+      description: Exit code.
+      type: int
+    stdout:
+      description: Output, e.g. C(SecureBoot enabled).
+      type: str
+    stderr:
+      description: Error output.
+      type: str
 container_toolkit:
   description: The NVIDIA container toolkit as this guest has it.
   returned: always
@@ -445,6 +462,15 @@ ARGUMENT_SPEC = {
 }
 
 
+def mokutil_state(module):
+    """`mokutil --sb-state` as it answered, or None without mokutil."""
+    mokutil = module.get_bin_path("mokutil", required=False)
+    if not mokutil:
+        return None
+    rc, out, err = module.run_command([mokutil, "--sb-state"])
+    return {"rc": rc, "stdout": out, "stderr": err}
+
+
 def container_toolkit(module, runtime):
     """The NVIDIA container toolkit: the runtime where k3s looks for it, and what nvidia-ctk says it is."""
     found = {"runtime": runtime if os.path.isfile(runtime) and os.access(runtime, os.X_OK) else None}
@@ -497,6 +523,7 @@ def run_module():
         "driver_version": gpus[0]["driver_version"] if gpus else None,
         "error": error,
         "kernel": os.uname().release,
+        "mokutil": mokutil_state(module),
         "container_toolkit": toolkit,
         "ansible_facts": {"gpulab_gpus": gpus, "gpulab_container_toolkit": toolkit},
     }

@@ -377,7 +377,8 @@ def test_driver_warnings_among_the_rows_are_skipped(gpu_facts, tmp_path):
 
 
 def test_module_reports_the_kernel_and_the_container_toolkit_in_the_same_call(tmp_path):
-    """What the driver's headers and k3s's nvidia runtime depend on comes with the GPUs (one call per guest)."""
+    """What the driver's headers, its Secure Boot gate and k3s's nvidia runtime depend on comes with the GPUs
+    (one call per guest)."""
     smi, _ = fake_smi(tmp_path, sample("constructed-nvidia-smi-query-1gpu-nounits.csv"))
     runtime = tmp_path / "nvidia-container-runtime"
     bare = {**os.environ, "PATH": "/usr/bin:/bin"}
@@ -385,6 +386,7 @@ def test_module_reports_the_kernel_and_the_container_toolkit_in_the_same_call(tm
         "gpulab_gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=bare
     )
     assert result["kernel"] == os.uname().release
+    assert result["mokutil"] is None
     assert result["container_toolkit"] == {
         "runtime": None,
         "ctk_version": None,
@@ -400,10 +402,14 @@ def test_module_reports_the_kernel_and_the_container_toolkit_in_the_same_call(tm
         '#!/bin/sh\n[ "$1" = --version ] || exit 3\necho "NVIDIA Container Toolkit CLI version 1.18.1"\necho "commit: x"\n'
     )
     ctk.chmod(0o755)
+    mokutil = ctk.parent / "mokutil"
+    mokutil.write_text('#!/bin/sh\n[ "$1" = --sb-state ] || exit 3\necho "SecureBoot disabled"\n')
+    mokutil.chmod(0o755)
     env = {**bare, "PATH": f"{ctk.parent}:/usr/bin:/bin"}
     result = run_ansible_module(
         "gpulab_gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=env
     )
+    assert result["mokutil"] == {"rc": 0, "stdout": "SecureBoot disabled\n", "stderr": ""}
     assert result["container_toolkit"] == {
         "runtime": str(runtime),
         "ctk_version": "NVIDIA Container Toolkit CLI version 1.18.1",

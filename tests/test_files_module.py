@@ -163,3 +163,21 @@ def test_a_rewrite_keeps_the_owner_and_a_given_owner_is_set(tmp_path):
     assert (
         run([{"path": str(path), "content": "new\n", "owner": "root", "group": "root"}])["changed"] is False
     )
+
+
+def test_present_reports_a_missing_file_and_keeps_the_mode_of_one_that_is_there(tmp_path):
+    key = tmp_path / "keyring.asc"
+    entry = {"path": str(key), "state": "present", "mode": "0644"}
+    result = run([entry])
+    assert result["changed"] is False and result["missing_paths"] == [str(key)] and not key.exists()
+
+    key.write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n")
+    key.chmod(0o600)
+    check = run([entry], check=True)
+    assert check["changed"] and check["missing_paths"] == [] and mode(key) == "0o600"
+    assert run([entry])["changed"] and mode(key) == "0o644"
+    assert run([entry]) == {**run([entry]), "changed": False, "missing_paths": []}
+    assert key.read_text() == "-----BEGIN PGP PUBLIC KEY BLOCK-----\n"  # the content is not this module's
+
+    refused = run([{"path": str(key), "state": "present", "content": "x"}])
+    assert refused.get("failed") and "takes none of content" in refused["msg"]

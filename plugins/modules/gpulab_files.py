@@ -14,7 +14,9 @@ description:
     where a chain of C(file), C(copy), C(template) and C(lineinfile) tasks takes one or two per file).
   - An entry is a directory (created with its parents), a whole file (O(files[].content), or
     O(files[].secret_content) for a secret that never appears in the output), a set of lines kept in a file
-    that other programs own too (O(files[].lines), O(files[].absent_lines)), or a file that must not exist.
+    that other programs own too (O(files[].lines), O(files[].absent_lines)), a file that must not exist,
+    or a file another task makes (a download), whose owner, group and mode alone are kept here and whose
+    absence is reported (RV(missing_paths)), so that the other task need run only then.
   - Owner, group and mode are set where given. Files are written atomically (a temporary file in the same
     folder, then renamed over the old one).
   - With C(--check) nothing is written and the result says what would change; with C(--diff) each changed
@@ -40,8 +42,10 @@ options:
           - V(file) writes O(files[].content) or O(files[].secret_content), or edits the lines of
             O(files[].lines) and O(files[].absent_lines); the folder it is in must exist.
           - V(absent) removes the file (never a directory).
+          - V(present) is a file that another task makes (a download, say). Only its owner, group and mode
+            are set here; when it is missing it is listed in RV(missing_paths), not created.
         type: str
-        choices: [directory, file, absent]
+        choices: [directory, file, absent, present]
         default: file
       content:
         description: The whole text of the file.
@@ -125,6 +129,12 @@ changed_paths:
   type: list
   elements: str
   sample: [/etc/rancher/k3s/config.yaml]
+missing_paths:
+  description: The entries of state V(present) that do not exist, in the order of O(files).
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/apt/keyrings/nvidia-container-toolkit.asc]
 """
 
 # Ansible modules keep their imports below the documentation blocks.
@@ -138,7 +148,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 LINE_SPEC = {"line": {"type": "str", "required": True}, "regexp": {"type": "str"}}
 ENTRY_SPEC = {
     "path": {"type": "str", "required": True},
-    "state": {"type": "str", "choices": ["directory", "file", "absent"], "default": "file"},
+    "state": {"type": "str", "choices": ["directory", "file", "absent", "present"], "default": "file"},
     "content": {"type": "str"},
     "secret_content": {"type": "str", "no_log": True},
     "lines": {"type": "list", "elements": "dict", "options": LINE_SPEC},
@@ -247,9 +257,20 @@ def file_args(entry):
     }
 
 
-def apply_entry(module, entry, diffs):
+def apply_entry(module, entry, diffs, missing):
     """Bring one entry to its state; whether it changed (or would)."""
     path, state, check = entry["path"], entry["state"], module.check_mode
+    if state == "present":
+        if not os.path.isfile(path):
+            if os.path.exists(path):
+                raise EntryError(f"{path}: exists and is not a file")
+            missing.append(path)
+            return False
+        diff = {"before_header": path, "after_header": path, "before": {}, "after": {}}
+        changed = module.set_fs_attributes_if_different(file_args(entry), False, diff)
+        if changed:
+            diffs.append(diff)
+        return changed
     if state == "absent":
         if os.path.isdir(path) and not os.path.islink(path):
             raise EntryError(f"{path}: is a directory; this module removes files only")
@@ -310,16 +331,18 @@ def apply_entry(module, entry, diffs):
 
 def run_module():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    changed_paths, diffs = [], []
+    changed_paths, diffs, missing = [], [], []
     try:
         for entry in module.params["files"]:
             check_entry(entry)
         for entry in module.params["files"]:
-            if apply_entry(module, entry, diffs):
+            if apply_entry(module, entry, diffs, missing):
                 changed_paths.append(entry["path"])
     except (EntryError, re.error, OSError) as exc:
-        module.fail_json(msg=str(exc), changed=bool(changed_paths), changed_paths=changed_paths)
-    result = {"changed": bool(changed_paths), "changed_paths": changed_paths}
+        module.fail_json(
+            msg=str(exc), changed=bool(changed_paths), changed_paths=changed_paths, missing_paths=missing
+        )
+    result = {"changed": bool(changed_paths), "changed_paths": changed_paths, "missing_paths": missing}
     if module._diff:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -48,6 +48,9 @@ FAKE_K3S = textwrap.dedent(
     elif a[:1] == ["label"]:
         print("node/%s labeled" % a[2])
     elif "wait" in a or "rollout" in a:
+        if (state / "not-ready").exists():
+            sys.stderr.write("error: timed out waiting for the condition\\n")
+            sys.exit(1)
         print("ok")
     else:
         sys.exit(3)
@@ -340,6 +343,17 @@ def test_hami_refuses_an_unknown_chart_key(lab):
     rc, out = lab.play([task])
     assert rc != 0 and "scheduler.kubeScheduler.image.tag" in lab.failures(out)[0]
     assert not (lab.root / "manifests" / "hami.yaml").exists()
+
+
+def test_hami_names_what_is_not_ready_and_reads_no_nodes_before(lab):
+    # The install job never completes: the one call per look stops before listing the nodes.
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=10)])
+    (lab.root / "state" / "not-ready").write_text("")
+    rc, out = lab.play([HAMI])
+    assert rc != 0
+    msg = lab.failures(out)[0]
+    assert "HAMi is not ready after 1 s (kubectl: error: timed out waiting for the condition)" in msg
+    assert not [c for c in lab.calls() if c["args"][1:3] == ["get", "nodes"]]
 
 
 def test_hami_reports_the_wrong_allocatable(lab):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from ansible_modules import run_json
 
 from labsim.net import node_host
@@ -47,14 +48,10 @@ INSTALLER_CMDLINE = node_host.REFERENCE_KERNEL_CMDLINE + " \n"
 DEBIAN_GRUB = node_host.DEBIAN_DEFAULT_GRUB
 DEBIAN_MODULES = node_host.DEBIAN_MODULES
 PVE_BLACKLIST = node_host.PVE_BLACKLIST
-REFERENCE_GPU = {
-    "id": "rtx3090",
-    "pci": "0000:02:00",
-    "vendor_device": "10de:2204",
-    "functions": ["0000:02:00.0", "0000:02:00.1"],
-    "iommu_group": 13,
-    "boot_display": True,
-}
+# The reference lab's card, as inventory/demo describes it (the lab's node shows the same one).
+REFERENCE_GPU = yaml.safe_load((ROOT / "inventory" / "demo" / "host_vars" / "pve.yml").read_text())[
+    "pve_gpus"
+][0]
 
 
 class PlaybookNode:

@@ -257,6 +257,16 @@ def file_args(entry):
     }
 
 
+def _keep_attributes(module, entry, diffs):
+    """Owner, group and mode of an existing path set as given; True (with a diff) when any changed."""
+    path = entry["path"]
+    diff = {"before_header": path, "after_header": path, "before": {}, "after": {}}
+    changed = module.set_fs_attributes_if_different(file_args(entry), False, diff)
+    if changed:
+        diffs.append(diff)
+    return changed
+
+
 def apply_entry(module, entry, diffs, missing):
     """Bring one entry to its state; whether it changed (or would)."""
     path, state, check = entry["path"], entry["state"], module.check_mode
@@ -266,11 +276,7 @@ def apply_entry(module, entry, diffs, missing):
                 raise EntryError(f"{path}: exists and is not a file")
             missing.append(path)
             return False
-        diff = {"before_header": path, "after_header": path, "before": {}, "after": {}}
-        changed = module.set_fs_attributes_if_different(file_args(entry), False, diff)
-        if changed:
-            diffs.append(diff)
-        return changed
+        return _keep_attributes(module, entry, diffs)
     if state == "absent":
         if os.path.isdir(path) and not os.path.islink(path):
             raise EntryError(f"{path}: is a directory; this module removes files only")
@@ -300,11 +306,7 @@ def apply_entry(module, entry, diffs, missing):
             os.makedirs(path)
             module.set_fs_attributes_if_different(file_args(entry), True)
             return True
-        diff = {"before_header": path, "after_header": path, "before": {}, "after": {}}
-        changed = module.set_fs_attributes_if_different(file_args(entry), False, diff)
-        if changed:
-            diffs.append(diff)
-        return changed
+        return _keep_attributes(module, entry, diffs)
 
     before = read_text(path)
     secret = entry["secret_content"] is not None

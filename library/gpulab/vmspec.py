@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpulab.pve.client import raw_pci_login
+
 # Hardware every VM gets.
 OSTYPE = "l26"
 SCSIHW = "virtio-scsi-single"
 # The cloud image has no QEMU guest agent: a cloud-init vendor snippet on the node installs it.
 SNIPPET_STORAGE = "local"
 SNIPPET_NAME = "gpulab-vendor.yaml"
-
-
-def raw_pci_login(globals_: dict[str, Any]) -> bool:
-    """PVE attaches a raw PCI address only for root@pam with a password, never for a token."""
-    return not globals_.get("pve_api_token_id") and globals_.get("pve_api_user") == "root@pam"
 
 
 def balloon_mib(vm: dict[str, Any]) -> int:
@@ -81,7 +78,8 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
             "pre_enrolled_keys": bool(vm["vm_efi_pre_enrolled_keys"]),
         }
     if gpu is not None:
-        device = {"host": gpu["pci"].lower()} if raw_pci_login(g) else {"mapping": gpu["id"]}
+        raw = raw_pci_login(g.get("pve_api_token_id"), g.get("pve_api_user"))
+        device = {"host": gpu["pci"].lower()} if raw else {"mapping": gpu["id"]}
         spec["hostpci"] = [{**device, "pcie": vm["vm_machine"] == "q35"}]
     snippet = None
     image = (

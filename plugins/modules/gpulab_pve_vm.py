@@ -417,7 +417,7 @@ def build_argument_spec(fallback=None):
 def refuse_raw_hostpci(entries, conn):
     """PVE attaches a raw PCI address for root@pam password logins only; refuse it up front otherwise."""
     for index, dev in enumerate(entries or ()):
-        if dev.get("host") and (conn.uses_token or conn.user != "root@pam"):
+        if dev.get("host") and not conn.may_attach_raw_pci:
             raise ValueError(
                 f"hostpci[{index}] names the raw device {dev['host']} but PVE only lets root@pam (password "
                 f"login) attach raw PCI devices, and this module logs in as {conn.userid}: create a PCI "

@@ -71,6 +71,11 @@ class PveTaskError(PveError):
         self.log = log or []
 
 
+def raw_pci_login(token_id: str | None, user: str | None) -> bool:
+    """PVE attaches a raw PCI address only for root@pam with a password, never for a token."""
+    return not token_id and user == "root@pam"
+
+
 @dataclass
 class PveConnection:
     """How to reach and authenticate to one PVE API."""
@@ -117,6 +122,10 @@ class PveConnection:
     @property
     def uses_token(self) -> bool:
         return bool(self.token_id)
+
+    @property
+    def may_attach_raw_pci(self) -> bool:
+        return raw_pci_login(self.token_id, self.user)
 
     @property
     def userid(self) -> str:

@@ -17,6 +17,15 @@ description:
   - Refuses a plan that puts a card above 100 % before anything is applied.
   - Returns the engines in start order; an engine that shares a card with a later one is marked
     RV(engines[].wait_ready) so that the next one starts only once it is Ready.
+  - The order also holds on every later start of the pods (a node reboot, an eviction, a reschedule), kept by
+    the cluster itself. An engine that shares a card with earlier ones gets an init container,
+    C(wait-for-earlier-engines), that polls each earlier engine's readiness path through its Service
+    (RV(engines[].waits_for)) and ends only when every one answers. An engine that a later one waits for
+    therefore needs C(port) and C(readiness_path).
+  - A vLLM engine (C(kind=vllm), the default for an image named like C(*vllm*)) runs with HAMi-core off
+    (C(cuda_disable_control), default true for vLLM), so its share is bookkeeping only. It gets
+    C(--gpu-memory-utilization) equal to its share (45 % is C(0.45)). A value already in its C(args) or C(command)
+    is kept when it is above 0 and not above the share, and refused otherwise.
 version_added: "0.1.0"
 author: gpulab contributors
 extends_documentation_fragment:
@@ -26,8 +35,8 @@ options:
     description:
       - The engines, in start order. Keys are C(name), C(image), C(node) (required), C(gpus) (card indexes
         into the node's GPU facts or GPU UUIDs, default C([0])), C(gpu_memory_percent) (1-100, default 100),
-        C(gpu_cores), C(cuda_disable_control), C(namespace), C(replicas), C(command), C(args), C(env),
-        C(port), C(readiness_path), C(resources).
+        C(gpu_cores), C(cuda_disable_control) (default true for vLLM), C(kind) (C(vllm) or C(other)),
+        C(namespace), C(replicas), C(command), C(args), C(env), C(port), C(readiness_path), C(resources).
     type: list
     elements: dict
     required: true
@@ -39,6 +48,11 @@ options:
     description:
       - When set, every object is validated against that Kubernetes release's OpenAPI schema (needs the
         kubernetes-validate Python package on the controller).
+    type: str
+  wait_image:
+    description:
+      - Image of the init container that waits for the earlier engines on a card. It needs C(sh), C(sleep) and
+        a C(wget) that fails on an HTTP error, as busybox has them. The default is C(busybox:1.37.0).
     type: str
 """
 
@@ -90,6 +104,15 @@ engines:
     wait_ready:
       description: Whether a later engine shares a card, so this one must be Ready before it starts.
       type: bool
+    waits_for:
+      description:
+        - Readiness URLs of the earlier engines on its cards (their Services), which its init container polls on
+          every start of its pod. The list is empty when it waits for nobody.
+      type: list
+      elements: str
+    gpu_memory_utilization:
+      description: The C(--gpu-memory-utilization) added to a vLLM engine's args, or null when none is added.
+      type: str
 cards:
   description: Each card's total memory share in percent.
   returned: success
@@ -106,6 +129,7 @@ ARGUMENT_SPEC = {
     "engines": {"type": "list", "elements": "dict", "required": True},
     "gpus_by_node": {"type": "dict", "required": True},
     "k3s_version": {"type": "str"},
+    "wait_image": {"type": "str"},
 }
 
 
@@ -113,7 +137,9 @@ def main():
     module = controller_module(ARGUMENT_SPEC)
     p = module.params
     with ModuleRun(module, "Planning the GPU engines", workloads.PlanError, ManifestError) as run:
-        result = workloads.plan(p["engines"], p["gpus_by_node"], k3s_version=p["k3s_version"])
+        result = workloads.plan(
+            p["engines"], p["gpus_by_node"], k3s_version=p["k3s_version"], wait_image=p["wait_image"]
+        )
     run.exit(**result)
 
 

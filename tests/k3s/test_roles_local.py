@@ -387,6 +387,7 @@ def engines(*shares):
             "gpu_memory_percent": share,
             "cuda_disable_control": True,
             "port": 8000,
+            "readiness_path": "/health",
         }
         for i, share in enumerate(shares)
     ]

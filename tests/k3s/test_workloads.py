@@ -1,4 +1,8 @@
-"""Workload plans: UUID pinning, card shares, start order, refusal above 100 %, schema validation."""
+"""Workload plans: UUID pinning, card shares, start order (at apply and on every start), vLLM's memory
+fraction from its share, refusal above 100 %, schema validation."""
+
+import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -12,6 +16,7 @@ from .conftest import run_ansible_module
 
 pytest.importorskip("kubernetes_validate", reason="manifest validation needs the kubernetes-validate package")
 
+ROOT = Path(__file__).resolve().parents[2]
 UUID0 = "GPU-e1924eea-b9bb-d537-39f2-b345087fa145"
 UUID1 = "GPU-899c71bf-27be-b6a0-ae8f-d8afe5ba0f85"
 GPUS = {
@@ -37,6 +42,18 @@ VLLM = {
 
 def docs_of(item):
     return [d for d in yaml.safe_load_all(item["manifest"]) if d]
+
+
+def pod_spec(item):
+    return docs_of(item)[0]["spec"]["template"]["spec"]
+
+
+def init_containers(item):
+    return pod_spec(item).get("initContainers", [])
+
+
+def engine_args(item):
+    return pod_spec(item)["containers"][0].get("args", [])
 
 
 def test_reference_vllm_engine_is_pinned_with_45_percent():
@@ -66,6 +83,8 @@ def test_every_manifest_validates_against_the_kubernetes_schema(version):
             "node": "vm-gpu",
             "gpus": [UUID1],
             "gpu_memory_percent": 80,
+            "port": 8080,
+            "readiness_path": "healthz",
         },
         {
             "name": "two",
@@ -101,7 +120,7 @@ def test_engines_sharing_a_card_start_one_after_the_other():
     engines = [
         {**VLLM, "name": "a"},
         {"name": "other", "image": "x", "node": "vm-gpu", "gpus": [1]},
-        {**VLLM, "name": "b", "gpu_memory_percent": 50},
+        {**VLLM, "name": "b", "gpu_memory_percent": 50, "args": []},
     ]
     result = workloads.plan(engines, GPUS)
     by_name = {e["name"]: e for e in result["engines"]}
@@ -119,7 +138,9 @@ def test_a_card_above_100_percent_is_refused_naming_the_engines():
 
 def test_replicas_take_the_share_again():
     with pytest.raises(workloads.PlanError, match="120%"):
-        workloads.plan([{**VLLM, "gpu_memory_percent": 40, "replicas": 3}], GPUS)
+        workloads.plan(
+            [{**VLLM, "gpu_memory_percent": 40, "replicas": 3, "cuda_disable_control": False}], GPUS
+        )
 
 
 def test_an_engine_without_a_share_takes_the_whole_card():
@@ -128,7 +149,7 @@ def test_an_engine_without_a_share_takes_the_whole_card():
     limits = docs_of(item)[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": 1}
     with pytest.raises(workloads.PlanError, match="100%"):
-        workloads.plan([whole, {**VLLM, "gpu_memory_percent": 1}], GPUS)
+        workloads.plan([whole, {**VLLM, "gpu_memory_percent": 1, "args": []}], GPUS)
 
 
 @pytest.mark.parametrize(
@@ -148,6 +169,10 @@ def test_an_engine_without_a_share_takes_the_whole_card():
         ({"port": 70000}, "TCP port"),
         ({"env": {"1 bad": "x"}}, "environment variable"),
         ({"resources": {"limits": {"nvidia.com/gpu": 2}}}, "set GPUs with gpus"),
+        ({"kind": "sglang"}, "kind must be one of vllm, other"),
+        ({"cuda_disable_control": "yes"}, "true or false"),
+        ({"readiness_path": 5}, "HTTP path"),
+        ({"replicas": 2}, "copies would start at once"),
     ],
 )
 def test_bad_engines_are_refused(change, message):
@@ -164,7 +189,15 @@ def test_duplicate_names_are_refused():
 @given(st.lists(st.tuples(st.sampled_from([0, 1]), st.integers(1, 100)), min_size=1, max_size=6))
 def test_refused_exactly_when_a_card_goes_above_100(assignments):
     engines = [
-        {"name": f"e{i}", "image": "x", "node": "vm-gpu", "gpus": [card], "gpu_memory_percent": pct}
+        {
+            "name": f"e{i}",
+            "image": "x",
+            "node": "vm-gpu",
+            "gpus": [card],
+            "gpu_memory_percent": pct,
+            "port": 80,
+            "readiness_path": "/",
+        }
         for i, (card, pct) in enumerate(assignments)
     ]
     totals = {}
@@ -180,6 +213,9 @@ def test_refused_exactly_when_a_card_goes_above_100(assignments):
         for i, item in enumerate(result["engines"]):
             earlier = [f"e{j}" for j in range(i) if assignments[j][0] == assignments[i][0]]
             assert item["after"] == earlier
+            # ... and its pod's init container polls each of them, on every start
+            assert item["waits_for"] == [f"http://{n}.default.svc:80/" for n in earlier]
+            assert len(init_containers(item)) == (1 if earlier else 0)
 
 
 def test_kubernetes_version():
@@ -187,6 +223,175 @@ def test_kubernetes_version():
     assert kubernetes_version("1.36") == "1.36"
     with pytest.raises(ValueError):
         kubernetes_version("latest")
+
+
+def test_a_later_engine_on_a_card_waits_in_an_init_container_on_every_start():
+    engines = [
+        {**VLLM, "name": "a", "gpu_memory_percent": 30, "args": []},
+        {"name": "other", "image": "x", "node": "vm-gpu", "gpus": [1]},
+        {
+            **VLLM,
+            "name": "b",
+            "gpu_memory_percent": 30,
+            "args": [],
+            "namespace": "ml",
+            "port": 9000,
+            "readiness_path": "ready",
+        },
+        {
+            "name": "c",
+            "image": "ollama/ollama:0.12.6",
+            "node": "vm-gpu",
+            "gpus": [0],
+            "gpu_memory_percent": 30,
+        },
+    ]
+    by_name = {e["name"]: e for e in workloads.plan(engines, GPUS, k3s_version=K3S)["engines"]}
+    assert init_containers(by_name["a"]) == [] and init_containers(by_name["other"]) == []
+    assert by_name["b"]["waits_for"] == ["http://a.default.svc:8000/health"]
+    assert by_name["c"]["waits_for"] == ["http://a.default.svc:8000/health", "http://b.ml.svc:9000/ready"]
+    for name in ("b", "c"):
+        (init,) = init_containers(by_name[name])
+        assert init["name"] == "wait-for-earlier-engines" and init["image"] == workloads.WAIT_IMAGE
+        assert init["command"] == ["sh", "-c", workloads.WAIT_SCRIPT]
+        assert init["env"] == [{"name": "GPULAB_WAIT_FOR", "value": " ".join(by_name[name]["waits_for"])}]
+        # no card for the waiting: the share is the engine's alone, and it runs as nobody
+        assert not any(k.startswith("nvidia.com/") for part in init["resources"].values() for k in part)
+        assert init["securityContext"]["runAsNonRoot"] is True
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert [c["name"] for c in pod_spec(by_name[name])["containers"]] == ["engine"]
+    # the URLs are the earlier engines' Services at their readiness probes' paths
+    deployment_b, service_b = docs_of(by_name["b"])
+    assert (
+        deployment_b["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"]
+        == "ready"
+    )
+    assert (service_b["metadata"]["name"], service_b["metadata"]["namespace"]) == ("b", "ml")
+    assert service_b["spec"]["ports"][0]["port"] == 9000
+
+
+def test_the_wait_script_polls_each_earlier_engine_until_it_answers(tmp_path):
+    """WAIT_SCRIPT run by a real sh, with wget and sleep stand-ins: an engine 'becomes Ready' after 2 sleeps."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    (bin_dir / "wget").write_text(
+        "#!/bin/sh\n"
+        f'echo "wget $*" >> {log}\n'
+        f'n=$(grep -c "^sleep" {log} 2>/dev/null)\n'
+        'case "$*" in *a.default*) [ "$n" -ge 2 ];; *b.ml*) [ "$n" -ge 3 ];; *) exit 1;; esac\n'
+    )
+    (bin_dir / "sleep").write_text(f'#!/bin/sh\necho "sleep $*" >> {log}\n')
+    for tool in ("wget", "sleep"):
+        (bin_dir / tool).chmod(0o755)
+    urls = "http://a.default.svc:8000/health http://b.ml.svc:9000/ready"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GPULAB_WAIT_FOR": urls}
+    proc = subprocess.run(
+        ["sh", "-c", workloads.WAIT_SCRIPT], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    calls = log.read_text().splitlines()
+    a, b = urls.split()
+    assert calls == [
+        f"wget -q -T 5 -O /dev/null {a}", "sleep 5",
+        f"wget -q -T 5 -O /dev/null {a}", "sleep 5",
+        f"wget -q -T 5 -O /dev/null {a}",
+        f"wget -q -T 5 -O /dev/null {b}", "sleep 5",
+        f"wget -q -T 5 -O /dev/null {b}",
+    ]  # fmt: skip
+    assert f"waiting until {a} answers" in proc.stdout and f"{b} answers" in proc.stdout
+
+
+def test_an_engine_waited_for_needs_a_readiness_path():
+    first = {**VLLM, "name": "a", "gpu_memory_percent": 30, "args": [], "readiness_path": None}
+    later = {**VLLM, "name": "b", "gpu_memory_percent": 30, "args": []}
+    with pytest.raises(
+        workloads.PlanError, match=r"'a': shares a card with the later engine 'b'.*readiness_path"
+    ):
+        workloads.plan([first, later], GPUS)
+    # the last one on a card is waited for by nobody; an engine with no copies is never Ready, so not waited for
+    (item,) = workloads.plan([first], GPUS)["engines"]
+    assert item["waits_for"] == []
+    result = workloads.plan([{**first, "replicas": 0}, later], GPUS)
+    assert result["engines"][1]["after"] == ["a"] and result["engines"][1]["waits_for"] == []
+
+
+def test_the_wait_image_can_be_another_one():
+    engines = [
+        {**VLLM, "name": "a", "gpu_memory_percent": 30, "args": []},
+        {**VLLM, "name": "b", "gpu_memory_percent": 30, "args": []},
+    ]
+    item = workloads.plan(engines, GPUS, wait_image="registry.lan/busybox:1.37.0")["engines"][1]
+    assert init_containers(item)[0]["image"] == "registry.lan/busybox:1.37.0"
+    with pytest.raises(workloads.PlanError, match="image name"):
+        workloads.plan(engines, GPUS, wait_image=" ")
+
+
+def test_the_reference_vllm_engine_is_told_its_share():
+    """inventory/homelab's engine: HAMi-core off, 45 % of the card -> --gpu-memory-utilization 0.45."""
+    inventory = yaml.safe_load((ROOT / "inventory/homelab/group_vars/all/main.yml").read_text())
+    (item,) = workloads.plan(inventory["workloads_engines"], GPUS, k3s_version=K3S)["engines"]
+    assert engine_args(item) == ["--gpu-memory-utilization", "0.45"]
+    assert item["gpu_memory_utilization"] == "0.45"
+
+
+@pytest.mark.parametrize(
+    ("change", "args"),
+    [
+        ({"args": ["--model", "m"]}, ["--model", "m", "--gpu-memory-utilization", "0.45"]),
+        ({"gpu_memory_percent": 5, "args": None}, ["--gpu-memory-utilization", "0.05"]),
+        # an explicit value within the share is kept as given, once
+        ({}, VLLM["args"]),
+        ({"args": ["--gpu-memory-utilization=0.3"]}, ["--gpu-memory-utilization=0.3"]),
+        ({"args": None, "command": ["vllm", "serve", "m", "--gpu-memory-utilization", "0.45"]}, []),
+        # HAMi-core on: vLLM sees its share as the whole card, its own default applies
+        ({"cuda_disable_control": False, "args": None}, []),
+        # a whole card: vLLM's own default
+        ({"gpu_memory_percent": 100, "args": None}, []),
+        # not vLLM, unless said so
+        ({"image": "ollama/ollama:0.12.6", "args": None}, []),
+        ({"image": "registry.lan/llm:1", "kind": "vllm", "args": None}, ["--gpu-memory-utilization", "0.45"]),
+        ({"kind": "other", "args": None}, []),
+        # HAMi-core is off by default for vLLM (the design's CUDA_DISABLE_CONTROL=true)
+        ({"cuda_disable_control": None, "args": None}, ["--gpu-memory-utilization", "0.45"]),
+    ],
+)
+def test_a_vllm_engine_gets_its_memory_fraction_from_its_share(change, args):
+    engine = {k: v for k, v in {**VLLM, **change}.items() if v is not None}
+    (item,) = workloads.plan([engine], GPUS, k3s_version=K3S)["engines"]
+    assert engine_args(item) == args
+    assert engine_args(item).count("--gpu-memory-utilization") <= 1
+
+
+def test_hami_core_is_off_by_default_for_vllm_only():
+    def env(item):
+        return {e["name"]: e["value"] for e in pod_spec(item)["containers"][0].get("env", [])}
+
+    vllm = {k: v for k, v in VLLM.items() if k != "cuda_disable_control"}
+    other = {**vllm, "name": "o", "image": "ollama/ollama:0.12.6", "gpus": [1]}
+    a, o = workloads.plan([vllm, other], GPUS)["engines"]
+    assert env(a) == {"CUDA_DISABLE_CONTROL": "true"} and env(o) == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--gpu-memory-utilization", "0.5"],
+            r"0.5 is above the engine's share \(45 % of the card, at most 0.45\)",
+        ),
+        (["--gpu-memory-utilization=0.9"], "above the engine's share"),
+        (["--gpu-memory-utilization", "most"], "fraction above 0 and at most 1, not 'most'"),
+        (["--gpu-memory-utilization", "0"], "fraction above 0"),
+        (["--gpu-memory-utilization", "1.5"], "fraction above 0"),
+        (["--gpu-memory-utilization"], "has no value"),
+    ],
+)
+def test_a_vllm_memory_fraction_beyond_its_share_is_refused(args, message):
+    with pytest.raises(workloads.PlanError, match=message):
+        workloads.plan([{**VLLM, "args": args}], GPUS)
+    # with HAMi-core on, the share is enforced and any fraction of it is vLLM's own business
+    if "share" in message:
+        workloads.plan([{**VLLM, "args": args, "cuda_disable_control": False}], GPUS)
 
 
 def test_module_plans_and_refuses():

@@ -7,8 +7,24 @@ under the `nvidia` RuntimeClass, and sets `CUDA_DISABLE_CONTROL=true` for engine
 (vLLM measures free GPU memory at start and would be confused by HAMi-core's limits).
 
 Engines that share a card must start one at a time, each after the previous is Ready, since each measures the
-memory left free when it starts; the plan orders them and marks which ones to wait for. A plan that puts a card
-above 100 % is refused before anything is applied.
+memory left free when it starts. The order is kept by the cluster itself, on every start of a pod (after a
+node reboot, an eviction, a reschedule), not only when the manifests are applied: an engine that shares a
+card with earlier ones gets an init container (`wait-for-earlier-engines`) that polls each earlier engine's
+readiness path through its Service (`http://NAME.NAMESPACE.svc:PORT/PATH`, the check its readiness probe
+makes) and ends only when every one answers. The pod stays `Init:0/1`, not Ready, until then. Polling the
+engine itself, not the Kubernetes API, needs no ServiceAccount, token or kubectl image, and cannot be fooled
+by a pod status the API still shows as Ready right after a reboot: only a running engine answers. An engine
+that a later one waits for therefore needs `port` and `readiness_path`. The plan also orders the engines and
+marks which ones to wait for at apply time. A plan that puts a card above 100 % is refused before anything is
+applied.
+
+HAMi's share (`nvidia.com/gpumem-percentage`) is enforced by HAMi-core inside the container; with
+`cuda_disable_control` it is bookkeeping only, and a vLLM engine would size itself from the whole card
+(0.9 of it by default). So a vLLM engine (`kind: vllm`, the default for an image named `*vllm*`) with
+HAMi-core off and a share below 100 % gets `--gpu-memory-utilization` equal to its share (45 % -> 0.45). An
+explicit `--gpu-memory-utilization` in its `args` (or `command`) is kept when it lies in (0, share]; above its
+share it is refused, since vLLM would then take memory HAMi has booked for another engine. With HAMi-core on,
+vLLM sees only its share as the card, and its own default applies.
 """
 
 from __future__ import annotations
@@ -31,15 +47,34 @@ ENGINE_KEYS = {
     "gpu_memory_percent": "share of each card's memory, 1-100 (default 100: the whole card)",
     "gpu_cores": "share of each card's compute, 1-100 (default: no limit)",
     "cuda_disable_control": "true for engines that size their own GPU memory, such as vLLM (default false)",
+    "kind": "vllm or other (default vllm for an image whose name contains vllm); a vLLM engine with "
+    "cuda_disable_control gets --gpu-memory-utilization from its share",
     "namespace": "namespace (default default)",
     "replicas": "copies, each taking the share again (default 1)",
     "command": "container command (list)",
     "args": "container arguments (list)",
     "env": "extra environment (map)",
     "port": "TCP port served; adds a ClusterIP Service and a readiness probe",
-    "readiness_path": "HTTP path for the readiness probe (default: a TCP check on port)",
+    "readiness_path": "HTTP path for the readiness probe (default: a TCP check on port); needed with port when "
+    "a later engine shares a card with this one (it waits until this path answers)",
     "resources": "CPU/memory requests and limits (Kubernetes resources map without the GPU keys)",
 }
+
+
+KINDS = ("vllm", "other")
+#: vLLM's flag for the fraction of the whole card's memory it takes (its default is 0.9)
+VLLM_MEMORY_FLAG = "--gpu-memory-utilization"
+#: the image of the init container that waits for the earlier engines on a card (busybox: sh, sleep, wget)
+WAIT_IMAGE = "busybox:1.37.0"
+WAIT_CONTAINER = "wait-for-earlier-engines"
+# Each URL in GPULAB_WAIT_FOR in turn, until it answers 2xx (busybox wget exits non-zero otherwise).
+WAIT_SCRIPT = """\
+for url in $GPULAB_WAIT_FOR; do
+  echo "waiting until $url answers: an earlier engine on the same card must be Ready first"
+  until wget -q -T 5 -O /dev/null "$url"; do sleep 5; done
+  echo "$url answers"
+done
+"""
 
 
 class PlanError(ValueError):
@@ -91,7 +126,104 @@ def _labels(name):
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "gpulab"}
 
 
-def _container(engine, cards, percent, cores):
+def _kind(engine):
+    """`vllm` or `other`: the engine's own `kind`, else vllm for an image whose name (not its registry or tag)
+    contains vllm, such as vllm/vllm-openai:v0.11.0."""
+    kind = engine.get("kind")
+    if kind is None:
+        name = engine["image"].split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+        return "vllm" if "vllm" in name.lower() else "other"
+    if kind not in KINDS:
+        raise _engine_error(engine, f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    return kind
+
+
+def _hami_core_off(engine, kind):
+    """Whether HAMi-core is off in the engine (CUDA_DISABLE_CONTROL): its own setting, by default on for vLLM."""
+    value = engine.get("cuda_disable_control", kind == "vllm")
+    if not isinstance(value, bool):
+        raise _engine_error(engine, f"cuda_disable_control must be true or false, not {value!r}")
+    return value
+
+
+def _given_utilization(engine):
+    """The --gpu-memory-utilization value the engine's command or args already give, else None."""
+    words = [
+        str(w)
+        for key in ("command", "args")
+        for w in (engine.get(key) or [])
+        if isinstance(w, (str, int, float))
+    ]
+    for i, word in enumerate(words):
+        if word == VLLM_MEMORY_FLAG:
+            if i + 1 == len(words):
+                raise _engine_error(engine, f"{VLLM_MEMORY_FLAG} in args has no value")
+            return words[i + 1]
+        if word.startswith(VLLM_MEMORY_FLAG + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _memory_utilization(engine, kind, percent, core_off):
+    """The --gpu-memory-utilization to add to a vLLM engine's args, or None.
+
+    With HAMi-core off the share is bookkeeping only and vLLM sizes itself from the whole card, so it is told
+    its share (45 % -> "0.45"); a whole card (100 %) keeps vLLM's own default. With HAMi-core on, vLLM sees
+    only its share as the card and nothing is added. A value the engine gives itself is kept, but must lie in
+    (0, 1] and, with HAMi-core off, not above the share.
+    """
+    if kind != "vllm":
+        return None
+    limit = percent / 100 if core_off else 1.0
+    given = _given_utilization(engine)
+    if given is not None:
+        try:
+            value = float(given)
+        except ValueError:
+            value = None
+        if value is None or not 0 < value <= 1:
+            raise _engine_error(
+                engine, f"{VLLM_MEMORY_FLAG} must be a fraction above 0 and at most 1, not {given!r}"
+            )
+        if value > limit + 1e-9:
+            raise _engine_error(
+                engine,
+                f"{VLLM_MEMORY_FLAG} {given} is above the engine's share ({percent} % of the card, at most "
+                f"{limit:.2f}): with HAMi-core off (cuda_disable_control) vLLM would take memory booked for "
+                f"other engines; lower it, or leave it out and it is set from gpu_memory_percent",
+            )
+        return None
+    if not core_off or percent >= 100:
+        return None
+    return f"{percent / 100:.2f}"
+
+
+def readiness_url(engine):
+    """Where a later engine on the same card polls this one: its Service, at its readiness path."""
+    ns = engine.get("namespace", "default")
+    path = engine["readiness_path"]
+    return f"http://{engine['name']}.{ns}.svc:{engine['port']}{path if path.startswith('/') else '/' + path}"
+
+
+def wait_container(urls, image):
+    """The init container that ends once every URL answers (the earlier engines on the card are Ready)."""
+    return {
+        "name": WAIT_CONTAINER,
+        "image": image,
+        "command": ["sh", "-c", WAIT_SCRIPT],
+        "env": [{"name": "GPULAB_WAIT_FOR", "value": " ".join(urls)}],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def _container(engine, cards, percent, cores, core_off=False, utilization=None):
     limits = {"nvidia.com/gpu": len(cards)}
     if percent is not None and percent < 100:
         limits["nvidia.com/gpumem-percentage"] = percent
@@ -106,7 +238,7 @@ def _container(engine, cards, percent, cores):
                 )
     resources["limits"] = {**(resources.get("limits") or {}), **limits}
     env = []
-    if engine.get("cuda_disable_control"):
+    if core_off:
         env.append({"name": "CUDA_DISABLE_CONTROL", "value": "true"})
     for key, value in (engine.get("env") or {}).items():
         if not ENV_NAME_RE.match(str(key)):
@@ -118,6 +250,8 @@ def _container(engine, cards, percent, cores):
             if not isinstance(engine[key], list):
                 raise _engine_error(engine, f"{key} must be a list of strings")
             container[key] = [str(a) for a in engine[key]]
+    if utilization is not None:
+        container["args"] = [*container.get("args", []), VLLM_MEMORY_FLAG, utilization]
     if env:
         container["env"] = env
     port = engine.get("port")
@@ -134,10 +268,20 @@ def _container(engine, cards, percent, cores):
     return container
 
 
-def engine_manifests(engine, cards, percent, cores):
-    """The Deployment (and Service when a port is served) for one engine."""
+def engine_manifests(
+    engine, cards, percent, cores, *, core_off=False, utilization=None, waits=(), wait_image=WAIT_IMAGE
+):
+    """The Deployment (and Service when a port is served) for one engine.
+
+    `waits` are the readiness URLs of the earlier engines on its cards: the pod's init container polls them
+    on every start. `utilization` is the --gpu-memory-utilization added to its args.
+    """
     name, ns = engine["name"], engine.get("namespace", "default")
     replicas = engine.get("replicas", 1)
+    pod_spec = {"runtimeClassName": "nvidia"}
+    if waits:
+        pod_spec["initContainers"] = [wait_container(waits, wait_image)]
+    pod_spec["containers"] = [_container(engine, cards, percent, cores, core_off, utilization)]
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -152,10 +296,7 @@ def engine_manifests(engine, cards, percent, cores):
                     "labels": _labels(name),
                     "annotations": {"nvidia.com/use-gpuuuid": ",".join(cards)},
                 },
-                "spec": {
-                    "runtimeClassName": "nvidia",
-                    "containers": [_container(engine, cards, percent, cores)],
-                },
+                "spec": pod_spec,
             },
         },
     }
@@ -183,16 +324,21 @@ def dump_documents(docs, header):
     return f"# {header}\n{body}"
 
 
-def plan(engines, gpus_by_node, k3s_version=None):
+def plan(engines, gpus_by_node, k3s_version=None, wait_image=None):
     """Check the engines against the nodes' GPU facts and return the plan.
 
     `gpus_by_node` maps an inventory host to its GPU facts (the `gpus` list of gpulab_gpu_facts). The result
-    has `engines` in start order (each with `name`, `namespace`, `node`, `cards`, `manifest` text, `wait_ready`
-    and `after`, the earlier engines it shares a card with) and `cards`, each card's total share in percent.
-    With `k3s_version` every object is validated against that release's schema. Raises PlanError.
+    has `engines` in start order (each with `name`, `namespace`, `node`, `cards`, `manifest` text, `wait_ready`,
+    `after`, the earlier engines it shares a card with, `waits_for`, the readiness URLs its init container
+    polls, and `gpu_memory_utilization`, the value added to a vLLM engine's args or None) and `cards`, each
+    card's total share in percent. With `k3s_version` every object is validated against that release's
+    schema; `wait_image` is the init container's image (default WAIT_IMAGE). Raises PlanError.
     """
     if not isinstance(engines, list):
         raise PlanError(f"workloads_engines must be a list, not {type(engines).__name__}")
+    wait_image = WAIT_IMAGE if wait_image is None else wait_image
+    if not isinstance(wait_image, str) or not wait_image.strip():
+        raise PlanError(f"the wait container's image must be an image name, not {wait_image!r}")
     seen, planned, usage = set(), [], {}
     for engine in engines:
         if not isinstance(engine, dict):
@@ -220,25 +366,36 @@ def plan(engines, gpus_by_node, k3s_version=None):
         replicas = engine.get("replicas", 1)
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise _engine_error(engine, f"replicas must be 0 or more, not {replicas!r}")
+        if engine.get("readiness_path") is not None and not isinstance(engine["readiness_path"], str):
+            raise _engine_error(
+                engine, f"readiness_path must be an HTTP path, not {engine['readiness_path']!r}"
+            )
         cards = _cards(engine, gpus_by_node[engine["node"]])
         percent = _percent(engine, "gpu_memory_percent", 100)
         cores = _percent(engine, "gpu_cores", None)
+        kind = _kind(engine)
+        core_off = _hami_core_off(engine, kind)
+        if core_off and replicas > 1:
+            raise _engine_error(
+                engine,
+                f"replicas {replicas} with HAMi-core off (cuda_disable_control): the copies would start at once "
+                "on the same card and each count the others' memory as free; list each copy as an engine of "
+                "its own (each then waits for the one before)",
+            )
+        utilization = _memory_utilization(engine, kind, percent, core_off)
         for uuid in cards:
             usage.setdefault(uuid, []).append((engine["name"], percent * replicas))
-        docs = engine_manifests(engine, cards, percent, cores)
-        if k3s_version is not None:
-            for doc in docs:
-                validate_manifest(doc, k3s_version)
         planned.append(
             {
+                "engine": engine,
                 "name": engine["name"],
                 "namespace": key[0],
                 "node": engine["node"],
                 "cards": cards,
                 "gpu_memory_percent": percent,
-                "manifest": dump_documents(
-                    docs, f"Managed by gpulab (role workloads): engine {engine['name']}"
-                ),
+                "gpu_cores": cores,
+                "core_off": core_off,
+                "gpu_memory_utilization": utilization,
             }
         )
 
@@ -253,9 +410,49 @@ def plan(engines, gpus_by_node, k3s_version=None):
             + "; ".join(lines)
         )
 
-    # Inventory order is the start order; an engine waits for the earlier ones that share a card with it, and
-    # an engine is waited for (Ready before the next starts) when a later one shares a card with it.
+    # Inventory order is the start order; an engine waits for the earlier ones that share a card with it (at
+    # apply, and on every start through its init container), and an engine is waited for (Ready before the
+    # next starts) when a later one shares a card with it. An engine with no copies is never Ready: nobody
+    # waits for it.
+    result = []
     for i, item in enumerate(planned):
-        item["after"] = [p["name"] for p in planned[:i] if set(p["cards"]) & set(item["cards"])]
-        item["wait_ready"] = any(set(p["cards"]) & set(item["cards"]) for p in planned[i + 1 :])
-    return {"engines": planned, "cards": {u: sum(p for _, p in users) for u, users in usage.items()}}
+        earlier = [p for p in planned[:i] if set(p["cards"]) & set(item["cards"])]
+        waited = [p for p in earlier if p["engine"].get("replicas", 1) > 0]
+        for p in waited:
+            if p["engine"].get("port") is None or not p["engine"].get("readiness_path"):
+                raise _engine_error(
+                    p["engine"],
+                    f"shares a card with the later engine {item['name']!r}, which waits on every start until "
+                    f"this one answers its readiness path: give it port and readiness_path (vLLM: /health)",
+                )
+        waits = [readiness_url(p["engine"]) for p in waited]
+        docs = engine_manifests(
+            item["engine"],
+            item["cards"],
+            item["gpu_memory_percent"],
+            item["gpu_cores"],
+            core_off=item["core_off"],
+            utilization=item["gpu_memory_utilization"],
+            waits=waits,
+            wait_image=wait_image,
+        )
+        if k3s_version is not None:
+            for doc in docs:
+                validate_manifest(doc, k3s_version)
+        result.append(
+            {
+                "name": item["name"],
+                "namespace": item["namespace"],
+                "node": item["node"],
+                "cards": item["cards"],
+                "gpu_memory_percent": item["gpu_memory_percent"],
+                "gpu_memory_utilization": item["gpu_memory_utilization"],
+                "manifest": dump_documents(
+                    docs, f"Managed by gpulab (role workloads): engine {item['name']}"
+                ),
+                "after": [p["name"] for p in earlier],
+                "waits_for": waits,
+                "wait_ready": any(set(p["cards"]) & set(item["cards"]) for p in planned[i + 1 :]),
+            }
+        )
+    return {"engines": result, "cards": {u: sum(p for _, p in users) for u, users in usage.items()}}

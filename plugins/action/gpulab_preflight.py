@@ -1,5 +1,6 @@
 """Action plugin behind gpulab_preflight: validates the whole lab definition on the controller, then
-reaches the APIs the selected stages use.
+reaches the APIs the selected stages use. A run whose inventory has no hosts (a forgotten -i: ansible.cfg
+names no default inventory) stops here with a message naming -i.
 
 It reads the inventory's hostvars (only the lab definition's variables), and the names the inventory
 itself sets for each host (not facts or extra vars: a misspelt variable is refused), and hands them to
@@ -43,6 +44,8 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         hostvars = task_vars["hostvars"]
         groups = task_vars.get("groups", {})
+        if not groups.get("all"):
+            return self._no_inventory(result, task_vars)
 
         def hostvar(host, name):
             try:
@@ -80,4 +83,17 @@ class ActionModule(ActionBase):
                 return result
             result["reached"] = [reached]
             result["msg"] = f"The lab definition is valid; reached the {reached}."
+        return result
+
+    @staticmethod
+    def _no_inventory(result, task_vars):
+        """A run without -i: ansible.cfg names no default inventory, so none (or an empty one) was parsed."""
+        sources = ", ".join(str(s) for s in task_vars.get("ansible_inventory_sources") or []) or "none"
+        result.update(changed=False, failed=True, problems=[], reached=[])
+        result["msg"] = (
+            f"No lab to run against: the inventory ({sources}) has no hosts, so nothing was run or changed. "
+            "Name your lab's inventory with -i: `ansible-playbook -i inventory/mylab site.yml` "
+            "(the simulated lab: `-i inventory/demo`), or make it the default for this shell with "
+            "`export ANSIBLE_INVENTORY=$PWD/inventory/mylab`."
+        )
         return result

@@ -94,13 +94,16 @@ def test_a_controller_module_keeps_no_prologue_of_its_own(name):
     assert not [n for n in top if "gpulab" in imports(ast.Module(body=[n], type_ignores=[]))]
 
 
-def test_every_pve_module_and_only_those_take_the_connection_from_the_inventory():
+def test_every_controller_module_runs_in_the_worker_and_only_pve_modules_take_the_inventory_connection():
     action_loader.add_directory(str(ACTIONS))  # as ansible.cfg's action_plugins, from any working directory
-    base = action_loader.get("gpulab_pve_connection", class_only=True)
-    plugins = {p.stem for p in ACTIONS.glob("gpulab_*.py")} - {"gpulab_pve_connection", "gpulab_preflight"}
-    assert plugins == PVE_MODULES
-    for name in sorted(plugins):
-        assert issubclass(action_loader.get(name, class_only=True), base), name
+    worker = action_loader.get("gpulab_controller", class_only=True)
+    pve = action_loader.get("gpulab_pve_connection", class_only=True)
+    plugins = {p.stem for p in ACTIONS.glob("gpulab_*.py")} - {"gpulab_controller", "gpulab_pve_connection"}
+    assert plugins == CONTROLLER | {"gpulab_preflight"}
+    for name in sorted(CONTROLLER):
+        plugin = action_loader.get(name, class_only=True)
+        assert issubclass(plugin, worker), name
+        assert issubclass(plugin, pve) == (name in PVE_MODULES), name
 
 
 @pytest.mark.parametrize(

@@ -1,19 +1,19 @@
 """The PVE connection of every gpulab PVE module, read from the inventory (doc fragment `gpulab_pve`).
 
-Not a task of its own: plugins/action/<module>.py of each PVE module is a subclass of this plugin. Before
-the module runs, each `api_*` option the task leaves out is filled from the `pve_api_*` variables of the
-node's host (gpulab.pve.connection.fill_from_inventory): the host of group `proxmox` whose `pve_node` (or,
-without one, whose name) is the task's node (`task_node`: its `node` option; a subclass may say otherwise);
-for a task without a node (gpulab_lab_table) the first host of `proxmox`; when that group has no such
-host, the task's own host. So a task passes only its own options.
+Not a task of its own: plugins/action/<module>.py of each PVE module is a subclass of this plugin, which
+runs the module in the task's worker (plugins/action/gpulab_controller.py). Before the module runs, each
+`api_*` option the task leaves out is filled from the `pve_api_*` variables of the node's host
+(gpulab.pve.connection.fill_from_inventory): the host of group `proxmox` whose `pve_node` (or, without
+one, whose name) is the task's node (`task_node`: its `node` option; a subclass may say otherwise); for a
+task without a node (gpulab_lab_table) the first host of `proxmox`; when that group has no such host, the
+task's own host. So a task passes only its own options.
 The module's no_log hides the secrets in its result, as when a task passes them itself.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleUndefinedVariable, AnsibleValueOmittedError
-from ansible.plugins.action import ActionBase
-from ansible.utils.vars import merge_hash
+from ansible.plugins.loader import action_loader
 
 from gpulab.pve import connection
 
@@ -33,11 +33,7 @@ class _Settings:
             return default
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = True
-
+class ActionModule(action_loader.get("gpulab_controller", class_only=True)):
     def task_node(self):
         """The PVE node the task acts on, None for none in particular."""
         return self._task.args.get("node")
@@ -50,13 +46,5 @@ class ActionModule(ActionBase):
                 return _Settings(hostvars[host])
         return _Settings(hostvars[task_vars["inventory_hostname"]])
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = connection.fill_from_inventory(self._task.args, self.node_settings(task_vars))
-        wrap_async = self._task.async_val
-        module_result = self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async)
-        result = merge_hash(result, module_result)
-        if not wrap_async:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
-        return result
+    def module_args(self, task_vars):
+        return connection.fill_from_inventory(self._task.args, self.node_settings(task_vars))

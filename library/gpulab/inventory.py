@@ -35,13 +35,16 @@ def defined_names(inventory: Any, loader: Any) -> Callable[[str], set[str]]:
 
 
 def load(
-    inventory: str | Path, vault_password_file: str | None = None
+    inventory: str | Path, vault_password_file: str | None = None, vault_password: str | None = None
 ) -> tuple[dict, Callable[[str, str], Any], Callable[[str], set[str]]]:
+    """The inventory's groups, `hostvar(host, name)` and `names(host)`. An encrypted vault is opened with
+    `vault_password` (typed: `gpulab plan --ask-vault-pass`), else the password file (`--vault-password-file`,
+    else Ansible's own ANSIBLE_VAULT_PASSWORD_FILE)."""
     from ansible import constants as C
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
-    from ansible.parsing.vault import get_file_vault_secret
+    from ansible.parsing.vault import VaultSecret, get_file_vault_secret
     from ansible.plugins.loader import init_plugin_loader
     from ansible.template import Templar
     from ansible.vars.manager import VariableManager
@@ -49,7 +52,9 @@ def load(
     init_plugin_loader()  # lookups such as env in the inventory need the plugins
     loader = DataLoader()
     pwfile = vault_password_file or C.DEFAULT_VAULT_PASSWORD_FILE
-    if pwfile:
+    if vault_password is not None:
+        loader.set_vault_secrets([("default", VaultSecret(vault_password.encode()))])
+    elif pwfile:
         secret = get_file_vault_secret(filename=str(pwfile), loader=loader)
         secret.load()
         loader.set_vault_secrets([("default", secret)])

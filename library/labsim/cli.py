@@ -81,6 +81,7 @@ CORE_KEYS = (
     "state_dir",
     "fixture",
     "pid",
+    "seed",
 )
 
 
@@ -113,6 +114,10 @@ def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
     The lab's prerequisites (every program its hosts run, the guest image) are checked before
     anything starts; a start that fails stops what it started (the PVE API simulator included).
     """
+    from labsim.fixture import resolve_fixture
+
+    if fixture:
+        fixture = str(resolve_fixture(fixture))  # a path, or the name of a fixture of labsim/fixtures
     state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o700)
     network_lab, reason = _network_lab()
@@ -135,6 +140,8 @@ def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
                     down(state_dir)
             raise
         desc.update({k: v for k, v in extra.items() if k not in CORE_KEYS})
+        for name, address in (extra.get("seed_leases") or {}).items():
+            desc["seed"]["vms"][name]["address"] = address  # the lease's address in the lab's own range
     else:
         print(f"gpulab lab: real lab hosts skipped ({reason}); the PVE API runs alone", file=sys.stderr)
     _write_lab_json(state_dir, desc)
@@ -222,7 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpulab lab", description="the simulated lab")
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--state", default=".lab", type=Path, help="state directory (default .lab)")
-    parser.add_argument("--fixture", help="lab fixture YAML (default: the reference machine)")
+    parser.add_argument(
+        "--fixture",
+        help="lab fixture: a YAML file or a name in labsim/fixtures (reference, the default; homelab: "
+        "the user's lab before gpulab ran; homelab-blacklisted: the same with the GPU blacklist on "
+        "the node's kernel command line)",
+    )
     parser.add_argument(
         "--api-only",
         action="store_true",
@@ -235,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "up":
         try:
             desc = up(state_dir, args.fixture)
-        except (RuntimeError, OSError) as exc:
+        except (RuntimeError, OSError, ValueError) as exc:
             print(f"gpulab lab up: {exc}", file=sys.stderr)
             return 1
         print(json.dumps(desc, sort_keys=True))

@@ -15,6 +15,14 @@ Keys (see fixtures/reference.yml, the default):
   and hex digests per algorithm (``sha256``, ``sha512``, ...).
 - ``network`` (optional; used by the network lab and by the API-only hooks): ``router`` (dnsmasq|kea|...),
   ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``).
+- ``extends`` (optional): a fixture this one builds on (a name such as ``reference``, or a path relative to
+  this file); its keys are merged under this file's (mappings key by key, anything else replaced).
+- ``seed`` (optional): the lab as its user built it before gpulab ran (fixtures/homelab.yml;
+  :mod:`labsim.seed` documents the keys): VMs that already exist, ISO volumes on storage, the guests'
+  installation, DHCP leases the router already holds, the node's kernel command line.
+
+``--fixture`` takes a path or the name of a fixture in ``fixtures/`` (``reference``, ``homelab``,
+``homelab-blacklisted``): :func:`resolve_fixture`.
 """
 
 from __future__ import annotations
@@ -50,18 +58,66 @@ class FixtureError(ValueError):
     """The fixture file is missing something the simulator needs."""
 
 
+def fixtures_dir() -> Path:
+    return Path(str(resources.files("labsim").joinpath("fixtures")))
+
+
 def reference_fixture_path() -> Path:
-    return Path(str(resources.files("labsim").joinpath("fixtures", "reference.yml")))
+    return fixtures_dir() / "reference.yml"
 
 
-def load_fixture(path: str | Path | None = None) -> dict[str, Any]:
-    """Read a fixture (default: the reference machine) and fill in defaults."""
-    src = Path(path) if path else reference_fixture_path()
+def named_fixtures() -> list[str]:
+    """The fixtures that ``--fixture NAME`` finds (the files of ``fixtures/``)."""
+    return sorted(p.stem for p in fixtures_dir().glob("*.yml"))
+
+
+def resolve_fixture(name_or_path: str | Path | None, base: Path | None = None) -> Path:
+    """The fixture file a ``--fixture`` value names: an existing path, else a name of ``fixtures/``."""
+    if not name_or_path:
+        return reference_fixture_path()
+    text = str(name_or_path)
+    path = Path(text)
+    if not path.is_absolute() and base is not None and (base / path).exists():
+        return (base / path).resolve()
+    if path.exists():
+        return path.resolve()
+    if "/" not in text and (fixtures_dir() / f"{text.removesuffix('.yml')}.yml").exists():
+        return fixtures_dir() / f"{text.removesuffix('.yml')}.yml"
+    raise FixtureError(
+        f"lab fixture {text!r} is neither a file nor a fixture name; the names are: {', '.join(named_fixtures())}"
+    )
+
+
+def _merge(base: Any, over: Any) -> Any:
+    """``over`` laid over ``base``: mappings merged key by key, anything else replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = _merge(base.get(key), value) if key in base else copy.deepcopy(value)
+        return out
+    return copy.deepcopy(over)
+
+
+def _read_fixture(src: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    if src in seen:
+        raise FixtureError(f"lab fixture {src} extends itself (through {' -> '.join(map(str, seen))})")
     try:
         data = yaml.safe_load(src.read_text())
     except OSError as exc:
         raise FixtureError(f"cannot read lab fixture {src}: {exc.strerror}") from exc
-    if not isinstance(data, dict) or not data.get("nodes"):
+    if not isinstance(data, dict):
+        raise FixtureError(f"lab fixture {src} is not a mapping of keys")
+    parent = data.pop("extends", None)
+    if parent:
+        data = _merge(_read_fixture(resolve_fixture(parent, src.parent), (*seen, src)), data)
+    return data
+
+
+def load_fixture(path: str | Path | None = None) -> dict[str, Any]:
+    """Read a fixture (a path or a name; default: the reference machine) and fill in defaults."""
+    src = resolve_fixture(path)
+    data = _read_fixture(src)
+    if not data.get("nodes"):
         raise FixtureError(f"lab fixture {src} defines no nodes: add a 'nodes:' list")
     data = copy.deepcopy(data)
     data["_path"] = str(src.resolve())
@@ -79,6 +135,10 @@ def load_fixture(path: str | Path | None = None) -> dict[str, Any]:
         node.setdefault("cpu", {"model": "QEMU Virtual CPU", "sockets": 1, "cores": 4, "threads": 4})
         node.setdefault("memory", {"total": 16 * 2**30, "host_used": 2 * 2**30})
         node.setdefault("rootfs_total", 100 * 2**30)
+    if data.get("seed"):
+        from labsim.seed import normalise_seed
+
+        data["seed"] = normalise_seed(data["seed"], data, src)
     return data
 
 

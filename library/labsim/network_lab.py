@@ -724,8 +724,14 @@ ROUTER_PRIVATE = {
 }
 
 
-def _start_router(lab: NetworkLab, facts: dict[str, Any], rs: dict[str, Any], static: list) -> dict[str, Any]:
-    """The router host: its own root, sshd for root with the lab key, and the DHCP server as a service."""
+def _start_router(
+    lab: NetworkLab, facts: dict[str, Any], rs: dict[str, Any], static: list, leases: list | None = None
+) -> dict[str, Any]:
+    """The router host: its own root, sshd for root with the lab key, and the DHCP server as a service.
+
+    ``leases`` (a seeded lab's, :func:`labsim.seed.leases`) are in dnsmasq's lease file from the router's
+    first boot: the router already holds them when the lab starts, so each of those MACs gets its address.
+    """
     subnet = ipaddress.ip_network(facts["subnet"])
     address = str(rs["address"])
     ranges = addressing.pool_ranges(rs["pool_first"], rs["pool_last"], static)
@@ -735,6 +741,11 @@ def _start_router(lab: NetworkLab, facts: dict[str, Any], rs: dict[str, Any], st
         files, services, run_dirs, info = _kea_setup(subnet, address, ranges, rs["renew_s"])
     else:
         files, services, run_dirs, info = _dnsmasq_setup(subnet, ranges, rs["renew_s"])
+        # dnsmasq's lease file: expiry (0: infinite, until the client's next exchange sets its own), MAC,
+        # address, host name, client id
+        files[DNSMASQ_LEASES] = "".join(
+            f"0 {x['mac']} {x['address']} {x['hostname']} *\n" for x in leases or []
+        )
     # the lab's package archive, served by the router host (built while the router is down)
     from labsim.net import package_archive
 
@@ -768,7 +779,7 @@ def _start_router(lab: NetworkLab, facts: dict[str, Any], rs: dict[str, Any], st
         users=[{"name": "root", "keys": [lab_key]}],
         files={**ROUTER_PRIVATE, **files},
         extra={"services": services, "run_dirs": run_dirs},
-        generation=f"{rs['server']} renew={rs['renew_s']}",
+        generation=f"{rs['server']} renew={rs['renew_s']}" + (" seeded" if leases else ""),
     )
     upper = lab.hosts_dir / "router" / "upper"
     _wait_port(address, 80, "the lab's package archive")
@@ -1144,7 +1155,14 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
     spec = node_host.node_host_spec(node, lab.hosts_dir / "node0")
     # the router and the node boot side by side (each waits for its own sshd)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        router = pool.submit(_start_router, lab, facts, rs, [rs["address"], bridge_ip, node_ip])
+        from labsim import seed
+
+        leases = seed.leases(fixture, subnet)
+        if leases and rs["server"] != "dnsmasq":
+            raise LabNetError(
+                "a seeded lab's DHCP leases are written for dnsmasq: set network.router: dnsmasq"
+            )
+        router = pool.submit(_start_router, lab, facts, rs, [rs["address"], bridge_ip, node_ip], leases)
         node_boot = pool.submit(
             _start_host,
             lab,
@@ -1174,6 +1192,8 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
         "hardware_root": node_host.HW_ROOT,
         "views_skipped": st.get("views_skipped", []),
     }
+    if leases:
+        facts["seed_leases"] = {x["hostname"]: x["address"] for x in leases}
     return facts
 
 
@@ -1299,11 +1319,28 @@ class NetVmHooks(VmHooks):
         name = f"vm{int(vmid)}"
         self._stop(name)  # a start over a host that is still there is a reset
         lab_key = (self.lab.ssh_dir / "id_ed25519.pub").read_text().strip()
+        installed = self._installation(vmid, config)
         gpus = vm_gpus(config, self.fixture, node)
         gpus_file = self.lab.hosts_dir / name / "upper" / "etc" / "gpulab-sim" / "gpus.json"
         gpus_file.parent.mkdir(parents=True, exist_ok=True)
         gpus_file.write_text(json.dumps(gpus, indent=1) + "\n")  # the passed-through cards of this start
         (gpus_file.parent / "firmware.json").write_text(json.dumps(vm_firmware(config)) + "\n")
+        extra: dict[str, Any] = {"boot_hook": VM_BOOT_HOOK, "init": facts.get("vm_init", "simple")}
+        tools = _vm_tools(Path(facts["guest_image"]), systemd=facts.get("vm_init") == "systemd")
+        if installed is None:
+            users = cloud_init_users(config, lab_key)
+        else:
+            # installed from the ISO: the installer's user with its password and the lab key, no cloud-init,
+            # a disk of its own (the hardware view follows the VM config's disk size)
+            users = [
+                {"name": installed["user"], "keys": [lab_key], "password": installed["password"],
+                 "sudo": installed["sudo"]}
+            ]  # fmt: skip
+            tools.pop("/usr/bin/cloud-init", None)
+            tools.update(iso_guest_tools())
+            _write_iso_installation(self.lab.hosts_dir / name / "upper", installed)
+            self._write_disk_hardware(vmid, config, installed)
+            extra["views"] = [[str(self.lab.hosts_dir / name / "state" / "hw"), ISO_GUEST_HW]]
         _start_host(
             self.lab,
             facts,
@@ -1313,13 +1350,40 @@ class NetVmHooks(VmHooks):
             iface="ens18",
             mac=net0_mac(config),
             address=static_address(config),
-            users=cloud_init_users(config, lab_key),
+            users=users,
             files=_vm_files(facts["router"]["address"]),
-            tools=_vm_tools(Path(facts["guest_image"]), systemd=facts.get("vm_init") == "systemd"),
-            extra={"boot_hook": VM_BOOT_HOOK, "init": facts.get("vm_init", "simple")},
+            tools=tools,
+            extra=extra,
             lower=facts["guest_image"],
         )
         self._node_vm(vmid, config, status="running")
+
+    def _installation(self, vmid: int, config: dict) -> dict[str, Any] | None:
+        """The seeded ISO installation on this VM's disk, while the VM still boots from that disk."""
+        from labsim import seed
+
+        inst = seed.installation(self.lab.state_dir, vmid)
+        if inst is None or inst.get("install") != "iso":
+            return None
+        slot, volid = inst["disk"]["slot"], inst["disk"]["volid"]
+        return inst if str(config.get(slot, "")).split(",")[0] == volid else None
+
+    def _write_disk_hardware(self, vmid: int, config: dict, installed: dict[str, Any]) -> None:
+        """The guest's view of its disks (``/run/gpulab-sim/hw/disks.json``): boot disk and CD-ROM sizes."""
+        hw = self.lab.hosts_dir / f"vm{int(vmid)}" / "state" / "hw"
+        hw.mkdir(parents=True, exist_ok=True)
+        disk = (
+            _drive_size(str(config.get(installed["disk"]["slot"], "")))
+            or installed["disk"]["installed_bytes"]
+        )
+        cdrom = str(config.get("ide2", ""))
+        sr0 = _drive_size(cdrom) if "media=cdrom" in cdrom and not cdrom.startswith("none") else None
+        _write_json(hw / "disks.json", {"sda": disk, "sr0": sr0})
+
+    def vm_resized(self, node: str, vmid: int, disk: str, size: int, config: dict) -> None:
+        installed = self._installation(vmid, config)
+        if installed is not None and disk == installed["disk"]["slot"]:
+            self._write_disk_hardware(vmid, config, installed)  # a running guest sees the bigger disk at once
 
     def _stop(self, name: str) -> None:
         rec = self.lab.load() or {}
@@ -1369,6 +1433,49 @@ class NetVmHooks(VmHooks):
         if res.returncode != 0:
             return []
         return agent_interfaces(json.loads(res.stdout or "[]"))
+
+
+#: where an ISO guest sees its virtual disks' sizes (a view of STATE/net/hosts/vmN/state/hw)
+ISO_GUEST_HW = "/run/gpulab-sim/hw"
+
+
+def iso_guest_tools() -> dict[str, str]:
+    """The disk stand-ins of an ISO-installed guest (:mod:`labsim.net.disk_standins`) and their wrappers."""
+    from labsim.net import disk_standins
+
+    files = {"/usr/local/lib/gpulab/disk.py": Path(disk_standins.__file__).read_text()}
+    for cmd, path in disk_standins.PATHS.items():
+        files[path] = disk_standins.wrapper(cmd)
+    return files
+
+
+def _write_iso_installation(upper: Path, installed: dict[str, Any]) -> None:
+    """What the Ubuntu installer left on the disk, written once (the guest changes it afterwards)."""
+    from labsim.net import disk_standins
+
+    marker = upper / "etc" / "gpulab-sim" / "installed.json"
+    if marker.exists():
+        return
+    layout = disk_standins.install_layout(
+        int(installed["disk"]["installed_bytes"]), installed["firmware"] == "efi"
+    )
+    target = upper / disk_standins.LAYOUT.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _write_json(target, layout)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    info = {k: installed[k] for k in ("os", "install", "user", "firmware")}
+    _write_json(marker, {**info, "installed_bytes": installed["disk"]["installed_bytes"]})
+
+
+def _drive_size(drive: str) -> int:
+    """Bytes of a drive's ``size=`` (``60G``, ``3137758K``); 0 when it has none."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    for part in drive.split(","):
+        k, _, v = part.partition("=")
+        if k == "size" and v:
+            with contextlib.suppress(ValueError):
+                return int(float(v[:-1]) * units[v[-1].upper()]) if v[-1].isalpha() else int(v)
+    return 0
 
 
 def _bootdisk_gb(config: dict[str, Any]) -> float:

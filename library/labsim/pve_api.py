@@ -22,6 +22,7 @@ from labsim.pve_auth import Principal
 from labsim.pve_schema import ParamError, Schema
 from labsim.pve_state import State
 from labsim.pve_tasks import TaskFailed, TaskManager, parse_upid
+from labsim.seed import forget_installation
 from labsim.vm_hooks import VmHooks
 
 
@@ -1315,6 +1316,8 @@ class PveApiSim:
                 file = drive.pop("file")
                 vm["config"][disk] = _print_drive(file, drive)
                 self.state.mark()
+                config = dict(vm["config"])
+            self._quiet_hook(self.hooks.vm_resized, node, vmid, disk, new, config)
 
         return self.tasks.start(node, "resize", str(vmid), who.userid, body)
 
@@ -1442,10 +1445,10 @@ class PveApiSim:
         if was_running:
             self._quiet_hook(self.hooks.vm_stopped, node, vmid)
 
-    def _quiet_hook(self, hook, node: str, vmid: int) -> None:
-        """Stop/destroy hooks must not fail the PVE task: their failure goes to the server log."""
+    def _quiet_hook(self, hook, node: str, vmid: int, *args: Any) -> None:
+        """Stop/destroy/resize hooks must not fail the PVE task: their failure goes to the server log."""
         try:
-            hook(node, vmid)
+            hook(node, vmid, *args)
         except Exception as exc:
             print(f"labsim: {hook.__name__}({node}, {vmid}) failed: {exc!r}", flush=True)
 
@@ -1489,6 +1492,7 @@ class PveApiSim:
                     self.state.data["volumes"][storeid] = keep
                 self.state.data["vms"].pop(str(vmid), None)
                 self.state.mark()
+            forget_installation(self.state_dir, vmid)  # a seeded guest's disk is gone with it
             self._quiet_hook(self.hooks.vm_destroyed, node, vmid)
 
         def on_error(task, error):

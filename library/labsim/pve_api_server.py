@@ -354,6 +354,10 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
     hooks, hooks_note = make_hooks(state_dir, fixture, api_only)
     lab = PveApiSim(state_dir, fixture, load_schema(), hooks)
     creds = load_or_create_credentials(state_dir, lab)
+    if fixture.get("seed"):
+        from labsim import seed
+
+        seed.seed_state(lab, creds)  # the user's lab as it was before gpulab (once per state directory)
     access = Access(creds, (fixture.get("access") or {}).get("tokens"))
     faults = Faults(state_dir)
     lab.tasks.error_hook = faults.next_task_error
@@ -364,6 +368,8 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
     desc = lab_description(state_dir, server.server_address[1], fixture, creds, fp)
     if hooks_note:
         desc["hooks_note"] = hooks_note
+    if fixture.get("seed"):
+        desc["seed"] = seed.description(fixture, creds)
     return server, desc
 
 

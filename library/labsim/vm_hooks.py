@@ -1,7 +1,7 @@
 """VM lifecycle hooks: what happens "inside" a simulated VM.
 
 The server calls `vm_started` when a start task ends well, `vm_stopped` after stop and shutdown,
-`vm_destroyed` after destroy, and `guest_interfaces` for GET .../agent/network-get-interfaces.
+`vm_destroyed` after destroy, `vm_resized` after a disk resize, and `guest_interfaces` for GET .../agent/network-get-interfaces.
 
 `VmHooks` is the API-only implementation (no root needed): the guest's address is derived from the net0
 MAC, inside the fixture's DHCP pool, so it is stable across restarts. With root, the server asks
@@ -52,6 +52,9 @@ class VmHooks:
 
     def vm_destroyed(self, node: str, vmid: int) -> None:
         """Called once a destroy task has succeeded."""
+
+    def vm_resized(self, node: str, vmid: int, disk: str, size: int, config: dict) -> None:
+        """Called once a resize task has succeeded: ``disk`` now has ``size`` bytes (a running guest sees it)."""
 
     def guest_interfaces(self, node: str, vmid: int, config: dict) -> list[dict]:
         """The QEMU guest agent's network-get-interfaces ``result`` list."""

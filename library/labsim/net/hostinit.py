@@ -181,7 +181,9 @@ class Host:
             time.sleep(0.2)
         raise RuntimeError(f"{c['name']}: no DHCP lease on {c['iface']}")
 
-    # -- users (cloud-init's ciuser / sshkeys, the lab key for root) -----------------------------
+    # -- users (cloud-init's ciuser / sshkeys, the lab key for root; or an installer's user) ------
+    # a user's "password" is set when the user is made; "sudo": true is passwordless (cloud-init's
+    # NOPASSWD rule), "sudo": "password" membership of group sudo (sudo asks for the password)
     def ensure_users(self):
         for user in self.cfg.get("users", []):
             name = user["name"]
@@ -189,9 +191,18 @@ class Host:
                 known = run("chroot", self.root, "id", "-u", name, check=False, capture_output=True)
                 if known.returncode != 0:
                     run("chroot", self.root, "useradd", "-m", "-s", "/bin/bash", "-U", name)
-                # '*': no password, but not "locked" (sshd without PAM refuses locked accounts)
-                run("chroot", self.root, "usermod", "-p", "*", name)
-                if user.get("sudo"):
+                    if user.get("password"):
+                        # made at an installer: a password of its own, set once (the guest may change it)
+                        run("chroot", self.root, "chpasswd", input=f"{name}:{user['password']}\n", text=True)
+                if user.get("sudo") == "password":
+                    # the Ubuntu installer's user: in group sudo, whose sudoers rule asks for the password
+                    run("chroot", self.root, "usermod", "-a", "-G", "sudo", name)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.path(f"/etc/sudoers.d/90-gpulab-{name}"))
+                elif not user.get("password"):
+                    # '*': no password, but not "locked" (sshd without PAM refuses locked accounts)
+                    run("chroot", self.root, "usermod", "-p", "*", name)
+                if user.get("sudo") and user.get("sudo") != "password":
                     sudoers = self.path(f"/etc/sudoers.d/90-gpulab-{name}")
                     os.makedirs(os.path.dirname(sudoers), exist_ok=True)
                     with open(sudoers, "w") as f:

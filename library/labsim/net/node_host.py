@@ -107,8 +107,12 @@ def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
     # the lab's own tools in the host: rewritten at every start, so a newer lab brings newer ones
     tools = {"/etc/gpulab-sim/node.json": json.dumps(conf, indent=1) + "\n", **_standin_files(NODE_COMMANDS)}
     if loader == "systemd-boot":
-        # the installer's line has a trailing space when it got no extra arguments
-        files["/etc/kernel/cmdline"] = REFERENCE_KERNEL_CMDLINE + " \n"
+        # the installer's line has a trailing space when it got no extra arguments; a fixture may give
+        # the line the user left there (node.lab.kernel_cmdline, e.g. a seeded lab's GPU blacklist)
+        line = str((node.get("lab") or {}).get("kernel_cmdline") or "").strip()
+        files["/etc/kernel/cmdline"] = (
+            f"{line}\n" if line and line != REFERENCE_KERNEL_CMDLINE else REFERENCE_KERNEL_CMDLINE + " \n"
+        )
         files["/etc/kernel/proxmox-boot-uuids"] = conf["esp_uuid"] + "\n"
         files["/etc/default/grub.d/zfs.cfg"] = (
             'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX root=ZFS=rpool/ROOT/pve-1 boot=zfs"\n'

@@ -7,10 +7,14 @@ a lab VM does; the server listens on 127.0.0.1 and a free port.
 import json
 import shutil
 import time
+import uuid
 
 import pytest
 
 from gpulab import hami
+from gpulab.k8s import workloads
+from labsim.net import k3s_standin
+from labsim.net.mount_ns_host import GPU
 
 from .conftest import HOST_PATH, VERSION, free_port
 
@@ -220,8 +224,8 @@ def test_kubectl_label_drain_runtimeclass_and_not_found(cluster):
         "kubectl", "-n", "kube-system", "wait", "--for=condition=complete", "job/helm-install-hami"
     )
     assert job.returncode == 1 and 'jobs.batch "helm-install-hami" not found' in job.stderr
-    unknown = server.k3s("kubectl", "get", "pods")
-    assert unknown.returncode == 1 and "pods" in unknown.stderr
+    unknown = server.k3s("kubectl", "get", "secrets")
+    assert unknown.returncode == 1 and "secrets" in unknown.stderr
     assert [c["argv"][:2] for c in server.standin_calls()].count(["kubectl", "label"]) == 4
 
 
@@ -253,3 +257,122 @@ def _alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+ENGINES = [
+    {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "node": "vm-gpu", "gpu_memory_percent": 45,
+     "port": 8000, "readiness_path": "/health"},
+    {"name": "ollama", "image": "ollama/ollama:0.12.6", "node": "vm-gpu", "gpu_memory_percent": 45,
+     "port": 11434},
+]  # fmt: skip
+
+
+def pods(server):
+    out = server.k3s("kubectl", "get", "pods", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    return {p["metadata"]["labels"]["app.kubernetes.io/name"]: p for p in json.loads(out.stdout)["items"]}
+
+
+def runs(server):
+    state = json.loads(server.upper("/var/lib/rancher/k3s/server/db/gpulab-state.json").read_text())
+    return {k.split("/", 1)[1]: v["runs"] for k, v in state.get("deployment_history", {}).items()}
+
+
+def ready(pod):
+    return next(c["status"] for c in pod["status"]["conditions"] if c["type"] == "Ready") == "True"
+
+
+def reboot(host):
+    """A node reboot as the k3s stand-in sees it: a new boot id, the agent started again."""
+    fresh = f"echo {uuid.uuid4()} > /run/boot_id && mount --bind /run/boot_id {k3s_standin.BOOT_ID}"
+    assert host.run("sh", "-c", fresh).returncode == 0
+    assert host.run("systemctl", "restart", "k3s-agent").returncode == 0
+
+
+def test_engines_sharing_a_card_start_in_order_on_every_start_of_their_pods(cluster, nshosts):
+    """Both manifests placed at once: the init container alone keeps the order, at apply, after a node reboot
+    and after a drain (eviction and reschedule)."""
+    server, port, token = cluster
+    gpu = join(nshosts, "vm-gpu", port, token, labels=["gpu=on"], gpu=True, toolkit=True)
+    _values, chart = hami.render("2.10.0")
+    server.put("/var/lib/rancher/k3s/server/manifests/hami.yaml", chart, 0o600)
+    assert wait_for(lambda: server.nodes().get("vm-gpu", {}).get("status", {}).get("allocatable", {}).get(
+        "nvidia.com/gpu") == "10"), server.nodes()  # fmt: skip
+    facts = {"vm-gpu": [{"index": 0, "uuid": GPU["uuid"], "name": GPU["name"], "memory_total_mib": 24576}]}
+    plan = workloads.plan(ENGINES, facts)
+    for item in plan["engines"]:
+        path = f"/var/lib/rancher/k3s/server/manifests/gpulab-workload-default-{item['name']}.yaml"
+        server.put(path, item["manifest"], 0o600)
+
+    # ollama is placed beside vllm but stays in its init container, not Ready, until vllm is Ready
+    first = wait_for(lambda: (p := pods(server)).keys() == {"vllm", "ollama"} and p)
+    assert first["ollama"]["spec"]["nodeName"] == "vm-gpu"
+    table = server.k3s("kubectl", "get", "pods").stdout
+    assert wait_for(lambda: runs(server).get("ollama")), runs(server)
+    (vllm_run,), (ollama_run,) = runs(server)["vllm"], runs(server)["ollama"]
+    assert vllm_run["ready"] <= ollama_run["started"], runs(server)
+    assert "NAME" in table.splitlines()[0] and "STATUS" in table.splitlines()[0]
+    rollout = server.k3s("kubectl", "rollout", "status", "deployment/ollama", "--timeout=30s")
+    assert rollout.returncode == 0, rollout.stderr
+
+    # a node reboot: both pods start again from their init containers, one after the other
+    boot = vllm_run["boot"]
+    reboot(gpu)
+
+    def restarted():
+        r = runs(server)
+        return len(r["vllm"]) == 2 and len(r["ollama"]) == 2 and r
+
+    seen_init = []
+
+    def watch():
+        p = pods(server)
+        if p["ollama"]["status"]["initContainerStatuses"][0]["ready"] is False:
+            seen_init.append((ready(p["vllm"]), ready(p["ollama"])))
+        return restarted()
+
+    after = wait_for(watch, 60)
+    assert after, runs(server)
+    vllm_run, ollama_run = after["vllm"][1], after["ollama"][1]
+    assert vllm_run["boot"] == ollama_run["boot"] != boot
+    assert vllm_run["started"] < vllm_run["ready"] <= ollama_run["started"], after
+    # while ollama waited it was never Ready
+    assert seen_init and all(not o for _v, o in seen_init), seen_init
+    assert {p["status"]["containerStatuses"][0]["restartCount"] for p in pods(server).values()} == {1}
+
+    # a drain evicts both; they are placed again only on uncordon, and start in order again
+    assert server.k3s("kubectl", "drain", "vm-gpu", "--ignore-daemonsets").returncode == 0
+    assert wait_for(lambda: all(p["spec"]["nodeName"] is None for p in pods(server).values())), pods(server)
+    assert server.k3s("kubectl", "get", "pods").stdout.count("Pending") == 2
+    assert server.k3s("kubectl", "uncordon", "vm-gpu").returncode == 0
+    again = wait_for(lambda: len((r := runs(server))["ollama"]) == 3 and len(r["vllm"]) == 3 and r, 60)
+    assert again, runs(server)
+    assert again["vllm"][2]["ready"] <= again["ollama"][2]["started"], again
+    assert again["vllm"][2]["pod"] != again["vllm"][1]["pod"]  # a new pod, not a restart
+
+
+def test_an_init_container_waits_for_what_its_urls_name(cluster):
+    """Nothing answers at an unknown Service, port or path: the pod stays Init:0/1 and its rollout times out."""
+    server, _port, _token = cluster
+    base = {"apiVersion": "apps/v1", "kind": "Deployment"}
+    labels = {"app.kubernetes.io/name": "w"}
+    init = {
+        "name": "wait",
+        "image": "busybox",
+        "env": [{"name": "U", "value": "http://nope.default.svc:80/"}],
+    }
+    doc = {
+        **base,
+        "metadata": {"name": "w", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+            "initContainers": [init], "containers": [{"name": "main", "image": "x"}]}}},
+    }  # fmt: skip
+    server.put("/var/lib/rancher/k3s/server/manifests/w.yaml", json.dumps(doc), 0o600)
+    assert wait_for(lambda: "Init:0/1" in server.k3s("kubectl", "get", "pods").stdout)
+    rollout = server.k3s("kubectl", "rollout", "status", "deployment/w", "--timeout=4s")
+    assert rollout.returncode == 1 and "timed out" in rollout.stderr
+    listed = server.k3s(
+        "kubectl", "get", "pods", "-l", "app.kubernetes.io/name=w", "-o", "name"
+    ).stdout.split()
+    assert len(listed) == 1 and listed[0].startswith("pod/w-")
+    assert server.k3s("kubectl", "get", "pods", "-n", "other").stdout == ""

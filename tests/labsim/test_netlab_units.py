@@ -242,18 +242,23 @@ def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_p
         engine.format(name="good", uuid="GPU-aaaa") + "---\n" + engine.format(name="bad", uuid="GPU-zzzz")
     )
     cluster.apply_manifests()
-    # a Deployment rolls out a moment after the server first sees it
+    # a Deployment's pod is Ready a moment after its container started
     assert not cluster.state["deployments"]["ai/good"]["ready"]
-    for entry in cluster.state["deployment_history"].values():
-        entry["seen"] -= k3s.DEPLOY_READY_S
+    history = cluster.state["deployment_history"]
+    assert history["ai/good"]["pod"]["node"] == "gpu-node" and history["ai/bad"]["pod"]["node"] is None
+    history["ai/good"]["pod"]["started"] -= k3s.DEPLOY_READY_S
     cluster.apply_manifests()
     assert cluster.state["deployments"]["ai/good"]["ready"] is True
     assert cluster.state["deployments"]["ai/bad"]["ready"] is False
-    # taking the chart out uninstalls it, and GPU pods no longer fit
+    # taking the chart out uninstalls it: GPU pods no longer fit, the running one keeps running (as on k3s)
     (tmp_path / "manifests" / "hami.yaml").unlink()
     cluster.apply_manifests()
     assert cluster.state["daemonsets"] == [] and cluster.state["nodes"]["gpu-node"]["vgpus"] == 0
-    assert cluster.state["deployments"]["ai/good"]["ready"] is False
+    assert cluster.state["deployments"]["ai/good"]["ready"] is True
+    import yaml
+
+    good = next(yaml.safe_load_all((tmp_path / "manifests" / "engines.yaml").read_text()))
+    assert cluster.placement(good) is None
 
 
 def test_state_dir_on_a_file_system_overlayfs_cannot_use_is_refused(tmp_path, monkeypatch):

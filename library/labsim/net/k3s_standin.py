@@ -17,12 +17,23 @@ library only (PyYAML when the host has it, for config.yaml).
   ``K3S_URL``/``K3S_TOKEN`` and keeps its node Ready with a heartbeat; a wrong token (401) or an
   unreachable server leaves it unregistered and retrying, as with k3s. Like k3s, it looks for
   ``nvidia-container-runtime`` once, when it starts.
-* Deployments placed in the manifests folder roll out ``DEPLOY_READY_S`` after the server first sees
-  them when their GPU request fits; the server records when each was seen and when it became Ready
-  (``/gpulab/workloads``), so tests can check engines sharing a card started one after another.
+* Deployments placed in the manifests folder get one pod each, placed on a node their GPU request fits
+  (HAMi's vGPUs, the pinned UUIDs; not a cordoned node). A pod runs its init containers one after the other,
+  then its container, which is Ready ``DEPLOY_READY_S`` after it started. The stand-in runs no images: an
+  init container ends once every ``http://`` URL in its command, args or env answers, as a poll from inside
+  the cluster would see it. ``NAME.NAMESPACE.svc[...]:PORT/PATH`` answers when a Service of the manifests
+  has that port and selects a pod that is Ready and running, at its readiness probe's path; anything else
+  does not answer, and the pod stays ``Init:0/1``, not Ready. A node that reboots (its agent comes back
+  with a new ``/proc/sys/kernel/random/boot_id``) restarts its pods from their init containers; a drained
+  node's pods are evicted and placed again once a node takes them (``uncordon``); a changed Deployment is
+  recreated (``Recreate``). A k3s-agent restart alone leaves the pods running, as k3s' containerd does.
+  The server records when each Deployment was seen, when it was first Ready, and each start of its pod
+  (``deployment_history``: ``runs``, with the node's boot id), so tests can check that engines sharing a
+  card started one after another, at apply and after a reboot.
 * ``k3s kubectl`` reaches the server named in the kubeconfig (``KUBECONFIG`` or
   ``/etc/rancher/k3s/k3s.yaml``): ``get nodes|node|runtimeclass|daemonsets`` (``-o json``, ``-o name``,
-  ``-o jsonpath={.a.b}``, table), ``label node``, ``cordon|uncordon|drain NODE``,
+  ``-o jsonpath={.a.b}``, table), ``get pods [NAME] [-n NS|-A] [-l KEY=VALUE]`` (``READY``, ``STATUS``
+  such as ``Init:0/1`` or ``Running``, ``RESTARTS``; ``-o json``), ``label node``, ``cordon|uncordon|drain NODE``,
   ``wait --for=condition=Ready node/NAME``, ``wait --for=condition=complete job/NAME`` (a HelmChart's
   install job exists once the server has seen the chart; waiting on one that does not exist is an
   immediate NotFound, as with kubectl), ``rollout status deployment|daemonset/NAME`` (waiting up to
@@ -37,6 +48,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import secrets
 import socket
 import sys
@@ -69,6 +81,10 @@ RUNTIME_CLASSES = (
 HEARTBEAT_S = 3
 NOT_READY_AFTER_S = 40
 DEPLOY_READY_S = 2
+# a node whose agent has not called for this long runs nothing (its kubelet is down), whatever the API shows
+ALIVE_S = 3 * HEARTBEAT_S
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+URL_RE = re.compile(r"http://[^\s\"']+")
 LOG = "/var/log/gpulab-standins.log"
 
 
@@ -139,6 +155,15 @@ def gpu_uuids():
     return [line.rsplit("(UUID: ", 1)[1].rstrip(")") for line in out.splitlines() if "(UUID: " in line]
 
 
+def boot_id():
+    """This boot of the host (a new one after each reboot)."""
+    try:
+        with open(BOOT_ID) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def labels_from(cfg):
     labels = {}
     items = cfg.get("node-label") or []
@@ -146,6 +171,74 @@ def labels_from(cfg):
         k, _, v = str(item).partition("=")
         labels[k] = v
     return labels
+
+
+def init_urls(container):
+    """The http:// URLs an init container polls: those named in its command, args or env."""
+    words = [*(container.get("command") or []), *(container.get("args") or [])]
+    words += [str(e.get("value", "")) for e in container.get("env") or []]
+    return [u for w in words for u in URL_RE.findall(str(w))]
+
+
+def pod_object(pod):
+    """A pod of the model as `kubectl get pod -o json` shows it (the parts the lab reads)."""
+    inits, passed = pod["init"], pod["init_passed"]
+    running = pod["started"] is not None
+    ready = pod["ready"] is not None
+    init_statuses = [
+        {
+            "name": n,
+            "ready": i < passed,
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}
+            if i < passed
+            else (
+                {"running": {}} if i == passed and pod["node"] else {"waiting": {"reason": "PodInitializing"}}
+            ),
+        }
+        for i, n in enumerate(inits)
+    ]
+    statuses = [
+        {
+            "name": n,
+            "ready": ready,
+            "started": running,
+            "restartCount": pod["restarts"],
+            "state": {"running": {}} if running else {"waiting": {"reason": "PodInitializing"}},
+        }
+        for n in pod["containers"]
+    ]
+
+    def cond(kind, ok):
+        return {"type": kind, "status": "True" if ok else "False"}
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod["name"], "namespace": pod["namespace"], "labels": pod["labels"]},
+        "spec": {"nodeName": pod["node"], "initContainers": [{"name": n} for n in inits],
+                 "containers": [{"name": n} for n in pod["containers"]]},
+        "status": {
+            "phase": "Running" if running else "Pending",
+            "conditions": [
+                cond("PodScheduled", pod["node"] is not None),
+                cond("Initialized", passed >= len(inits)),
+                cond("ContainersReady", ready),
+                cond("Ready", ready),
+            ],
+            "initContainerStatuses": init_statuses,
+            "containerStatuses": statuses,
+        },
+    }  # fmt: skip
+
+
+def pod_status(pod):
+    """kubectl's STATUS column: Pending, Init:N/M, PodInitializing, Running."""
+    if pod["node"] is None:
+        return "Pending"
+    if pod["init_passed"] < len(pod["init"]):
+        return f"Init:{pod['init_passed']}/{len(pod['init'])}"
+    return "Running" if pod["started"] is not None else "PodInitializing"
 
 
 def node_object(name, node):
@@ -286,39 +379,176 @@ class Cluster:
                 del seen[key]  # a chart taken out is uninstalled
             for node_name, node in self.state["nodes"].items():
                 node["vgpus"] = vgpus.get(node_name, 0)
-            history = self.state.setdefault("deployment_history", {})
-            for doc in docs:
-                if doc.get("kind") == "Deployment":
-                    meta = doc.get("metadata", {})
-                    key = f"{meta.get('namespace', 'default')}/{meta.get('name')}"
-                    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-                    entry = history.get(key)
-                    if entry is None or entry["digest"] != digest:
-                        # a new or changed Deployment rolls out again
-                        entry = history[key] = {"digest": digest, "seen": time.time(), "ready_at": None}
-                    fits = self.schedulable(doc)
-                    if fits and entry["ready_at"] is None and time.time() - entry["seen"] >= DEPLOY_READY_S:
-                        entry["ready_at"] = time.time()
-                    ready = bool(fits and entry["ready_at"])
-                    deployments[key] = {"ready": ready, "seen": entry["seen"], "ready_at": entry["ready_at"]}
+            deployments.update(self.run_pods(docs))
             self.state.update(jobs=jobs, daemonsets=daemonsets, deployments=deployments)
             self.save()
 
-    def schedulable(self, deployment):
-        """Whether a Deployment's pods would run: GPU requests need HAMi's vGPUs, a pinned UUID that card."""
+    # --- pods of the Deployments (called with the lock held) -------------------------------------
+
+    def run_pods(self, docs):
+        """One step of every Deployment's pod; their rollout status by `namespace/name`."""
+        history = self.state.setdefault("deployment_history", {})
+        found = {}
+        for doc in docs:
+            if doc.get("kind") == "Deployment":
+                meta = doc.get("metadata", {})
+                found[f"{meta.get('namespace', 'default')}/{meta.get('name')}"] = doc
+        services = {
+            (d.get("metadata", {}).get("namespace", "default"), d.get("metadata", {}).get("name")): d
+            for d in docs
+            if d.get("kind") == "Service"
+        }
+        now, out, pods = time.time(), {}, []
+        for key, doc in found.items():
+            digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+            entry = history.get(key)
+            if entry is None or entry["digest"] != digest:
+                # a new or changed Deployment rolls out again (Recreate: the old pod goes first)
+                entry = history[key] = {
+                    "digest": digest,
+                    "seen": now,
+                    "ready_at": None,
+                    "runs": [],
+                    "pod": None,
+                }
+            if int((doc.get("spec") or {}).get("replicas", 1)) == 0:
+                entry["pod"] = None
+                out[key] = {"ready": True, "seen": entry["seen"], "ready_at": entry["ready_at"]}
+                continue
+            pod = self.step_pod(key, doc, entry, found, services, now)
+            pods.append(pod)
+            ready = pod["ready"] is not None
+            out[key] = {
+                "ready": ready,
+                "seen": entry["seen"],
+                "ready_at": entry["ready_at"],
+                "pod": pod["name"],
+            }
+        self.state["pods"] = pods
+        return out
+
+    def alive(self, node_name):
+        """Whether a node runs its pods now: its agent (kubelet) called lately."""
+        node = self.state["nodes"].get(node_name or "")
+        return bool(node) and time.time() - node.get("heartbeat", 0) < ALIVE_S
+
+    def step_pod(self, key, doc, entry, found, services, now):
+        """Move a Deployment's pod on by one step: placed, rebooted or evicted, init containers, started, Ready."""
+        ns, name = key.split("/", 1)
+        template = (doc.get("spec") or {}).get("template") or {}
+        spec = template.get("spec") or {}
+        inits = spec.get("initContainers") or []
+        pod = entry.get("pod")
+        node = self.state["nodes"].get(pod["node"]) if pod and pod.get("node") else None
+        if pod and pod.get("node") and (node is None or node.get("drained", 0) > pod["created"]):
+            pod = None  # evicted by a drain (or its node is gone): a new pod is made and placed again
+        if pod is None:
+            suffix = "".join(secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+            pod = entry["pod"] = {
+                "name": f"{name}-{entry['digest'][:10]}-{suffix}",
+                "namespace": ns,
+                "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+                "init": [c.get("name") for c in inits],
+                "containers": [c.get("name") for c in spec.get("containers") or []],
+                "node": None,
+                "boot": None,
+                "created": now,
+                "init_passed": 0,
+                "started": None,
+                "ready": None,
+                "restarts": 0,
+            }
+        if pod["node"] is None:
+            target = self.placement(doc)
+            if target is None:
+                return pod  # Pending
+            pod.update(node=target, boot=self.state["nodes"][target].get("boot_id"))
+        node = self.state["nodes"][pod["node"]]
+        if not self.alive(pod["node"]):
+            return pod  # the node is down: nothing runs, and the API keeps showing the last status
+        if node.get("boot_id") != pod["boot"]:
+            # the node rebooted: the pod's sandbox is gone, its init containers and its container run again
+            pod.update(boot=node.get("boot_id"), init_passed=0, started=None, ready=None)
+            pod["restarts"] += 1
+        while pod["init_passed"] < len(inits):
+            urls = init_urls(inits[pod["init_passed"]])
+            if not all(self.answers(url, found, services) for url in urls):
+                return pod  # Init:N/M, not Ready
+            pod["init_passed"] += 1
+        if pod["started"] is None:
+            pod["started"] = now
+        if pod["ready"] is None and now - pod["started"] >= DEPLOY_READY_S:
+            pod["ready"] = now
+            entry["runs"].append(
+                {"pod": pod["name"], "boot": pod["boot"], "started": pod["started"], "ready": now}
+            )
+            if entry["ready_at"] is None:
+                entry["ready_at"] = now
+        return pod
+
+    def answers(self, url, found, services):
+        """Whether a poll of `url` from inside the cluster gets a 2xx: a Service's port, a Ready running pod
+        behind it, the path of that pod's readiness probe."""
+        m = re.match(r"^http://([^/:]+)(?::(\d+))?(/[^?#]*)?", url)
+        if not m:
+            return False
+        parts = m[1].split(".")
+        if len(parts) < 2 or (len(parts) > 2 and parts[2] != "svc"):
+            return False  # not a Service name this model resolves
+        svc = services.get((parts[1], parts[0]))
+        if svc is None:
+            return False  # NXDOMAIN
+        port = int(m[2] or 80)
+        svc_spec = svc.get("spec") or {}
+        sport = next((p for p in svc_spec.get("ports") or [] if int(p.get("port", 0)) == port), None)
+        if sport is None:
+            return False
+        selector = svc_spec.get("selector") or {}
+        for key, doc in found.items():
+            if key.split("/", 1)[0] != parts[1]:
+                continue
+            template = (doc.get("spec") or {}).get("template") or {}
+            labels = (template.get("metadata") or {}).get("labels") or {}
+            if not selector or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            pod = (self.state.get("deployment_history", {}).get(key) or {}).get("pod")
+            node = self.state["nodes"].get((pod or {}).get("node") or "")
+            if (
+                not pod
+                or pod["ready"] is None
+                or not self.alive(pod["node"])
+                or node.get("boot_id") != pod["boot"]
+            ):
+                continue
+            for c in (template.get("spec") or {}).get("containers") or []:
+                target = sport.get("targetPort", port)
+                ports = c.get("ports") or []
+                if not any(target in (p.get("name"), p.get("containerPort")) for p in ports):
+                    continue
+                probe = ((c.get("readinessProbe") or {}).get("httpGet") or {}).get("path")
+                path = m[3] or "/"
+                if probe is None or "/" + str(probe).lstrip("/") == path:
+                    return True
+        return False
+
+    def placement(self, deployment):
+        """The node a Deployment's pod runs on, or None (Pending): GPU requests need HAMi's vGPUs, a pinned
+        UUID that card; a cordoned node takes no new pods."""
         template = (deployment.get("spec") or {}).get("template") or {}
         annotations = (template.get("metadata") or {}).get("annotations") or {}
         wanted = 0
         for c in (template.get("spec") or {}).get("containers") or []:
             limits = ((c.get("resources") or {}).get("limits")) or {}
             wanted += int(limits.get("nvidia.com/gpu", 0) or 0)
-        if not wanted:
-            return True
         pins = [u.strip() for u in str(annotations.get("nvidia.com/use-gpuuuid", "")).split(",") if u.strip()]
-        for node in self.state["nodes"].values():
-            if node.get("vgpus", 0) >= wanted and all(u in node.get("gpu_uuids", []) for u in pins):
-                return True
-        return False
+        for name, node in sorted(self.state["nodes"].items()):
+            if node.get("unschedulable") or not self.alive(name):
+                continue
+            if not wanted or (
+                node.get("vgpus", 0) >= wanted and all(u in node.get("gpu_uuids", []) for u in pins)
+            ):
+                return name
+        return None
 
     def register(self, info):
         with self.lock:
@@ -334,6 +564,7 @@ class Cluster:
                 address=info["address"],
                 heartbeat=time.time(),
                 runtimes=info.get("runtimes", []),
+                boot_id=info.get("boot_id", ""),
                 version=version(),
                 pod_cidr=f"10.42.{sorted(nodes).index(info['name'])}.0/24",
             )
@@ -385,6 +616,8 @@ def make_handler(cluster, token):
                 return self.reply(200, state["runtimeclasses"])
             if self.path == "/gpulab/daemonsets":
                 return self.reply(200, state.get("daemonsets", []))
+            if self.path == "/gpulab/pods":
+                return self.reply(200, [{**p, "status": pod_status(p)} for p in state.get("pods", [])])
             if self.path == "/gpulab/workloads":
                 # a HelmChart's install job exists from the moment the server has seen the chart
                 started = [
@@ -502,6 +735,7 @@ def run_server():
         "gpus": len(uuids),
         "gpu_uuids": uuids,
         "name": name,
+        "boot_id": boot_id(),
         "address": address,
         "labels": labels_from(cfg),
         "runtimes": runtimes,
@@ -552,6 +786,7 @@ def run_agent():
     runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
     me = {
         "name": name,
+        "boot_id": boot_id(),
         "address": own_address(),
         "labels": labels_from(cfg),
         "runtimes": runtimes,
@@ -673,9 +908,48 @@ def until(check, timeout_s, interval_s=0.5):
         time.sleep(interval_s)
 
 
+def get_pods(rest, namespace, all_namespaces, selector, fmt):
+    """kubectl get pods: the Deployments' pods, a table like kubectl's or -o json / -o name."""
+    names = rest[2:] or ([rest[1].split("/", 1)[1]] if "/" in rest[1] else [])
+    wanted = dict(p.partition("=")[::2] for p in selector.split(",") if p)
+    pods = [
+        p
+        for p in api_get("/gpulab/pods")
+        if (all_namespaces or p["namespace"] == namespace)
+        and all(p["labels"].get(k) == v for k, v in wanted.items())
+    ]
+    by_name = {p["name"]: p for p in pods}
+    for n in names:
+        if n not in by_name:
+            print(f'Error from server (NotFound): pods "{n}" not found', file=sys.stderr)
+            return 1
+    pods = [by_name[n] for n in names] if names else pods
+    if fmt == "json":
+        objects = [pod_object(p) for p in pods]
+        single = len(names) == 1
+        print(
+            json.dumps(
+                objects[0] if single else {"apiVersion": "v1", "items": objects, "kind": "List"}, indent=4
+            )
+        )
+    elif fmt == "name":
+        for p in pods:
+            print(f"pod/{p['name']}")
+    elif not pods:
+        where = "any namespace" if all_namespaces else f"{namespace} namespace"
+        print(f"No resources found in {where}.", file=sys.stderr)
+    else:
+        print(f"{'NAME':<40} {'READY':<7} {'STATUS':<16} {'RESTARTS':<9} AGE")
+        for p in pods:
+            ready = f"{int(p['ready'] is not None)}/{len(p['containers'])}"
+            age = f"{max(0, int(time.time() - p['created']))}s"
+            print(f"{p['name']:<40} {ready:<7} {p['status']:<16} {p['restarts']:<9} {age}")
+    return 0
+
+
 def kubectl(args):
     fmt, rest, overwrite, namespace = "", [], False, "default"
-    timeout_s, condition = 30.0, ""
+    timeout_s, condition, selector, all_namespaces = 30.0, "", "", False
     i = 0
     while i < len(args):
         a = args[i]
@@ -702,10 +976,17 @@ def kubectl(args):
         elif a == "--overwrite":
             overwrite = True
         elif a in ("-A", "--all-namespaces"):
-            pass
+            all_namespaces = True
+        elif a in ("-l", "--selector"):
+            selector = args[i + 1]
+            i += 1
+        elif a.startswith("--selector="):
+            selector = a.split("=", 1)[1]
         else:
             rest.append(a)
         i += 1
+    if rest[:1] == ["get"] and len(rest) >= 2 and rest[1].split("/", 1)[0].lower() in ("pod", "pods", "po"):
+        return get_pods(rest, namespace, all_namespaces, selector, fmt)
     if rest[:1] == ["get"] and len(rest) >= 2:
         kind = rest[1].split("/", 1)[0].lower()
         names = rest[2:] or ([rest[1].split("/", 1)[1]] if "/" in rest[1] else [])

@@ -33,7 +33,6 @@ PROJECT_PRIVS = frozenset(
         "VM.Config.Memory",
         "VM.Config.Network",
         "VM.Config.Options",
-        "VM.Console",
         "VM.GuestAgent.Audit",
         "VM.PowerMgmt",
         "Datastore.AllocateSpace",
@@ -52,6 +51,7 @@ PROJECT_PRIVS = frozenset(
 ALL_PRIVS = PROJECT_PRIVS | {
     "VM.Backup",
     "VM.Clone",
+    "VM.Console",
     "VM.GuestAgent.Unrestricted",
     "VM.Migrate",
     "VM.Snapshot",

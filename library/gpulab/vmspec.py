@@ -17,6 +17,8 @@ from gpulab.pve.client import raw_pci_login
 # Hardware every VM gets.
 OSTYPE = "l26"
 SCSIHW = "virtio-scsi-single"
+# Options a VM installed from the ISO gets only when gpulab creates it (gpulab_pve_vm's create_only).
+ISO_CREATE_ONLY = ("cdrom", "boot_order", "agent", "ostype", "scsihw")
 # The cloud image has no QEMU guest agent: a cloud-init vendor snippet on the node installs it.
 SNIPPET_STORAGE = "local"
 SNIPPET_NAME = "gpulab-vendor.yaml"
@@ -61,14 +63,17 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
         "ostype": OSTYPE,
         "scsihw": SCSIHW,
         "agent": True,
-        "onboot": bool(vm["vm_onboot"]),
+        "onboot": vm.get("vm_onboot"),
         "disks": [
             {"slot": "scsi0", "storage": vm["vm_storage"], "size_gb": vm["vm_disk_gb"], "iothread": True}
         ],
         "nets": [{"model": "virtio", "bridge": vm["vm_bridge"]}],
         "hostpci": [],
-        "serial_console": cloud,
+        "serial_console": True if cloud else None,
         "boot_order": ["scsi0"] if cloud else ["scsi0", "ide2"],
+        # A VM installed by hand from the ISO may be one the user made in PVE's wizard: what only matters
+        # for installing (the CD-ROM, the boot order) and the wizard's other choices stay as they are.
+        "create_only": [] if cloud else list(ISO_CREATE_ONLY),
     }
     if vm.get("vm_mac"):
         spec["nets"][0]["macaddr"] = vm["vm_mac"]
@@ -79,7 +84,12 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
         }
     if gpu is not None:
         raw = raw_pci_login(g.get("pve_api_token_id"), g.get("pve_api_user"))
-        device = {"host": gpu["pci"].lower()} if raw else {"mapping": gpu["id"]}
+        if raw:
+            device = {"host": gpu["pci"].lower()}
+        elif vm.get("vm_gpu_passthrough") == "mapping":
+            device = {"mapping": gpu["id"]}
+        else:  # the mapping, or the same card attached raw already
+            device = {"mapping": gpu["id"], "host": gpu["pci"].lower()}
         spec["hostpci"] = [{**device, "pcie": vm["vm_machine"] == "q35"}]
     snippet = None
     image = (

@@ -167,10 +167,12 @@ options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, 
         type: int
   hostpci:
     description:
-      - PCI devices, C(hostpci0) first. Each entry names a resource O(hostpci[].mapping) or a raw O(hostpci[].host)
-        address.
-      - 'PVE accepts raw devices from root@pam (password login) only, never from a token: a raw address with any other
-        login is refused before anything is written.'
+      - 'PCI devices, C(hostpci0) first. Each entry names a resource O(hostpci[].mapping), a raw O(hostpci[].host)
+        address, or both: the mapping, and the address it maps on this node. With both, a VM that has that address
+        attached raw already keeps that attachment (it is the same passthrough), and a new attachment goes through
+        the mapping.'
+      - 'PVE accepts raw devices from root@pam (password login) only, never from a token: a raw address to attach,
+        or a raw attachment to replace, with any other login is refused before anything is written.'
     type: list
     elements: dict
     suboptions:
@@ -245,6 +247,38 @@ options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, 
       - Further config keys as PVE spells them (key to value; null removes the key). They go through the same normalisation
         as the rest.
     type: dict
+  create_only:
+    description:
+      - Options (of those above) used only when the VM is created; an existing VM keeps what it has for them, such
+        as the CD-ROM, boot order and guest agent of a VM made by hand.
+    type: list
+    default: []
+    choices:
+      - cores
+      - sockets
+      - memory
+      - balloon
+      - machine
+      - bios
+      - cpu
+      - ostype
+      - scsihw
+      - agent
+      - onboot
+      - numa
+      - efidisk
+      - disks
+      - nets
+      - hostpci
+      - cdrom
+      - cdrom_slot
+      - cloudinit
+      - serial_console
+      - boot_order
+      - description
+      - tags
+      - extra_config
+    elements: str
   restart:
     description: Restart a running VM whose hardware changes are pending.
     type: bool
@@ -404,7 +438,7 @@ from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller
 
 if HAS_GPULAB:
     from gpulab.pve import connection, vmconfig, vmoptions
-    from gpulab.pve.vm import VmError, VmManager, VmSpec, build_config, wait_for_address
+    from gpulab.pve.vm import VmError, VmManager, build_spec, wait_for_address
 
 
 def build_argument_spec(fallback=None):
@@ -415,9 +449,10 @@ def build_argument_spec(fallback=None):
 
 
 def refuse_raw_hostpci(entries, conn):
-    """PVE attaches a raw PCI address for root@pam password logins only; refuse it up front otherwise."""
+    """PVE attaches a raw PCI address for root@pam password logins only; refuse it up front otherwise
+    (an entry with a mapping as well never writes the raw address)."""
     for index, dev in enumerate(entries or ()):
-        if dev.get("host") and not conn.may_attach_raw_pci:
+        if dev.get("host") and not dev.get("mapping") and not conn.may_attach_raw_pci:
             raise ValueError(
                 f"hostpci[{index}] names the raw device {dev['host']} but PVE only lets root@pam (password "
                 f"login) attach raw PCI devices, and this module logs in as {conn.userid}: create a PCI "
@@ -448,8 +483,10 @@ def main():
     with ModuleRun(module, f"Managing {what}", VmError, ValueError, result=result) as run:
         conn = connection.connection_from_params(p)
         refuse_raw_hostpci(p["hostpci"], conn)
-        config, families = build_config(**{o.name: p[o.name] for o in vmoptions.OPTIONS}, name=p["name"])
-        spec = VmSpec(node=p["node"], vmid=p["vmid"], name=p["name"], config=config, own_families=families)
+        options = {o.name: p[o.name] for o in vmoptions.OPTIONS}
+        spec = build_spec(
+            p["node"], p["vmid"], {**options, "name": p["name"]}, p["create_only"], conn.may_attach_raw_pci
+        )
         client = run.connect()
         manager = VmManager(
             client,

@@ -21,7 +21,7 @@ def test_the_reference_gpu_vm_is_resolved_whole(inv):
     spec = gpu["spec"]
     assert spec["machine"] == "q35" and spec["bios"] == "ovmf" and spec["cpu"] == "host"
     assert spec["balloon"] == 0 and spec["onboot"] is False
-    assert spec["hostpci"] == [{"mapping": "rtx3090", "pcie": True}]
+    assert spec["hostpci"] == [{"mapping": "rtx3090", "host": "0000:02:00", "pcie": True}]
     assert spec["efidisk"] == {"storage": "local-zfs", "pre_enrolled_keys": False}
     assert spec["disks"] == [
         {
@@ -49,7 +49,7 @@ def test_the_reference_gpu_vm_is_resolved_whole(inv):
 
 def test_every_spec_key_is_an_option_of_the_module(inv):
     for plan in plans(inv).values():
-        assert set(plan["spec"]) <= {o.name for o in vmoptions.OPTIONS}, plan["host"]
+        assert set(plan["spec"]) <= {o.name for o in vmoptions.CONTROL}, plan["host"]
 
 
 def test_gpu_vms_come_last(inv):
@@ -90,19 +90,36 @@ def test_start_at_boot_is_what_the_definition_says(inv):
     assert plans(inv)["vm-gpu"]["spec"]["onboot"] is True
 
 
+def test_start_at_boot_unset_is_left_to_pve(inv):
+    # a new VM gets PVE's default (off); an existing one keeps its own setting (None: not managed)
+    inv.hosts["vm-1"].pop("vm_onboot", None)
+    assert plans(inv)["vm-1"]["spec"]["onboot"] is None
+
+
+MAPPED = {"mapping": "rtx3090", "host": "0000:02:00", "pcie": True}
+
+
 @pytest.mark.parametrize(
     ("login", "device"),
     [
         ({"pve_api_user": "root@pam", "pve_api_password": "pw"}, {"host": "0000:02:00", "pcie": True}),
-        ({"pve_api_user": "admin@pve", "pve_api_password": "pw"}, {"mapping": "rtx3090", "pcie": True}),
-        ({}, {"mapping": "rtx3090", "pcie": True}),  # the token
+        ({"pve_api_user": "admin@pve", "pve_api_password": "pw"}, MAPPED),
+        ({}, MAPPED),  # the token
     ],
 )
 def test_mapping_unless_root_password(inv, login, device):
+    # with a mapping, the raw address it maps is given too: a card attached raw already stays so
     if login:
         del inv.globals["pve_api_token_id"], inv.globals["pve_api_token_secret"]
         inv.globals.update(login)
     assert plans(inv)["vm-gpu"]["spec"]["hostpci"] == [device]
+
+
+def test_the_mapping_only_when_the_inventory_asks(inv):
+    inv.hosts["vm-gpu"]["vm_gpu_passthrough"] = "mapping"
+    assert plans(inv)["vm-gpu"]["spec"]["hostpci"] == [{"mapping": "rtx3090", "pcie": True}]
+    inv.hosts["vm-gpu"]["vm_gpu_passthrough"] = "raw"
+    assert any("vm-gpu: vm_gpu_passthrough='raw'" in m for m in inv.messages()), inv.messages()
 
 
 def test_an_iso_install_gets_the_installer_and_no_cloud_init(inv):
@@ -118,7 +135,10 @@ def test_an_iso_install_gets_the_installer_and_no_cloud_init(inv):
     spec = plan["spec"]
     assert spec["cdrom"] == "local:iso/ubuntu-24.04.3-live-server-amd64.iso" == plan["image"]["volume"]
     assert "cloudinit" not in spec and "import_from" not in spec["disks"][0]
-    assert spec["boot_order"] == ["scsi0", "ide2"] and spec["serial_console"] is False
+    assert spec["boot_order"] == ["scsi0", "ide2"] and spec["serial_console"] is None
+    # what the installer needs, and the wizard's choices, only when gpulab creates the VM
+    assert spec["create_only"] == ["cdrom", "boot_order", "agent", "ostype", "scsihw"]
+    assert plans(inv)["vm-2"]["spec"]["create_only"] == []  # a cloud-image VM is always gpulab's own
 
 
 def test_no_snippet_when_it_is_turned_off(inv):

@@ -77,7 +77,7 @@ def test_build_config_for_the_reference_gpu_vm():
 def test_build_config_i440fx_is_pvess_pc_and_conflicts_are_refused():
     cfg, _ = vm.build_config(name="vm-1", machine="i440fx")
     assert cfg["machine"] == "pc"
-    with pytest.raises(vm.VmError, match="exactly one"):
+    with pytest.raises(vm.VmError, match="give mapping, host, or both"):
         vm.build_config(name="x", hostpci=[{"pcie": True}])
     with pytest.raises(vm.VmError, match="both want ide2"):
         vm.build_config(name="x", cdrom="local:iso/a.iso", cloudinit={"storage": "local-zfs"})

@@ -489,3 +489,12 @@ _value = st.lists(_part, max_size=5).map(",".join)
 def test_normalisers_are_idempotent(key, value):
     once = normalize_value(key, value)
     assert normalize_value(key, once) == once
+
+
+def test_a_nics_hand_set_firewall_stays_unless_the_spec_names_it():
+    have = {"net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0,firewall=1"}
+    assert not vmconfig.diff(have, {"net0": "virtio,bridge=vmbr0"}).changed
+    off = vmconfig.diff(have, {"net0": "virtio,bridge=vmbr0,firewall=0"})
+    assert off.set == {"net0": "virtio,bridge=vmbr0,macaddr=BC:24:11:00:00:01"}  # off: PVE's default
+    moved = vmconfig.diff(have, {"net0": "virtio,bridge=vmbr1"})
+    assert moved.set == {"net0": "virtio,bridge=vmbr1,firewall=1,macaddr=BC:24:11:00:00:01"}

@@ -37,7 +37,7 @@ def plan_text(definition: LabDefinition) -> str:
                     f"{vm.get('vm_disk_gb')} GB {vm.get('vm_storage')}",
                     f"{vm.get('vm_machine')}/{vm.get('vm_firmware')}",
                     vm.get("vm_gpu") or "-",
-                    "yes" if vm.get("vm_onboot") else "no",
+                    {True: "yes", False: "no"}.get(vm.get("vm_onboot"), "-"),
                     str(vm.get("vm_address")),
                     role.get(h, "-"),
                 )

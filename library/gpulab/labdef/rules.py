@@ -214,6 +214,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vm_machine": (one_of(MACHINES),),
     "vm_firmware": (one_of(FIRMWARES),),
     "vm_os_install": (one_of(OS_INSTALLS),),
+    "vm_gpu_passthrough": (one_of(("mapping",)),),
     "vm_cores": (at_least("vm_cores", 1),),
     "vm_memory_mib": (at_least("vm_memory_mib", 512),),
     "vm_disk_gb": (at_least("vm_disk_gb", 1),),

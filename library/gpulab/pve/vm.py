@@ -60,6 +60,13 @@ class VmSpec:
     # Indexed key families the spec owns completely: keys of these families absent from `config` are
     # removed (net, hostpci). Disks are never removed implicitly.
     own_families: tuple[str, ...] = ()
+    # The config a new VM is created with, when it holds more than `config` (options used only at
+    # creation, vmoptions' `create_only`); None: `config`.
+    create_config: dict[str, Any] | None = None
+    # Current values that meet a desired key although spelt otherwise (vmoptions.equivalents).
+    equivalents: dict[str, str] = field(default_factory=dict)
+    # Whether this login may write a raw hostpci (root@pam with a password); None: not checked here.
+    may_touch_raw_pci: bool | None = None
 
 
 def build_config(*, name: str, **options: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -71,6 +78,25 @@ def build_config(*, name: str, **options: Any) -> tuple[dict[str, Any], tuple[st
         return vmoptions.build({"name": name, **options})
     except vmoptions.OptionError as exc:
         raise VmError(str(exc)) from None
+
+
+def build_spec(
+    node: str,
+    vmid: int,
+    options: Mapping[str, Any],
+    create_only: tuple[str, ...] | list[str] = (),
+    may_touch_raw_pci: bool | None = None,
+) -> VmSpec:
+    """The VmSpec of the module's options (`name` among them): `create_only` options go into the config
+    a new VM is created with and are left out of the one an existing VM is brought to."""
+    config, families = build_config(**options)
+    spec = VmSpec(node, vmid, options["name"], config, families, may_touch_raw_pci=may_touch_raw_pci)
+    if create_only:
+        managed = {k: v for k, v in options.items() if k not in create_only}
+        spec.create_config = config
+        spec.config, spec.own_families = build_config(**managed)
+    spec.equivalents = vmoptions.equivalents(options)
+    return spec
 
 
 @dataclass
@@ -125,6 +151,39 @@ def _family_deletes(spec: VmSpec, current: Mapping[str, Any]) -> dict[str, None]
             if key.startswith(fam) and key[len(fam) :].isdigit() and key not in spec.config:
                 out[key] = None
     return out
+
+
+def _is_raw_pci(value: Any) -> bool:
+    props = vmconfig.HOSTPCI_FORMAT.parse(value) or {}
+    return bool(props.get("host")) and not props.get("mapping")
+
+
+def desired_update(spec: VmSpec, current: Mapping[str, Any]) -> dict[str, Any]:
+    """What an existing VM is brought to: the spec's config, the owned families' extra keys removed,
+    and each key whose current value is an equivalent of the desired one left as it is.
+
+    Raises VmError before anything is written when the change would replace or remove a raw hostpci
+    and the login may not (PVE lets only root@pam touch one).
+    """
+    desired = dict(spec.config)
+    desired.update(_family_deletes(spec, current))
+    for key, same in spec.equivalents.items():
+        have = current.get(key)
+        if have is not None and vmconfig.normalize_value(key, have) == vmconfig.normalize_value(key, same):
+            desired[key] = have
+    if spec.may_touch_raw_pci is False:
+        for key, want in desired.items():
+            have = current.get(key)
+            if not key.startswith("hostpci") or have is None or not _is_raw_pci(have):
+                continue
+            if want is None or vmconfig.normalize_value(key, want) != vmconfig.normalize_value(key, have):
+                raise VmError(
+                    f"VM {spec.vmid} ({spec.name}) has {key}: {have} attached raw, which PVE lets only root@pam "
+                    f"(password login) change, and the spec wants {want or 'it removed'}: keep the raw "
+                    "attachment (leave vm_gpu_passthrough unset), or run stage vms once with root@pam "
+                    "(pve_api_user: root@pam and pve_api_password) to move it to the mapping"
+                )
+    return desired
 
 
 class VmManager:
@@ -251,7 +310,8 @@ class VmManager:
         if entry is None:
             res.created = res.changed = True
             res.actions.append("create")
-            desired = {k: v for k, v in spec.config.items() if v is not None}
+            create = spec.config if spec.create_config is None else spec.create_config
+            desired = {k: v for k, v in create.items() if v is not None}
             params, resizes = vmconfig.create_params(desired)
             res.set = _shown(params)
             res.resize = dict(resizes)
@@ -272,9 +332,7 @@ class VmManager:
                 current, pending = self._pending_view()
             else:
                 current, pending = self._config(), []
-            desired = dict(spec.config)
-            desired.update(_family_deletes(spec, current))
-            change = vmconfig.diff(current, desired)
+            change = vmconfig.diff(current, desired_update(spec, current))
             if change.refused:
                 raise VmError(f"VM {spec.vmid} ({spec.name}): " + "; ".join(change.refused))
             res.before, res.after = change.before, change.after
@@ -296,9 +354,7 @@ class VmManager:
                     if running:
                         # The digest is in GET config only; diff again against exactly that config.
                         current = self._config()
-                        desired = dict(spec.config)
-                        desired.update(_family_deletes(spec, current))
-                        change = vmconfig.diff(current, desired)
+                        change = vmconfig.diff(current, desired_update(spec, current))
                         if change.refused:
                             raise VmError(f"VM {spec.vmid} ({spec.name}): " + "; ".join(change.refused))
                     self._apply(change, current.get("digest"))

@@ -150,8 +150,9 @@ class PropFormat:
     key_alias_values: tuple[str, ...] = ()
     key_alias_target: tuple[str, str] | None = None
     fixup: Callable[[dict[str, str]], dict[str, str]] | None = None
-    # Sub-keys PVE fills in itself (a NIC's MAC): compared only when desired names them,
-    # and carried over from the current value when a changed value is written.
+    # Sub-keys compared only when the desired value names them, and carried over from the current
+    # value when a changed value is written: those PVE fills in itself (a NIC's MAC) and those the
+    # user may have set by hand that a spec leaves alone unless it says otherwise (a NIC's firewall).
     volatile: frozenset[str] = frozenset()
 
     def __post_init__(self):
@@ -193,6 +194,16 @@ class PropFormat:
         if self.fixup is not None:
             out = self.fixup(out)
         return out
+
+    def named(self, value: Any) -> set[str]:
+        """The sub-keys `value` spells out, defaults included (empty when it cannot be read)."""
+        try:
+            props = propstr.parse(
+                str(value), self.default_key, self.aliases, self.key_alias_values, self.key_alias_target
+            )
+        except propstr.PropertyStringError:
+            return set()
+        return set(props)
 
     def render(self, props: Mapping[str, str]) -> str:
         return propstr.render(props, self.default_key)
@@ -239,7 +250,9 @@ NET_FORMAT = PropFormat(
     upper=frozenset({"macaddr"}),
     key_alias_values=NET_MODELS,
     key_alias_target=("model", "macaddr"),
-    volatile=frozenset({"macaddr"}),
+    # Only model and bridge are always compared: the MAC PVE picked, and the firewall, VLAN tag, MTU,
+    # queues, rate limit and link state the Create VM wizard or the user set, stay unless named.
+    volatile=frozenset({"macaddr", "firewall", "tag", "mtu", "queues", "rate", "link_down"}),
 )
 
 HOSTPCI_FORMAT = PropFormat(
@@ -742,8 +755,9 @@ def diff(current: Mapping[str, Any], desired: Mapping[str, Any]) -> ConfigChange
         if fmt is not None and fmt.volatile and have is not None:
             want_props = fmt.parse(want) or {}
             have_props = fmt.parse(have) or {}
-            for sub in fmt.volatile:
-                if sub not in want_props and sub in have_props:
+            named = fmt.named(want)
+            for sub in fmt.volatile - named:
+                if sub in have_props:
                     want_props[sub] = have_props[sub]
             want_norm = fmt.render(want_props)
             wire = want_norm

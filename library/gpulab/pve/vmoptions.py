@@ -143,16 +143,32 @@ def _nets(value: list[Mapping[str, Any]], _p: Mapping[str, Any]) -> dict[str, An
     return out
 
 
+def _hostpci_props(dev: Mapping[str, Any], device: dict[str, str]) -> str:
+    props = dict(device)
+    for opt, sub in (("pcie", "pcie"), ("x_vga", "x-vga"), ("rombar", "rombar")):
+        if dev.get(opt) is not None:
+            props[sub] = _b(dev[opt])
+    return propstr.render(props, "host")
+
+
 def _hostpci(value: list[Mapping[str, Any]], _p: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for index, dev in enumerate(value):
-        if bool(dev.get("mapping")) == bool(dev.get("host")):
-            raise OptionError(f"hostpci[{index}]: give exactly one of mapping or host")
-        props = {"mapping": dev["mapping"]} if dev.get("mapping") else {"host": str(dev["host"]).lower()}
-        for opt, sub in (("pcie", "pcie"), ("x_vga", "x-vga"), ("rombar", "rombar")):
-            if dev.get(opt) is not None:
-                props[sub] = _b(dev[opt])
-        out[f"hostpci{index}"] = propstr.render(props, "host")
+        if not dev.get("mapping") and not dev.get("host"):
+            raise OptionError(f"hostpci[{index}]: give mapping, host, or both")
+        device = {"mapping": dev["mapping"]} if dev.get("mapping") else {"host": str(dev["host"]).lower()}
+        out[f"hostpci{index}"] = _hostpci_props(dev, device)
+    return out
+
+
+def equivalents(params: Mapping[str, Any]) -> dict[str, str]:
+    """Config values that count as the desired one although they are spelt otherwise: a hostpci entry
+    with both a mapping and the host address it maps is met by that address attached raw (the same
+    passthrough; PVE lets only root@pam touch a raw one, so it is left as it is)."""
+    out = {}
+    for index, dev in enumerate(params.get("hostpci") or ()):
+        if dev.get("mapping") and dev.get("host"):
+            out[f"hostpci{index}"] = _hostpci_props(dev, {"host": str(dev["host"]).lower()})
     return out
 
 
@@ -301,10 +317,13 @@ OPTIONS: tuple[Option, ...] = (
         "hostpci",
         "list",
         (
-            "PCI devices, C(hostpci0) first. Each entry names a resource O(hostpci[].mapping) or a raw "
-            "O(hostpci[].host) address.",
+            "PCI devices, C(hostpci0) first. Each entry names a resource O(hostpci[].mapping), a raw "
+            "O(hostpci[].host) address, or both: the mapping, and the address it maps on this node. With both, "
+            "a VM that has that address attached raw already keeps that attachment (it is the same "
+            "passthrough), and a new attachment goes through the mapping.",
             "PVE accepts raw devices from root@pam (password login) only, never from a token: a raw address "
-            "with any other login is refused before anything is written.",
+            "to attach, or a raw attachment to replace, with any other login is refused before anything is "
+            "written.",
         ),
         ("hostpci*",),
         _hostpci,
@@ -397,6 +416,17 @@ CONTROL: tuple[Option, ...] = (
         default="present",
     ),
     *OPTIONS,
+    Option(
+        "create_only",
+        "list",
+        (
+            "Options (of those above) used only when the VM is created; an existing VM keeps what it has for "
+            "them, such as the CD-ROM, boot order and guest agent of a VM made by hand.",
+        ),
+        elements="str",
+        default=[],
+        choices=tuple(o.name for o in OPTIONS),
+    ),
     Option("restart", "bool", "Restart a running VM whose hardware changes are pending.", default=False),
     Option(
         "timeout", "int", "Seconds to wait for each PVE task (create, update, start, shutdown).", default=600

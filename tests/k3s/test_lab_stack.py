@@ -2,7 +2,8 @@
 
 One lab for the whole module (bringing it up and running site.yml takes minutes): site.yml, then the
 opt-in workloads stage (a plan above 100 % of a card is refused before anything is placed; two engines
-sharing vm-gpu's card start one after the other, each after the previous is Ready), the rolling upgrade
+sharing vm-gpu's card start one after the other, each after the previous is Ready, and again in that order
+after vm-gpu reboots, kept by the second engine's init container), the rolling upgrade
 (one agent at a time: drain, upgrade, Ready, uncordon) and the teardown (VMs kept without the
 confirmation, destroyed through the PVE API with it).
 
@@ -173,6 +174,12 @@ def test_workloads_share_a_card_one_after_another(lab, engines_file):
         assert (str(limits["nvidia.com/gpu"]), str(limits["nvidia.com/gpumem-percentage"])) == ("1", "45")
         env = {e["name"]: e.get("value") for e in container.get("env", [])}
         assert (env.get("CUDA_DISABLE_CONTROL") == "true") == (name == "vllm"), env
+    # vllm is told its share; ollama waits for vllm on every start of its pod
+    vllm_pod, ollama_pod = (manifests[n]["spec"]["template"]["spec"] for n in ("vllm", "ollama"))
+    assert vllm_pod["containers"][0]["args"] == ["--gpu-memory-utilization", "0.45"]
+    assert "initContainers" not in vllm_pod and "args" not in ollama_pod["containers"][0]
+    (wait,) = ollama_pod["initContainers"]
+    assert wait["env"] == [{"name": "GPULAB_WAIT_FOR", "value": "http://vllm.default.svc:8000/health"}]
 
     # the second engine on the card was placed only after the first was Ready, and the role waited for it
     # (the last engine has nobody waiting for it: give the server a few heartbeats to pick it up)
@@ -192,6 +199,51 @@ def test_workloads_share_a_card_one_after_another(lab, engines_file):
     rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{good}", "--check")
     assert rc == 0 and changed(recap) == 0, out[-4000:]
     assert lab.manifests() == before
+
+
+def test_a_node_reboot_starts_the_engines_one_after_another(lab, tmp_path):
+    """vm-gpu reboots (ansible.builtin.reboot; the lab host boots again with a new boot id and systemd starts
+    k3s-agent): no Ansible runs the engines' order, yet ollama starts only once vllm is Ready again, held in
+    its init container meanwhile."""
+    before = lab.cluster()["deployment_history"]
+    assert [len(before[f"default/{n}"]["runs"]) for n in ("vllm", "ollama")] == [1, 1], before
+    boot = before["default/vllm"]["runs"][0]["boot"]
+    book = tmp_path / "reboot.yml"
+    book.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Reboot the GPU node",
+                    "hosts": "vm-gpu",
+                    "gather_facts": False,
+                    "become": True,
+                    "tasks": [{"name": "Reboot", "ansible.builtin.reboot": {"reboot_timeout": 300}}],
+                }
+            ]
+        )
+    )
+    rc, _recap, out = lab.play(str(book))
+    assert rc == 0, out[-4000:]
+
+    held = []  # (vllm Ready?, ollama's status) while ollama was in its init container
+    deadline = time.monotonic() + 180
+    history = {}
+    while time.monotonic() < deadline:
+        cluster = lab.cluster()
+        history = cluster["deployment_history"]
+        for pod in cluster.get("pods", []):
+            if pod["name"].startswith("ollama-") and pod["init_passed"] == 0 and pod["boot"] != boot:
+                vllm = history["default/vllm"]["pod"]
+                held.append((vllm["ready"] is not None and vllm["boot"] == pod["boot"], pod["started"]))
+        if all(len(history[f"default/{n}"]["runs"]) >= 2 for n in ("vllm", "ollama")):
+            break
+        time.sleep(0.5)
+    vllm, ollama = history["default/vllm"]["runs"], history["default/ollama"]["runs"]
+    assert len(vllm) == 2 and len(ollama) == 2, history
+    assert vllm[1]["boot"] == ollama[1]["boot"] != boot
+    assert vllm[1]["started"] < vllm[1]["ready"] <= ollama[1]["started"], history
+    # ollama was seen held in its init container, its engine not started
+    assert held and all(started is None for _ready, started in held), held
 
 
 def test_upgrade_rolls_the_agents_one_at_a_time(lab):

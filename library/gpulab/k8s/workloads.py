@@ -46,7 +46,8 @@ ENGINE_KEYS = {
     "gpus": "cards, each an index into the node's GPUs or a GPU UUID (default [0])",
     "gpu_memory_percent": "share of each card's memory, 1-100 (default 100: the whole card)",
     "gpu_cores": "share of each card's compute, 1-100 (default: no limit)",
-    "cuda_disable_control": "true for engines that size their own GPU memory, such as vLLM (default false)",
+    "cuda_disable_control": "true for engines that size their own GPU memory, such as vLLM: HAMi-core off "
+    "(default true for vLLM, false otherwise)",
     "kind": "vllm or other (default vllm for an image whose name contains vllm); a vLLM engine with "
     "cuda_disable_control gets --gpu-memory-utilization from its share",
     "namespace": "namespace (default default)",

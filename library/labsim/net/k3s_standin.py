@@ -411,7 +411,7 @@ class Cluster:
                     "runs": [],
                     "pod": None,
                 }
-            if int((doc.get("spec") or {}).get("replicas", 1)) == 0:
+            if str((doc.get("spec") or {}).get("replicas", 1)) == "0":
                 entry["pod"] = None
                 out[key] = {"ready": True, "seen": entry["seen"], "ready_at": entry["ready_at"]}
                 continue

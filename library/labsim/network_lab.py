@@ -1153,6 +1153,7 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
     node = fixture["nodes"][0]
     lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
     spec = node_host.node_host_spec(node, lab.hosts_dir / "node0")
+    _seed_node_vms(lab, fixture)
     # the router and the node boot side by side (each waits for its own sshd)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         from labsim import seed
@@ -1195,6 +1196,25 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
     if leases:
         facts["seed_leases"] = {x["hostname"]: x["address"] for x in leases}
     return facts
+
+
+def _seed_node_vms(lab: NetworkLab, fixture: dict[str, Any]) -> None:
+    """A seeded lab's VMs in the node's ``qm list`` from its first boot (the VM hooks keep it up to date)."""
+    vms = (fixture.get("seed") or {}).get("vms") or []
+    path = lab.hosts_dir / "node0" / "state" / "pve" / "vms.json"
+    if not vms or path.exists():
+        return
+    entries = {}
+    for vm in vms:
+        create = vm["create"]
+        entries[str(vm["vmid"])] = {
+            "name": create["name"],
+            "mem_mb": int(str(create.get("memory", "512")).split(",")[0].removeprefix("current=")),
+            "bootdisk_gb": float(str(create.get("scsi0", "")).split(",")[0].rpartition(":")[2] or 0),
+            "status": "stopped",
+            "pid": 0,
+        }
+    _write_json(path, entries)
 
 
 def down(state_dir: Path) -> None:

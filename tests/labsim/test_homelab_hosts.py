@@ -150,11 +150,17 @@ def test_homelab_lab_inventory_reaches_the_guest_with_its_key_and_become_passwor
     assert desc["seed"]["guest_password"] not in res.stdout + res.stderr
 
 
-def test_node_starts_with_the_installers_command_line(homelab):
+def test_node_starts_with_the_installers_command_line_and_lists_the_vms(homelab):
     desc, _api = homelab
     out = ssh(desc, "root", desc["node_host"]["address"], "cat /etc/kernel/cmdline /proc/cmdline").stdout
     assert "modprobe.blacklist" not in out and "nomodeset" not in out
     assert network_lab.node_boot_state(Path(desc["state_dir"]))["state"] == "stock"
+    rows = [
+        line.split()
+        for line in ssh(desc, "root", desc["node_host"]["address"], "qm list").stdout.splitlines()
+    ]
+    assert [r[:2] for r in rows[1:]] == [["100", "vm-1"], ["101", "vm-2"], ["102", "vm-gpu"]]
+    assert rows[2][2:5] == ["stopped", "4096", "60.00"]  # vm-2 was never started here
 
 
 def test_node_with_the_blacklist_already_on_its_command_line(tmp_path):

@@ -9,7 +9,7 @@ paths, so that what PVE stores is what the simulator's create and config calls s
 - ``vms``: each one ``vmid``, ``create`` (the parameters PVE 9's Create VM wizard sends, e.g. ``ide2`` with
   the ISO, ``net0`` with the MAC the guest has had since), ``root_config`` (what root@pam set afterwards
   with a password login, such as a raw ``hostpci0``), ``status`` (``stopped``, the default, or
-  ``running``) and ``address`` (the address the router's lease gives the MAC; with an ``auto``
+  ``running``; ``seed.status`` sets it for every VM that names none) and ``address`` (the address the router's lease gives the MAC; with an ``auto``
   network its host part is kept inside the lab's range).
 - ``guest``: how the guests were installed (``os``, ``user``; ``sudo: password`` is the Ubuntu
   installer's default: the user is in group ``sudo`` and sudo asks for the password). The password is a
@@ -70,7 +70,7 @@ def normalise_seed(seed: dict[str, Any], fixture: dict[str, Any], src: Path) -> 
             raise SeedError(f"lab fixture {src}: seed VM ids must be unique numbers from 100 ({vmid})")
         seen.add(vmid)
         vm["vmid"] = vmid
-        vm.setdefault("status", "stopped")
+        vm.setdefault("status", seed.get("status") or "stopped")
         if vm["status"] not in ("stopped", "running"):
             raise SeedError(f"lab fixture {src}: seed VM {vmid} status must be 'stopped' or 'running'")
         create = vm.get("create") or {}

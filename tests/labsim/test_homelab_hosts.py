@@ -180,3 +180,21 @@ def test_node_with_the_blacklist_already_on_its_command_line(tmp_path):
         )
     finally:
         network_lab.down(state)
+
+
+def test_seeded_vms_running_when_the_lab_starts_hold_their_leases(tmp_path):
+    fixture = fast_homelab(tmp_path / "f.yml", network={"vm_init": "simple"}, seed={"status": "running"})
+    state = tmp_path / "state"
+    desc = cli.up(state, str(fixture))
+    try:
+        deadline = time.monotonic() + 40
+        names = {}
+        while time.monotonic() < deadline and len(names) < 3:
+            time.sleep(0.5)
+            for name in desc["seed"]["vms"]:
+                res = ssh(desc, "ubuntu", address(desc, name), "hostname", check=False, timeout=5)
+                if res.returncode == 0:
+                    names[name] = res.stdout.strip()
+        assert names == {"vm-1": "vm-1", "vm-2": "vm-2", "vm-gpu": "vm-gpu"}
+    finally:
+        cli.down(state)

@@ -191,11 +191,19 @@ def test_seeding_runs_once_per_state_directory(tmp_path):
         stop_lab(server, thread)
 
 
-def test_seeded_vm_can_start_running(tmp_path):
+def test_seeded_vms_can_be_running_when_the_lab_starts(tmp_path):
     fixture = fast_homelab(tmp_path / "f.yml", seed={"vms": [{"vmid": 100, "status": "running", **_vm1()}]})
     server, _desc, thread = start_lab(tmp_path / "state", fixture)
     try:
         assert server.lab.state.data["vms"]["100"]["status"] == "running"
+    finally:
+        stop_lab(server, thread)
+    fixture = fast_homelab(tmp_path / "g.yml", seed={"status": "running"})  # every VM (a mapping: merged)
+    server, _desc, thread = start_lab(tmp_path / "state2", fixture)
+    try:
+        assert {k: v["status"] for k, v in server.lab.state.data["vms"].items()} == dict.fromkeys(
+            ("100", "101", "102"), "running"
+        )
     finally:
         stop_lab(server, thread)
 

@@ -1448,6 +1448,10 @@ class NetVmHooks(VmHooks):
     def guest_interfaces(self, node: str, vmid: int, config: dict) -> list[dict]:
         if self._running() is None:
             return super().guest_interfaces(node, vmid, config)
+        upper = self.lab.hosts_dir / f"vm{int(vmid)}" / "upper"
+        if self._installation(vmid, config) is not None and not (upper / "usr/sbin/qemu-ga").exists():
+            # the ISO install has no qemu-guest-agent until the guest installs it (the lab's package)
+            raise LabNetError(f"VM {vmid}: no QEMU guest agent in the guest")
         ns = f"{self.lab.id}-{_tag_of(f'vm{int(vmid)}')}"
         res = _ip("-n", ns, "-j", "-s", "addr", "show", check=False)
         if res.returncode != 0:

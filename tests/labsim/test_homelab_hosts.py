@@ -198,3 +198,18 @@ def test_seeded_vms_running_when_the_lab_starts_hold_their_leases(tmp_path):
         assert names == {"vm-1": "vm-1", "vm-2": "vm-2", "vm-gpu": "vm-gpu"}
     finally:
         cli.down(state)
+
+
+def test_iso_guest_agent_answers_only_once_the_guest_installs_it(homelab):
+    desc, api = homelab
+    ip = started(desc, api, 100, "vm-1")
+    api.data("PUT", "/nodes/pve/qemu/100/config", agent="enabled=1")  # pending until the next start
+    assert api.run("POST", "/nodes/pve/qemu/100/status/stop")["exitstatus"] == "OK"
+    assert api.run("POST", "/nodes/pve/qemu/100/status/start")["exitstatus"] == "OK"
+    time.sleep(0.3)  # the fixture's agent_delay
+    r = api.get("/nodes/pve/qemu/100/agent/network-get-interfaces")
+    assert r.status_code == 500 and "QEMU guest agent is not running" in r.text
+    sudo(desc, ip, 'sh -c "apt-get update -q && apt-get install -y -q qemu-guest-agent"')
+    ifaces = api.data("GET", "/nodes/pve/qemu/100/agent/network-get-interfaces")["result"]
+    ens18 = next(i for i in ifaces if i["name"] == "ens18")
+    assert ip in [a["ip-address"] for a in ens18["ip-addresses"]]

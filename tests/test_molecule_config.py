@@ -42,6 +42,10 @@ def test_every_scenario_keeps_pipelining_and_host_key_checking():
     project = _project_cfg()
     for name in _scenarios():
         scenario = _scenario_cfg(name)
-        assert str(scenario["ssh_connection"]["pipelining"]).lower() == project["ssh_connection"]["pipelining"]
-        assert str(scenario["defaults"]["host_key_checking"]).lower() == project["defaults"]["host_key_checking"]
+        assert (
+            str(scenario["ssh_connection"]["pipelining"]).lower() == project["ssh_connection"]["pipelining"]
+        )
+        assert (
+            str(scenario["defaults"]["host_key_checking"]).lower() == project["defaults"]["host_key_checking"]
+        )
         assert scenario["defaults"]["gathering"] == project["defaults"]["gathering"]

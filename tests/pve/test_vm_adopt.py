@@ -6,10 +6,40 @@ stay unless the spec names them; a card attached raw by root is the same passthr
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
+import pytest
+
 from .conftest import prepare_gpu_lab, run_module
 
-ISO = "local:iso/ubuntu-24.04.3-live-server-amd64.iso"
-ISO_SHA256 = "e93681f3cab37e29bdf53bf2231ffc4de4bcc9d90ad8dc5bb62d18a2355052a0"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def homelab_plan(vm: str = "vm-gpu") -> dict:
+    """`vm`'s plan as gpulab.vmspec resolves it from inventory/homelab (API token login)."""
+    from gpulab import inventory, labdef, vmspec
+
+    env = {
+        "GPULAB_PVE_API_TOKEN_SECRET": "11111111-2222-4333-8444-555555555555",
+        "GPULAB_ROUTER_PASSWORD": "pw",
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        definition, problems = labdef.check(*inventory.load(ROOT / "inventory" / "homelab"))
+    assert problems == [], [str(p) for p in problems]
+    return vmspec.resolve(definition)[vm]
+
+
+def spec() -> dict:
+    """gpulab_pve_vm's options for vm-gpu, exactly as stage vms sends them."""
+    plan = homelab_plan()
+    return {"node": plan["node"], "vmid": plan["vmid"], "name": plan["name"], **plan["spec"]}
+
+
+ISO = "local:iso/ubuntu-24.04.3-live-server-amd64.iso"  # inventory/homelab's gpulab_os_iso
 # What PVE 9's wizard stores for vm-gpu (q35/OVMF, card attached raw by root), as root@pam would post it.
 WIZARD = {
     "name": "vm-gpu",
@@ -28,38 +58,22 @@ WIZARD = {
     "boot": "order=scsi0;ide2;net0",
     "hostpci0": "0000:02:00,pcie=1",
 }
-# What gpulab.vmspec resolves for it from inventory/homelab (vm_os_install: iso, token login).
-SPEC = {
-    "node": "pve",
-    "vmid": 102,
-    "name": "vm-gpu",
-    "cores": 8,
-    "memory": 16384,
-    "balloon": 0,
-    "machine": "q35",
-    "bios": "ovmf",
-    "cpu": "host",
-    "ostype": "l26",
-    "scsihw": "virtio-scsi-single",
-    "agent": True,
-    "onboot": False,
-    "disks": [{"slot": "scsi0", "storage": "local-zfs", "size_gb": 200, "iothread": True}],
-    "nets": [{"model": "virtio", "bridge": "vmbr0"}],
-    "hostpci": [{"mapping": "rtx3090", "host": "0000:02:00", "pcie": True}],
-    "efidisk": {"storage": "local-zfs", "pre_enrolled_keys": False},
-    "cdrom": ISO,
-    "boot_order": ["scsi0", "ide2"],
-    "create_only": ["cdrom", "boot_order", "agent", "ostype", "scsihw"],
-}
 
 
 def wizard_vm(lab):
     prepare_gpu_lab(lab)
+    # the simulated node serves the ISO from the lab's URL and checksum; the volume is inventory/homelab's
+    assert homelab_plan()["image"]["volume"] == ISO
     iso = run_module(
         "gpulab_pve_download",
-        lab.conn(node="pve", storage="local", url="https://releases.ubuntu.com/24.04/" + ISO.split("/")[-1],
-                 filename=ISO.split("/")[-1], checksum=ISO_SHA256),
-    )  # fmt: skip
+        lab.conn(
+            node="pve",
+            storage="local",
+            url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
+            filename="ubuntu-24.04.3-live-server-amd64.iso",
+            checksum="e93681f3cab37e29bdf53bf2231ffc4de4bcc9d90ad8dc5bb62d18a2355052a0",
+        ),
+    )
     assert not iso.get("failed"), iso
     root = lab.client(
         api_token_id=None, api_token_secret=None, api_user="root@pam", api_password=lab.desc["password"]
@@ -72,7 +86,7 @@ def wizard_vm(lab):
 def test_the_wizards_vm_is_adopted_without_a_write(lab):
     before = wizard_vm(lab)
     mark = lab.mark()
-    res = run_module("gpulab_pve_vm", lab.conn(**SPEC), diff=True)
+    res = run_module("gpulab_pve_vm", lab.conn(**spec()), diff=True)
     assert not res.get("failed"), res
     assert res["changed"] is False and res["set"] == {} and res["delete"] == [], res
     assert lab.writes(mark) == []
@@ -87,7 +101,7 @@ def test_only_what_the_inventory_changes_is_written(lab):
     mark = lab.mark()
     res = run_module(
         "gpulab_pve_vm",
-        lab.conn(**{**SPEC, "memory": 12288, "nets": [{"bridge": "vmbr0", "firewall": False}]}),
+        lab.conn(**{**spec(), "memory": 12288, "nets": [{"bridge": "vmbr0", "firewall": False}]}),
     )
     assert not res.get("failed"), res
     assert res["set"] == {"memory": "12288", "net0": res["set"]["net0"]}
@@ -99,8 +113,8 @@ def test_only_what_the_inventory_changes_is_written(lab):
 def test_a_new_iso_vm_gets_the_installer_options(lab):
     prepare_gpu_lab(lab)
     wizard_vm(lab)  # the ISO on local
-    spec = {**SPEC, "vmid": 103, "name": "vm-new", "hostpci": []}
-    res = run_module("gpulab_pve_vm", lab.conn(**spec))
+    new = {**spec(), "vmid": 103, "name": "vm-new", "hostpci": []}
+    res = run_module("gpulab_pve_vm", lab.conn(**new))
     assert not res.get("failed") and res["created"], res
     cfg = res["config"]
     assert cfg["ide2"].startswith(ISO) and cfg["boot"] == "order=scsi0;ide2" and cfg["agent"] == "1"
@@ -108,7 +122,7 @@ def test_a_new_iso_vm_gets_the_installer_options(lab):
 
 def test_moving_a_raw_card_to_the_mapping_needs_root(lab):
     wizard_vm(lab)
-    mapping_only = {**SPEC, "hostpci": [{"mapping": "rtx3090", "pcie": True}]}
+    mapping_only = {**spec(), "hostpci": [{"mapping": "rtx3090", "pcie": True}]}
     mark = lab.mark()
     res = run_module("gpulab_pve_vm", lab.conn(**mapping_only))
     assert (

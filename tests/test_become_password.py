@@ -9,17 +9,16 @@ in the inventory would pass only the first case: even an omitted one replaces wh
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_runs import ansible_playbook
 
 from gpulab import inventory, labdef
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = ROOT / ".venv" / "bin"
 HOMELAB_VMS = ROOT / "inventory" / "homelab" / "group_vars" / "vms.yml"
 
 
@@ -53,17 +52,7 @@ def lab(tmp_path):
 
 
 def sudo_line(lab: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(
-        [BIN / "ansible-playbook", "-vvv", "-i", lab / "inv", lab / "play.yml", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = ansible_playbook("-vvv", "-i", lab / "inv", lab / "play.yml", *args)
     lines = [ln for ln in proc.stdout.splitlines() if f"{lab}/sudo -H -S" in ln]
     assert lines, proc.stdout + proc.stderr
     return lines[0]

@@ -3,13 +3,12 @@ exactly as when Ansible starts them as their own Python (which it still does for
 `environment`)."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_runs import ansible_playbook
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "in-worker-secret-5d1f"
@@ -40,15 +39,7 @@ def _playbook(tmp_path, tasks):
     book.write_text(yaml.safe_dump(plays))
     inv = tmp_path / "hosts.ini"
     inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
-    proc = subprocess.run(
-        [Path(sys.executable).parent / "ansible-playbook", "-vvv", "-i", str(inv), str(book)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    proc = ansible_playbook("-vvv", "-i", inv, book)
     assert dump.exists(), proc.stdout[-3000:] + proc.stderr[-2000:]
     return proc, json.loads(dump.read_text())
 

@@ -9,15 +9,13 @@ names its inventory.
 from __future__ import annotations
 
 import configparser
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import yaml
+from ansible_runs import ansible_playbook, playbook_env
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = ROOT / ".venv" / "bin"
 
 
 def test_ansible_cfg_names_no_default_inventory():
@@ -27,19 +25,10 @@ def test_ansible_cfg_names_no_default_inventory():
 
 
 def test_site_yml_without_inventory_stops_in_preflight_and_names_the_flag(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "GPULAB_"))}
-    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{env['PATH']}")
+    env = playbook_env()
     if Path("/etc/ansible/hosts").exists():  # this machine's own default: stand in for a machine without one
         env["ANSIBLE_INVENTORY"] = str(tmp_path / "none")
-    proc = subprocess.run(
-        [BIN / "ansible-playbook", "site.yml"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = ansible_playbook("site.yml", env=env, timeout=300)
     out = re.sub(r"\s+", " ", proc.stdout + proc.stderr)
     assert proc.returncode != 0, out
     assert "No lab to run against" in out and "nothing was run or changed" in out, out

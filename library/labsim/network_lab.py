@@ -1465,11 +1465,12 @@ ISO_GUEST_HW = "/run/gpulab-sim/hw"
 
 def iso_guest_tools() -> dict[str, str]:
     """The disk stand-ins of an ISO-installed guest (:mod:`labsim.net.disk_standins`) and their wrappers."""
-    from labsim.net import disk_standins
+    from labsim.net import command_standins, disk_standins
 
-    files = {"/usr/local/lib/gpulab/disk.py": Path(disk_standins.__file__).read_text()}
+    script = "/usr/local/lib/gpulab/disk.py"
+    files = {script: Path(disk_standins.__file__).read_text()}
     for cmd, path in disk_standins.PATHS.items():
-        files[path] = disk_standins.wrapper(cmd)
+        files[path] = command_standins.wrapper(cmd, script)
     return files
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import ansible_runs
 import pytest
 import yaml
 
@@ -17,7 +18,6 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "inventory" / "demo"
 VENV_BIN = Path(sys.executable).parent
 GPULAB = str(VENV_BIN / "gpulab")
-ANSIBLE_PLAYBOOK = str(VENV_BIN / "ansible-playbook")
 # The BAD list of tests/labdef names the router `isp-router`; the demo inventory calls it `lab-router`.
 HOST_ALIASES = {"isp-router": "lab-router"}
 
@@ -85,20 +85,9 @@ def lab_down(state: Path) -> None:
 
 
 def playbook_env(lab: RunningLab, **extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("GPULAB_", "ANSIBLE_")) and k not in ("PYTEST_CURRENT_TEST",)
-    }
-    env.update(
-        GPULAB_LAB_STATE=str(lab.state),
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        PATH=f"{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+    return ansible_runs.playbook_env(
+        GPULAB_LAB_STATE=str(lab.state), ANSIBLE_CALLBACK_RESULT_FORMAT="json", **extra
     )
-    env.update(extra)
-    return env
 
 
 def run_playbook(
@@ -109,14 +98,8 @@ def run_playbook(
     timeout: float = 600,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-i", str(inventory), str(REPO / playbook), *args],
-        cwd=REPO,
-        env=env or playbook_env(lab),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+    return ansible_runs.ansible_playbook(
+        "-i", inventory, REPO / playbook, *args, env=env or playbook_env(lab), timeout=timeout
     )
 
 
@@ -135,15 +118,7 @@ def run_local_play(
         }
     ]
     path.write_text(yaml.safe_dump(play, sort_keys=False))
-    return subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-i", "localhost,", str(path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return ansible_runs.ansible_playbook("-i", "localhost,", path, env=env)
 
 
 def inventory_copy(dest: Path) -> Path:

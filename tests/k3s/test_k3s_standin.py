@@ -16,6 +16,7 @@ from gpulab.k8s import workloads
 from labsim.net import k3s_standin
 from labsim.net.mount_ns_host import GPU
 
+from . import engines
 from .conftest import HOST_PATH, VERSION, free_port
 
 # Each test starts real background processes (server, agents) in mount namespaces and waits for them.
@@ -259,12 +260,7 @@ def _alive(pid):
         return False
 
 
-ENGINES = [
-    {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "node": "vm-gpu", "gpu_memory_percent": 45,
-     "port": 8000, "readiness_path": "/health"},
-    {"name": "ollama", "image": "ollama/ollama:0.12.6", "node": "vm-gpu", "gpu_memory_percent": 45,
-     "port": 11434},
-]  # fmt: skip
+ENGINES = engines.SHARED_CARD
 
 
 def pods(server):

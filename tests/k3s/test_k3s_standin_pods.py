@@ -12,14 +12,11 @@ import yaml
 from gpulab.k8s import workloads
 from labsim.net import k3s_standin as k3s
 
+from . import engines
+
 UUID = "GPU-e1924eea-b9bb-d537-39f2-b345087fa145"
 FACTS = {"vm-gpu": [{"index": 0, "uuid": UUID, "name": "NVIDIA GeForce RTX 3090", "memory_total_mib": 24576}]}
-ENGINES = [
-    {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "node": "vm-gpu", "gpu_memory_percent": 45,
-     "port": 8000, "readiness_path": "/health"},
-    {"name": "ollama", "image": "ollama/ollama:0.12.6", "node": "vm-gpu", "gpu_memory_percent": 45,
-     "port": 11434},
-]  # fmt: skip
+ENGINES = engines.SHARED_CARD
 CHART = (
     "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata: {name: hami, namespace: kube-system}\n"
     "spec:\n  chart: hami\n  valuesContent: |-\n    devicePlugin:\n      runtimeClassName: nvidia\n"

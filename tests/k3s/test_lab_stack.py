@@ -25,6 +25,8 @@ import urllib3
 import yaml
 from simlab import machine_apt_lists_aged, running_lab
 
+from . import engines
+
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,16 +34,7 @@ NEW_VERSION = "v1.34.1+k3s1"
 AGENTS = ["vm-2", "vm-gpu"]
 VM_HOST_DIR = {"vm-1": "vm100", "vm-2": "vm101", "vm-gpu": "vm102"}
 ENGINES = [
-    {
-        "name": "vllm",
-        "image": "vllm/vllm-openai:v0.11.0",
-        "node": "vm-gpu",
-        "gpus": [0],
-        "gpu_memory_percent": 45,
-        "cuda_disable_control": True,
-        "port": 8000,
-        "readiness_path": "/health",
-    },
+    engines.VLLM,
     {
         "name": "ollama",
         "image": "ollama/ollama:0.12.6",

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gpulab.k8s import workloads
 from gpulab.k8s.validate import ManifestError, kubernetes_version, validate_manifest
 
+from . import engines
 from .conftest import run_ansible_module
 
 pytest.importorskip("kubernetes_validate", reason="manifest validation needs the kubernetes-validate package")
@@ -27,17 +28,7 @@ GPUS = {
 }
 K3S = "v1.33.5+k3s1"
 
-VLLM = {
-    "name": "vllm",
-    "image": "vllm/vllm-openai:v0.11.0",
-    "node": "vm-gpu",
-    "gpus": [0],
-    "gpu_memory_percent": 45,
-    "cuda_disable_control": True,
-    "args": ["--model", "Qwen/Qwen2.5-1.5B-Instruct", "--gpu-memory-utilization", "0.40"],
-    "port": 8000,
-    "readiness_path": "/health",
-}
+VLLM = {**engines.VLLM, "args": ["--model", "Qwen/Qwen2.5-1.5B-Instruct", "--gpu-memory-utilization", "0.40"]}
 
 
 def docs_of(item):

@@ -258,9 +258,10 @@ def main(argv):
     return rc
 
 
-def wrapper(cmd):
-    """The /usr/sbin/<cmd> script that runs this stand-in."""
-    return f'#!/bin/sh\nexec /usr/bin/python3 /usr/local/lib/gpulab/standin.py {shlex.quote(cmd)} "$@"\n'
+def wrapper(cmd, script="/usr/local/lib/gpulab/standin.py"):
+    """The /usr/sbin/<cmd> script that runs `cmd` of the stand-ins installed at `script` (this file, by
+    default; the disk stand-ins of labsim.net.disk_standins use it too)."""
+    return f'#!/bin/sh\nexec /usr/bin/python3 {script} {shlex.quote(cmd)} "$@"\n'
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Standard library only; ``GPULAB_DISK_HW`` and ``GPULAB_DISK_LAYOUT`` name other 
 import json
 import math
 import os
-import shlex
 import sys
 import time
 
@@ -232,28 +231,27 @@ LSBLK_COLUMNS = ("NAME", "KNAME", "PATH", "MAJ:MIN", "RM", "SIZE", "RO", "TYPE",
                  "FSTYPE", "PKNAME", "PTTYPE", "PARTN")  # fmt: skip
 
 
+# lsblk's flags the stand-in honours: each spelling -> the option it turns on
+LSBLK_FLAGS = {
+    **dict.fromkeys(("-b", "--bytes"), "bytes"),
+    **dict.fromkeys(("-J", "--json"), "json"),
+    **dict.fromkeys(("-n", "--noheadings"), "noheadings"),
+    **dict.fromkeys(("-l", "--list", "-r", "--raw"), "list"),
+    **dict.fromkeys(("-P", "--pairs"), "pairs"),
+    **dict.fromkeys(("-p", "--paths"), "paths"),
+    **dict.fromkeys(("-d", "--nodeps"), "nodeps"),
+}
+
+
 def cmd_lsblk(argv):
-    opts = {"bytes": False, "json": False, "noheadings": False, "list": False, "paths": False, "nodeps": False,
-            "pairs": False}  # fmt: skip
+    opts = dict.fromkeys(set(LSBLK_FLAGS.values()), False)
     columns = list(LSBLK_DEFAULT)
     devices = []
     args = list(argv)
     while args:
         a = args.pop(0)
-        if a in ("-b", "--bytes"):
-            opts["bytes"] = True
-        elif a in ("-J", "--json"):
-            opts["json"] = True
-        elif a in ("-n", "--noheadings"):
-            opts["noheadings"] = True
-        elif a in ("-l", "--list", "-r", "--raw"):
-            opts["list"] = True
-        elif a in ("-P", "--pairs"):
-            opts["pairs"] = True
-        elif a in ("-p", "--paths"):
-            opts["paths"] = True
-        elif a in ("-d", "--nodeps"):
-            opts["nodeps"] = True
+        if a in LSBLK_FLAGS:
+            opts[LSBLK_FLAGS[a]] = True
         elif a in ("-a", "--all", "-e", "--exclude", "-i", "--ascii") or a.startswith("--exclude="):
             if a in ("-e", "--exclude"):
                 args.pop(0)
@@ -844,11 +842,6 @@ def main(argv):
         rc = exc.rc
     log_call(cmd, args, rc)
     return rc
-
-
-def wrapper(cmd):
-    """The script at PATHS[cmd] that runs this stand-in."""
-    return f'#!/bin/sh\nexec /usr/bin/python3 /usr/local/lib/gpulab/disk.py {shlex.quote(cmd)} "$@"\n'
 
 
 if __name__ == "__main__":

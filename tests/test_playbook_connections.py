@@ -21,4 +21,6 @@ def test_no_play_sets_the_connection_or_the_python_of_all_its_tasks(path):
         if "import_playbook" in play:
             continue
         assert "connection" not in play, f"{path.name}: play {play.get('name')!r} sets connection"
-        assert "ansible_python_interpreter" not in (play.get("vars") or {}), f"{path.name}: {play.get('name')!r}"
+        assert "ansible_python_interpreter" not in (play.get("vars") or {}), (
+            f"{path.name}: {play.get('name')!r}"
+        )

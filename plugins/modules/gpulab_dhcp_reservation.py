@@ -149,6 +149,11 @@ options:
       current_address:
         description: The address the VM reports (guest agent), used in keep mode when the router has no lease.
         type: str
+      expect:
+        description:
+          - In keep mode, the address the rest of the run uses for the VM (its C(vm_address)). When the address
+            kept differs, the module fails before any write, naming both and the two ways out.
+        type: str
       name:
         description: The inventory name, for messages.
         type: str
@@ -274,6 +279,7 @@ ARGUMENT_SPEC = dict(
             address=dict(type="str"),
             hostname=dict(type="str"),
             current_address=dict(type="str"),
+            expect=dict(type="str"),
             name=dict(type="str"),
         ),
     ),
@@ -299,6 +305,7 @@ def run(params: dict, check_mode: bool) -> dict:
                     r.get("hostname"),
                     hint=r.get("current_address"),
                     name=r.get("name"),
+                    expect=r.get("expect"),
                 )
         result = router.apply(check_mode=check_mode)
     out = result.as_dict()

@@ -55,6 +55,23 @@ def plan(present, res=(), leases=(), **kw):
     return make_plan(present, res, leases, **kw)
 
 
+def test_keep_mode_refuses_a_held_address_that_is_not_the_vms_vm_address():
+    lease = [Lease(A, IP("192.168.100.77"))]
+    with pytest.raises(ConflictError) as err:
+        plan([Desired.make(A, name="vm-1", expect="192.168.100.53")], leases=lease)
+    msg = str(err.value)
+    assert "vm-1 (bc:24:11:00:00:0a) holds 192.168.100.77 (its DHCP lease" in msg
+    assert "its vm_address is 192.168.100.53" in msg
+    assert "vm_address: 192.168.100.77" in msg and "router_dhcp_reservation_mode: planned" in msg
+    # the same address, an existing reservation that agrees, or a planned address: no refusal
+    assert plan([Desired.make(A, expect="192.168.100.77")], leases=lease).changes
+    held = [Reservation(A, IP("192.168.100.53"))]
+    assert plan([Desired.make(A, expect="192.168.100.53")], held, lease).changes == []
+    with pytest.raises(ConflictError, match="its reservation"):
+        plan([Desired.make(A, expect="192.168.100.60")], held, lease)
+    assert plan([Desired.make(A, "192.168.100.60", expect=None)], leases=lease).changes
+
+
 def test_keep_reserves_the_leased_address():
     p = plan([Desired.make(A, name="vm-1")], leases=[Lease(A, IP("192.168.100.53"))])
     assert [c.action for c in p.changes] == ["create"]

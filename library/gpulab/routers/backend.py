@@ -91,9 +91,12 @@ class Backend(abc.ABC):
     def list_reservations(self) -> list[Reservation]: ...
 
     # --- staging --------------------------------------------------------------------------------
-    def ensure(self, mac: str, ip=None, hostname: str | None = None, *, hint=None, name=None) -> None:
-        """Stage a reservation for `mac`: `ip` None keeps the address it holds (see Desired)."""
-        self._present.append(Desired.make(mac, ip, hostname, hint, name))
+    def ensure(
+        self, mac: str, ip=None, hostname: str | None = None, *, hint=None, name=None, expect=None
+    ) -> None:
+        """Stage a reservation for `mac`: `ip` None keeps the address it holds, which must then be `expect`
+        when given (see Desired)."""
+        self._present.append(Desired.make(mac, ip, hostname, hint, name, expect))
 
     def remove(self, mac: str) -> None:
         """Stage the removal of every reservation of `mac`."""

@@ -85,15 +85,19 @@ class Desired:
     hostname: str | None = None
     hint: ipaddress.IPv4Address | None = None
     name: str | None = None  # inventory name, for messages only
+    # In keep mode: the address the rest of the run uses for this VM (its vm_address); a kept address that
+    # differs is refused before any write.
+    expect: ipaddress.IPv4Address | None = None
 
     @classmethod
-    def make(cls, mac, ip=None, hostname=None, hint=None, name=None) -> Desired:
+    def make(cls, mac, ip=None, hostname=None, hint=None, name=None, expect=None) -> Desired:
         return cls(
             mac=norm_mac(mac),
             ip=ip4(ip) if ip not in (None, "", "keep") else None,
             hostname=hostname or None,
             hint=ip4(hint) if hint not in (None, "") else None,
             name=name,
+            expect=ip4(expect) if expect not in (None, "", "keep") else None,
         )
 
     def label(self) -> str:
@@ -223,19 +227,27 @@ def make_plan(
     targets: dict[str, ipaddress.IPv4Address] = {}
     for d in desired:
         mine = by_mac.get(d.mac, [])
+        held = None
         if d.ip is not None:
             targets[d.mac] = d.ip
         elif mine:
-            targets[d.mac] = mine[0].ip
+            targets[d.mac], held = mine[0].ip, "its reservation"
         elif d.mac in lease_by_mac:
-            targets[d.mac] = lease_by_mac[d.mac].ip
+            targets[d.mac], held = lease_by_mac[d.mac].ip, "its DHCP lease"
         elif d.hint is not None:
-            targets[d.mac] = d.hint
+            targets[d.mac], held = d.hint, "the address the VM reports"
         else:
             raise RouterError(
                 f"cannot keep the address of {d.label()}: {router} has no lease for it and the VM reported "
                 "no address; start the VM and let it get a DHCP lease (stage vms), or plan an address "
                 "with vm_address and router_dhcp_reservation_mode: planned"
+            )
+        if held and d.expect is not None and targets[d.mac] != d.expect:
+            raise ConflictError(
+                f"{d.label()} holds {targets[d.mac]} ({held} on {router}), but its vm_address is {d.expect}, "
+                f"the address Ansible and the k3s agents use for it. Either keep the address it has: set "
+                f"vm_address: {targets[d.mac]} for {d.name or d.mac}; or move it to {d.expect}: set "
+                "router_dhcp_reservation_mode: planned (stage network reserves it and restarts the VM to take it)"
             )
 
     for d in desired:

@@ -528,11 +528,16 @@ def main():
             result["address"] = found["address"]
             result["mac"] = result["mac"] or found["mac"]
         if module._diff:
+            # The power state goes with the config, so that a VM that is only started (or stopped) shows
+            # what the run does to it.
+            power = "(power state)"
+            before = {**res.before, power: res.status_before} if res.status_before != "absent" else res.before
+            after = {**res.after, power: res.status} if p["state"] != "absent" else {}
             result["diff"] = {
                 "before_header": f"{what} (current)",
                 "after_header": f"{what} ({'would be' if module.check_mode else 'now'})",
-                "before": res.before,
-                "after": res.after if p["state"] != "absent" else {},
+                "before": before,
+                "after": after,
             }
     run.exit()
 

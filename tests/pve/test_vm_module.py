@@ -269,3 +269,13 @@ def test_cloud_init_password_is_set_once_and_never_echoed(lab):
     assert "Sup3r-secret" not in json.dumps(res)
     assert res["set"]["cipassword"] == "(secret)"
     assert run_module("gpulab_pve_vm", args)["changed"] is False
+
+
+def test_check_mode_diff_shows_the_start_of_a_stopped_vm(lab):
+    run_module("gpulab_pve_vm", small_vm_args(lab, state="present"))
+    mark = lab.mark()
+    res = run_module("gpulab_pve_vm", small_vm_args(lab, state="started"), check=True, diff=True)
+    assert res["changed"] and res["actions"] == ["start"] and lab.writes(mark) == []
+    before, after = res["diff"]["before"], res["diff"]["after"]
+    assert before.pop("(power state)") == "stopped" and after.pop("(power state)") == "running"
+    assert before == after  # the config itself stays as it is

@@ -104,6 +104,8 @@ class VmResult:
     changed: bool = False
     created: bool = False
     status: str = "absent"
+    # The VM's power state when the run found it (absent, stopped or running).
+    status_before: str = "absent"
     before: dict[str, str] = field(default_factory=dict)
     after: dict[str, str] = field(default_factory=dict)
     set: dict[str, str] = field(default_factory=dict)
@@ -291,6 +293,7 @@ class VmManager:
         res = VmResult()
         entry = self._check_name(self._unlocked(self._lookup()))
         running = bool(entry) and entry.get("status") == "running"
+        res.status_before = "absent" if entry is None else "running" if running else "stopped"
         if state == "restarted":
             return self._restart_now(entry, running, res)
         if state == "absent":

@@ -87,3 +87,25 @@ def test_a_unit_that_cannot_start_fails_with_systemctls_message(systemctl):
         and "systemctl start nosuch failed (rc=5): Unit nosuch.service not found." in result["msg"]
     )
     assert result["started"] == ["qemu-guest-agent"] and result["changed"] is True
+
+
+def test_a_unit_whose_required_path_is_missing_waits_and_is_no_change(systemctl, tmp_path):
+    # The guest agent of a VM without the agent channel: its virtio port is not there, so systemd would
+    # never keep it running. It is left alone every run (idempotent), and started once the port shows up.
+    port = tmp_path / "org.qemu.guest_agent.0"
+    units = [
+        {"name": "qemu-guest-agent", "requires_path": str(port)},
+        {"name": "systemd-timesyncd", "enabled": True},
+    ]
+    first = run(systemctl, units)
+    assert (
+        first["changed"]
+        and first["started"] == ["systemd-timesyncd"]
+        and first["waiting"] == ["qemu-guest-agent"]
+    )
+    again = run(systemctl, units)
+    assert again["changed"] is False and again["waiting"] == ["qemu-guest-agent"]
+    assert "start qemu-guest-agent" not in calls(systemctl)
+    port.touch()
+    found = run(systemctl, units)
+    assert found["changed"] and found["started"] == ["qemu-guest-agent"] and found["waiting"] == []

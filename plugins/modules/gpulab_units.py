@@ -32,6 +32,13 @@ options:
         description: Also enable the unit (started at boot). V(false) leaves its boot setting as it is.
         type: bool
         default: false
+      requires_path:
+        description:
+          - A path that must exist for the unit to run, such as the device the unit binds to (the QEMU guest
+            agent's C(/dev/virtio-ports/org.qemu.guest_agent.0), there only when the VM has the agent channel).
+          - While it is missing, a unit that is not active is neither started nor enabled and is listed in
+            RV(waiting); this is no change (systemd would refuse or skip the start every run).
+        type: path
 attributes:
   check_mode:
     support: full
@@ -55,6 +62,11 @@ started:
   returned: always
   type: list
   elements: str
+waiting:
+  description: The units not started because their O(units[].requires_path) is missing.
+  returned: always
+  type: list
+  elements: str
 enabled:
   description: The units enabled (or that would be, in check mode).
   returned: always
@@ -63,6 +75,8 @@ enabled:
 """
 
 # Ansible modules keep their imports below the documentation blocks.
+import os  # noqa: E402
+
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 ARGUMENT_SPEC = {
@@ -73,6 +87,7 @@ ARGUMENT_SPEC = {
         "options": {
             "name": {"type": "str", "required": True},
             "enabled": {"type": "bool", "default": False},
+            "requires_path": {"type": "path"},
         },
     }
 }
@@ -81,7 +96,7 @@ ARGUMENT_SPEC = {
 def run_module():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     systemctl = module.get_bin_path("systemctl", required=True)
-    started, enabled = [], []
+    started, enabled, waiting = [], [], []
 
     def run(*args):
         return module.run_command([systemctl, *args])
@@ -101,10 +116,13 @@ def run_module():
     for entry in module.params["units"]:
         unit = entry["name"]
         if run("is-active", "--quiet", unit)[0] != 0:
+            if entry["requires_path"] and not os.path.exists(entry["requires_path"]):
+                waiting.append(unit)
+                continue
             act("start", unit, started)
         if entry["enabled"] and run("is-enabled", "--quiet", unit)[0] != 0:
             act("enable", unit, enabled)
-    module.exit_json(changed=bool(started or enabled), started=started, enabled=enabled)
+    module.exit_json(changed=bool(started or enabled), started=started, enabled=enabled, waiting=waiting)
 
 
 def main():

@@ -61,3 +61,60 @@ def reach_pve(settings: Mapping[str, Any]) -> tuple[str | None, Problem | None]:
             "check that the URL points at the node's API (https://ADDRESS:8006)",
         )
     return f"Proxmox VE API at {url}: version {version.get('version', '?')}", None
+
+
+GIB = 1 << 30
+
+
+def existing_vm_problems(settings: Mapping[str, Any], vms: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """What stage vms would refuse only once it has started writing, found with one read (GET
+    /cluster/resources?type=vm): a VM ID held by a guest of another name or on another node, and a disk
+    smaller than the one the VM has (PVE grows disks, never shrinks them)."""
+    params = connection.params_from_inventory(settings) | {"api_timeout": TIMEOUT_S, "api_retries": RETRIES}
+    try:
+        resources = connection.connect(params).get("cluster/resources", type="vm") or []
+    except (PveError, ValueError):
+        return []  # reach_pve has just read /version; a failure here is left to stage vms to report
+    by_id = {int(r["vmid"]): r for r in resources if r.get("vmid") is not None}
+    out = []
+    for host, vm in vms.items():
+        have = by_id.get(int(vm["vm_id"]))
+        if have is None:
+            continue
+        where = f"VM {vm['vm_id']}"
+        if have.get("type") not in (None, "qemu") or have.get("name") not in (None, vm["vm_name"]):
+            out.append(
+                Problem(
+                    host,
+                    "vm_id",
+                    vm["vm_id"],
+                    f"{where} on node {have.get('node')} is the {have.get('type', 'qemu')} guest named "
+                    f"{have.get('name')!r}, not {vm['vm_name']!r}; gpulab never takes over another guest",
+                    "pick a free vm_id, or set vm_name to the name it has if it is this VM",
+                )
+            )
+            continue
+        if have.get("node") not in (None, vm["vm_node"]):
+            out.append(
+                Problem(
+                    host,
+                    "vm_node",
+                    vm["vm_node"],
+                    f"{where} ({vm['vm_name']}) is on node {have.get('node')}",
+                    f"set vm_node: {have.get('node')}, or migrate the VM first",
+                )
+            )
+            continue
+        size = int(have.get("maxdisk") or 0)
+        if size > int(vm["vm_disk_gb"]) * GIB:
+            now = -(-size // GIB)
+            out.append(
+                Problem(
+                    host,
+                    "vm_disk_gb",
+                    vm["vm_disk_gb"],
+                    f"{where} ({vm['vm_name']}) has a {now} GB disk now, and PVE cannot shrink a disk",
+                    f"set vm_disk_gb: {now} (or more, to grow it)",
+                )
+            )
+    return out

@@ -83,6 +83,15 @@ class ActionModule(ActionBase):
                 return result
             result["reached"] = [reached]
             result["msg"] = f"The lab definition is valid; reached the {reached}."
+            found = reach.existing_vm_problems(definition.globals, definition.vms) if "vms" in stages else []
+            if found:
+                result["problems"] = [str(p) for p in found]
+                result["failed"] = True
+                result["msg"] = (
+                    "The lab definition does not fit the VMs that exist; nothing was changed:\n"
+                    + "\n".join(f"- {p}" for p in found)
+                )
+                return result
         return result
 
     @staticmethod

@@ -110,7 +110,11 @@ def test_preflight_play_reaches_the_api_for_stage_vms(lab):
     proc, sent = _preflight(lab, lab.desc["token_secret"], "vms")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"Proxmox VE API at {lab.desc['pve_url']}: version 9.2.11" in proc.stdout
-    assert [(r["method"], r["path"]) for r in sent] == [("GET", "/api2/json/version")]
+    # /version, then one read of the guests that exist (what stage vms would refuse half way)
+    assert [(r["method"], r["path"]) for r in sent] == [
+        ("GET", "/api2/json/version"),
+        ("GET", "/api2/json/cluster/resources"),
+    ]
 
 
 def test_preflight_play_stops_on_a_refused_token_before_anything_else(lab):
@@ -127,3 +131,27 @@ def test_preflight_play_leaves_the_api_alone_for_stages_over_ssh(lab):
     proc, sent = _preflight(lab, "11111111-2222-3333-4444-555555555555", "host,guests")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sent == []
+
+
+def test_what_stage_vms_would_refuse_half_way_is_found_before_any_write(lab):
+    from .conftest import run_module, small_vm_args
+
+    assert not run_module("gpulab_pve_vm", small_vm_args(lab, vmid=100, name="vm-1")).get("failed")  # 60 GB
+    assert not run_module("gpulab_pve_vm", small_vm_args(lab, vmid=101, name="db")).get("failed")
+    vms = {
+        "vm-1": {"vm_id": 100, "vm_name": "vm-1", "vm_node": "pve", "vm_disk_gb": 40},
+        "vm-2": {"vm_id": 101, "vm_name": "vm-2", "vm_node": "pve", "vm_disk_gb": 60},
+        "vm-gpu": {"vm_id": 102, "vm_name": "vm-gpu", "vm_node": "pve", "vm_disk_gb": 200},  # not there yet
+    }
+    mark = lab.mark()
+    problems = [str(p) for p in reach.existing_vm_problems(inventory(lab.conn()), vms)]
+    assert problems == [
+        "vm-1: vm_disk_gb=40: VM 100 (vm-1) has a 60 GB disk now, and PVE cannot shrink a disk. "
+        "Fix: set vm_disk_gb: 60 (or more, to grow it).",
+        "vm-2: vm_id=101: VM 101 on node pve is the qemu guest named 'db', not 'vm-2'; gpulab never takes "
+        "over another guest. Fix: pick a free vm_id, or set vm_name to the name it has if it is this VM.",
+    ]
+    assert [(r["method"], r["path"]) for r in lab.requests(mark)] == [("GET", "/api2/json/cluster/resources")]
+    vms["vm-1"]["vm_disk_gb"] = 60
+    del vms["vm-2"]
+    assert reach.existing_vm_problems(inventory(lab.conn()), vms) == []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_runs import ansible_playbook
+from ansible_runs import ansible_playbook, playbook_env
 
 from gpulab import inventory, labdef
 
@@ -84,3 +84,31 @@ def test_the_lab_definition_accepts_the_wiring_and_the_vaulted_password(tmp_path
     assert "ansible_sudo_pass" in names("vm-1")
     _, problems = labdef.check(groups, hostvar, names)
     assert not [p for p in problems if "pass" in str(p) or "become" in str(p)], problems
+
+
+@pytest.mark.parametrize(
+    ("given", "refused"),
+    [
+        ([], True),  # no -K, no vault value: the ISO guests' sudo would ask and nobody answers
+        (["--become-password-file", "PWFILE"], False),  # what -K gives, from a file
+        (["-e", "vault_vm_become_password=from-the-vault"], False),
+        (["-e", "vm_sudo_nopasswd=true"], False),
+        (["--tags", "host"], False),  # no stage that uses sudo on the VMs
+    ],
+    ids=["nothing", "become-password", "vault", "nopasswd", "no-sudo-stage"],
+)
+def test_preflight_wants_a_sudo_password_for_the_iso_guests(tmp_path, given, refused):
+    password = tmp_path / "become-password"
+    password.write_text("typed-at-K\n")
+    args = [str(password) if a == "PWFILE" else a for a in given]
+    tags = [] if "--tags" in args else ["--tags", "guests"]
+    env = playbook_env(
+        GPULAB_PVE_API_TOKEN_SECRET="11111111-2222-4333-8444-555555555555", GPULAB_ROUTER_PASSWORD="pw"
+    )
+    proc = ansible_playbook("-i", "inventory/homelab", "playbooks/preflight.yml", *tags, *args, env=env)
+    out = proc.stdout + proc.stderr
+    message = "vm-1: ansible_become_password=(not set): vm-1 was installed by hand from the ISO"
+    assert (message in out) == refused, out[-3000:]
+    assert (proc.returncode != 0) == refused, out[-3000:]
+    if refused:
+        assert "-K (--ask-become-pass)" in out and "vm_sudo_nopasswd: true" in out

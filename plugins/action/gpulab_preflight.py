@@ -34,6 +34,17 @@ def _plain(value):
     return value
 
 
+# Where a sudo password can come from in the inventory (or the vault), besides -K.
+# The stages that log in to the VMs and use sudo there.
+SUDO_STAGES = frozenset({"guests", "k3s", "hami", "workloads", "verify"})
+BECOME_PASSWORD_VARS = (
+    "ansible_become_password",
+    "ansible_become_pass",
+    "ansible_sudo_pass",
+    "ansible_sudo_password",
+)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -57,6 +68,9 @@ class ActionModule(ActionBase):
         # HostVars keeps the run's InventoryManager (no public accessor): its sources are the inventory's.
         names = inventory.defined_names(hostvars._inventory, self._loader)
         definition, problems = labdef.check(groups, hostvar, names)
+        stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
+        if definition is not None and stages & SUDO_STAGES:
+            problems = [*problems, *self._sudo_problems(definition, hostvar)]
         result["changed"] = False
         result["problems"] = [str(p) for p in problems]
         result["reached"] = []
@@ -71,7 +85,6 @@ class ActionModule(ActionBase):
         # Each VM resolved once (gpulab.vmspec): stage vms passes these specs through as they are.
         result["ansible_facts"] = {"gpulab_vms": vmspec.resolve(definition)}
         result["msg"] = "The lab definition is valid."
-        stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         if stages & reach.PVE_STAGES:
             reached, problem = reach.reach_pve(definition.globals)
             if problem is not None:
@@ -93,6 +106,33 @@ class ActionModule(ActionBase):
                 )
                 return result
         return result
+
+    def _sudo_problems(self, definition, hostvar):
+        """A VM installed by hand from the ISO has the account the Ubuntu installer made, whose sudo asks for
+        its password: the run needs one (-K, or an inventory/vault value) unless vm_sudo_nopasswd says it
+        does not. Checked here, not in `gpulab plan`: only the run knows what -K gave."""
+        if self._play_context.become_pass:
+            return []
+        out = []
+        for host, vm in definition.vms.items():
+            if vm.get("vm_os_install") != "iso" or vm.get("vm_sudo_nopasswd"):
+                continue
+            given = [hostvar(host, name) for name in BECOME_PASSWORD_VARS]
+            if any(isinstance(v, str) and v and not v.startswith("__omit_place_holder__") for v in given):
+                continue
+            out.append(
+                labdef.Problem(
+                    host,
+                    "ansible_become_password",
+                    None,
+                    f"{host} was installed by hand from the ISO, and the account the Ubuntu installer made asks "
+                    "for its password at sudo (stages guests to workloads use sudo)",
+                    "run with -K (--ask-become-pass), or put vault_vm_become_password in the vault "
+                    "(group_vars/vms.yml hands it to sudo); if sudo on it needs no password, set "
+                    "vm_sudo_nopasswd: true",
+                )
+            )
+        return out
 
     @staticmethod
     def _no_inventory(result, task_vars):

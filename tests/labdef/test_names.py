@@ -140,7 +140,16 @@ def test_gpulab_plan_refuses_a_misspelt_variable(misspelt_inventory):
 def test_preflight_refuses_it_but_not_extra_vars(misspelt_inventory):
     """site.yml stops in preflight with the same messages; an -e variable is not the inventory's."""
     r = _run(
-        [BIN / "ansible-playbook", "-i", str(misspelt_inventory), "site.yml", "-e", "vm_memroy_mib_extra=1"],
+        [
+            BIN / "ansible-playbook",
+            "-i",
+            str(misspelt_inventory),
+            "site.yml",
+            "-e",
+            "vm_memroy_mib_extra=1",
+            "-e",
+            "vault_vm_become_password=sudo-pw",
+        ],
         {**SECRETS, "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
     )
     assert r.returncode == 2, r.stdout + r.stderr

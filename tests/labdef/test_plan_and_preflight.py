@@ -60,7 +60,14 @@ def test_plan_and_preflight_give_the_same_messages(broken_inventory):
         assert f"  - {line}" in plan.stdout
 
     play = run(
-        [BIN / "ansible-playbook", "-i", str(broken_inventory), "site.yml"],
+        [
+            BIN / "ansible-playbook",
+            "-i",
+            str(broken_inventory),
+            "site.yml",
+            "-e",
+            "vault_vm_become_password=pw",
+        ],
         {**SECRETS, "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
     )
     assert play.returncode == 2
@@ -72,5 +79,15 @@ def test_plan_and_preflight_give_the_same_messages(broken_inventory):
 
 def test_preflight_writes_nothing(broken_inventory, tmp_path):
     before = sorted(p for p in broken_inventory.rglob("*"))
-    run([BIN / "ansible-playbook", "-i", str(broken_inventory), "site.yml"], SECRETS)
+    run(
+        [
+            BIN / "ansible-playbook",
+            "-i",
+            str(broken_inventory),
+            "site.yml",
+            "-e",
+            "vault_vm_become_password=pw",
+        ],
+        SECRETS,
+    )
     assert sorted(p for p in broken_inventory.rglob("*")) == before

@@ -35,7 +35,9 @@ def play(
         ANSIBLE_NOCOLOR="1",
     )
     cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), *playbooks, "-i", inventory]
-    cmd += ["-e", "gpulab_guest_agent_snippet=false", "-e", "pve_vms_download_poll_s=1", *extra]
+    # the API-only lab has no node to log in to: no snippet to place there, no vfio proof to read there
+    cmd += ["-e", "gpulab_guest_agent_snippet=false", "-e", "pve_vms_vfio_proof=false"]
+    cmd += ["-e", "pve_vms_download_poll_s=1", *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     lines = [json.loads(x) for x in record.read_text().splitlines()] if record.exists() else []
     stats = next((x["stats"] for x in lines if "stats" in x), None)
@@ -149,7 +151,8 @@ def test_check_diff_then_apply_then_nothing_to_do(demo_lab, tmp_path):
             f"/nodes/pve/qemu/{vmid}/pending",
             f"/nodes/pve/qemu/{vmid}/agent/network-get-interfaces",
         ]
-    assert reads.count("/cluster/resources") == 3
+    # preflight's look at the guests that exist, then one per VM module
+    assert reads.count("/cluster/resources") == 4
 
     # vm_onboot everywhere: preflight refuses start at boot for the VM whose GPU is the boot display, and
     # names the way out; nothing is written (stage vms has no rule of its own that could differ)

@@ -53,7 +53,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
     state = base / "state"
     state.mkdir()
     try:
-        yield lab_up(state, base / "fixture.yml")
+        running = lab_up(state, base / "fixture.yml")
+        # the node as stage host leaves it (vfio-pci owns the card): stage vms may start the GPU VM
+        host = run_playbook(running, DEMO, "--tags", "host", timeout=400)
+        assert host.returncode == 0, (host.stdout + host.stderr)[-3000:]
+        yield running
     finally:
         pve_faults.clear(state)
         lab_down(state)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,5 +16,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
     state = tmp_path_factory.mktemp("lab")
     try:
         yield lab_up(state)
+    finally:
+        lab_down(state)
+
+
+@pytest.fixture(scope="module")
+def homelab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
+    """The lab as the user has it before gpulab (fixture homelab: VMs made by hand, leases held)."""
+    need_root()
+    state = tmp_path_factory.mktemp("lab")
+    try:
+        yield lab_up(state, Path("homelab"))
     finally:
         lab_down(state)

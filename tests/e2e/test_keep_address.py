@@ -5,24 +5,12 @@ holds stops the run in preflight, before anything is written, with both addresse
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from .helpers import REPO, RunningLab, lab_down, lab_up, need_root, run_playbook, set_vars
+from .helpers import REPO, run_playbook, set_vars
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def homelab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    need_root()
-    state = tmp_path_factory.mktemp("lab")
-    try:
-        yield lab_up(state, Path("homelab"))
-    finally:
-        lab_down(state)
 
 
 def test_a_vm_address_that_is_not_the_held_lease_stops_the_run_before_any_write(homelab, tmp_path):

@@ -60,14 +60,7 @@ def test_plan_and_preflight_give_the_same_messages(broken_inventory):
         assert f"  - {line}" in plan.stdout
 
     play = run(
-        [
-            BIN / "ansible-playbook",
-            "-i",
-            str(broken_inventory),
-            "site.yml",
-            "-e",
-            "vault_vm_become_password=pw",
-        ],
+        site_yml(broken_inventory),
         {**SECRETS, "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
     )
     assert play.returncode == 2
@@ -77,17 +70,15 @@ def test_plan_and_preflight_give_the_same_messages(broken_inventory):
     assert SECRETS["GPULAB_PVE_API_TOKEN_SECRET"] not in play.stdout
 
 
+def site_yml(inventory):
+    """site.yml on `inventory`, the ISO guests' sudo password given as the vault would."""
+    return [BIN / "ansible-playbook", "-i", str(inventory), "site.yml", "-e", "vault_vm_become_password=pw"]
+
+
 def test_preflight_writes_nothing(broken_inventory, tmp_path):
     before = sorted(p for p in broken_inventory.rglob("*"))
     run(
-        [
-            BIN / "ansible-playbook",
-            "-i",
-            str(broken_inventory),
-            "site.yml",
-            "-e",
-            "vault_vm_become_password=pw",
-        ],
+        site_yml(broken_inventory),
         SECRETS,
     )
     assert sorted(p for p in broken_inventory.rglob("*")) == before

@@ -300,6 +300,22 @@ def gpu_map(**over) -> list[dict]:
     return [entry]
 
 
+def download_iso(lab: PveSimProcess) -> str:
+    """The Ubuntu live-server ISO on storage local, as the lab serves it (its URL and checksum): its volume."""
+    iso = run_module(
+        "gpulab_pve_download",
+        lab.conn(
+            node="pve",
+            storage="local",
+            url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
+            filename="ubuntu-24.04.3-live-server-amd64.iso",
+            checksum="e93681f3cab37e29bdf53bf2231ffc4de4bcc9d90ad8dc5bb62d18a2355052a0",
+        ),
+    )
+    assert not iso.get("failed"), iso
+    return iso["volid"]
+
+
 def prepare_gpu_lab(lab: PveSimProcess) -> None:
     """The image and the GPU's mapping, as the role's first steps leave them (idempotent)."""
     image = run_module("gpulab_pve_download", image_args(lab))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import prepare_gpu_lab, run_module
+from .conftest import download_iso, prepare_gpu_lab, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,18 +63,7 @@ WIZARD = {
 def wizard_vm(lab):
     prepare_gpu_lab(lab)
     # the simulated node serves the ISO from the lab's URL and checksum; the volume is inventory/homelab's
-    assert homelab_plan()["image"]["volume"] == ISO
-    iso = run_module(
-        "gpulab_pve_download",
-        lab.conn(
-            node="pve",
-            storage="local",
-            url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
-            filename="ubuntu-24.04.3-live-server-amd64.iso",
-            checksum="e93681f3cab37e29bdf53bf2231ffc4de4bcc9d90ad8dc5bb62d18a2355052a0",
-        ),
-    )
-    assert not iso.get("failed"), iso
+    assert homelab_plan()["image"]["volume"] == ISO == download_iso(lab)
     root = lab.client(
         api_token_id=None, api_token_secret=None, api_user="root@pam", api_password=lab.desc["password"]
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .conftest import gpu_vm_args, prepare_gpu_lab, run_module, small_vm_args
+from .conftest import download_iso, gpu_vm_args, prepare_gpu_lab, run_module, small_vm_args
 
 
 def test_check_mode_on_a_fresh_lab_shows_the_vm_and_writes_nothing(lab):
@@ -220,18 +220,8 @@ def test_wait_for_address_reports_the_agents_address(lab):
 
 
 def test_iso_install_attaches_the_cdrom_and_boots_disk_then_cdrom(lab):
-    iso = run_module(
-        "gpulab_pve_download",
-        lab.conn(
-            node="pve",
-            storage="local",
-            url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
-            filename="ubuntu-24.04.3-live-server-amd64.iso",
-            checksum="e93681f3cab37e29bdf53bf2231ffc4de4bcc9d90ad8dc5bb62d18a2355052a0",
-        ),
-    )
-    assert not iso.get("failed"), iso
-    args = small_vm_args(lab, cdrom=iso["volid"], boot_order=["scsi0", "ide2"], state="started")
+    volid = download_iso(lab)
+    args = small_vm_args(lab, cdrom=volid, boot_order=["scsi0", "ide2"], state="started")
     res = run_module("gpulab_pve_vm", args)
     assert not res.get("failed"), res
     assert res["config"]["ide2"].startswith("local:iso/ubuntu-24.04.3-live-server-amd64.iso")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,6 @@ from .helpers import (
     REPO,
     VENV_BIN,
     RunningLab,
-    lab_down,
-    lab_up,
-    need_root,
     playbook_env,
     run_playbook,
     set_vars,
@@ -30,16 +26,6 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 HOMELAB_LAB = REPO / "inventory" / "homelab-lab"
 MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def homelab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    need_root()
-    state = tmp_path_factory.mktemp("lab")
-    try:
-        yield lab_up(state, Path("homelab"))
-    finally:
-        lab_down(state)
 
 
 def _root_lvm(lab: RunningLab, inventory: Path, host: str) -> dict[str, float]:

@@ -33,6 +33,8 @@ def guest(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{lab.root / 'bin'}:{os.environ['PATH']}")
     monkeypatch.setenv("GPULAB_DISK_LAYOUT", str(layout))
     monkeypatch.setenv("GPULAB_DISK_HW", str(hw))
+    # the stand-ins' own log, not this machine's /var/log (a lab host laid over it would inherit it)
+    monkeypatch.setenv("GPULAB_STANDINS_LOG", str(tmp_path / "standins.log"))
     lab.layout, lab.hw = layout, hw
     return lab
 

@@ -62,14 +62,21 @@ def test_network_stage_keep_idempotent_check_and_planned(lan, dnsmasq_router, tm
         lan.add_client(mac)
     held = {name: lan.dhcp(mac) for name, mac in MACS.items()}
     hosts = Path(dnsmasq_router["hostsfile"])
+    untouched = hosts.read_text()
 
+    # keep mode keeps the address each VM holds, which must be the vm_address the rest of the run uses
     rc, changed, out = play(inventory(tmp_path, lan, dnsmasq_router))
+    assert rc != 0 and changed == 0, out
+    assert f"holds {held['vm-1']} (its DHCP lease" in out and "its vm_address is 192.168.100.51" in out
+    assert hosts.read_text() == untouched
+
+    rc, changed, out = play(inventory(tmp_path, lan, dnsmasq_router, addresses=held))
     assert (rc, changed) == (0, 1), out
     for name, mac in MACS.items():
         assert f"{mac.lower()},{held[name]},{name}" in hosts.read_text()
         assert lan.dhcp(mac) == held[name]  # each VM holds its reserved address after a renew
 
-    rc, changed, out = play(inventory(tmp_path, lan, dnsmasq_router))
+    rc, changed, out = play(inventory(tmp_path, lan, dnsmasq_router, addresses=held))
     assert (rc, changed) == (0, 0), out
 
     before = hosts.read_text()

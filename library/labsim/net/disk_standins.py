@@ -29,7 +29,8 @@ import os
 import sys
 import time
 
-LOG = "/var/log/gpulab-standins.log"
+# the guest's stand-in log (command_standins.LOG); a test run on this machine points it elsewhere
+LOG = os.environ.get("GPULAB_STANDINS_LOG") or "/var/log/gpulab-standins.log"
 HW = os.environ.get("GPULAB_DISK_HW", "/run/gpulab-sim/hw/disks.json")
 LAYOUT = os.environ.get("GPULAB_DISK_LAYOUT", "/var/lib/gpulab-sim/disk/layout.json")
 SECTOR = 512

@@ -16,6 +16,8 @@ from gpulab.pve.client import PveAuthError, PveConnectionError, PveError
 # The stages of site.yml (its play tags) and the ones that talk to the PVE API.
 STAGES = ("host", "vms", "network", "guests", "k3s", "hami", "workloads", "verify")
 PVE_STAGES = frozenset({"vms", "network", "verify"})
+# The stages that log in to the VMs and use sudo there.
+SUDO_STAGES = frozenset({"guests", "k3s", "hami", "workloads", "verify"})
 # A reachability check, not a run: fail fast rather than retry for minutes.
 TIMEOUT_S = 10
 RETRIES = 1

@@ -35,8 +35,6 @@ def _plain(value):
 
 
 # Where a sudo password can come from in the inventory (or the vault), besides -K.
-# The stages that log in to the VMs and use sudo there.
-SUDO_STAGES = frozenset({"guests", "k3s", "hami", "workloads", "verify"})
 BECOME_PASSWORD_VARS = (
     "ansible_become_password",
     "ansible_become_pass",
@@ -69,7 +67,7 @@ class ActionModule(ActionBase):
         names = inventory.defined_names(hostvars._inventory, self._loader)
         definition, problems = labdef.check(groups, hostvar, names)
         stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
-        if definition is not None and stages & SUDO_STAGES:
+        if definition is not None and stages & reach.SUDO_STAGES:
             problems = [*problems, *self._sudo_problems(definition, hostvar)]
         result["changed"] = False
         result["problems"] = [str(p) for p in problems]

@@ -1152,7 +1152,7 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
         facts["vm_init_note"] = f"VM hosts run without systemd: {why_not}"
     node = fixture["nodes"][0]
     lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
-    spec = node_host.node_host_spec(node, lab.hosts_dir / "node0")
+    spec = node_host.node_host_spec(node, lab.hosts_dir / "node0", api_dir=lab.state_dir / "node-api")
     _seed_node_vms(lab, fixture)
     # the router and the node boot side by side (each waits for its own sshd)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:

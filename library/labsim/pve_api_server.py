@@ -6,6 +6,12 @@ description) on stdout and then writes its own output to ``STATE/server.log``. `
 it in the background. Every API request is appended to ``STATE/pve-requests.jsonl``.
 
 Served besides the API: ``GET|PUT /_lab/faults`` (root@pam ticket only), the fault injection settings.
+
+The node's own tools (``pvesh``, ``pveum``, ``pvenode`` of the lab's node host, which real PVE runs
+in-process as root) reach the same API through ``STATE/node-api/api.sock`` (plain HTTP on a Unix socket,
+no fault injection: real pvesh does not pass through pveproxy), with the root@pam password the server
+writes beside it in ``STATE/node-api/root.json`` (mode 0600). The lab binds that folder into the node host
+(:data:`NODE_API_DIR`, :mod:`labsim.net.node_host`); a Unix socket crosses the network namespace.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import re
 import signal
 import socket
+import socketserver
 import ssl
 import sys
 import threading
@@ -35,6 +42,9 @@ from labsim.pve_schema import load_schema
 from labsim.vm_hooks import VmHooks
 
 API_PREFIX = "/api2/json"
+NODE_API_DIR = "node-api"  # in STATE: the node tools' socket and root credential
+NODE_API_SOCKET = "api.sock"
+NODE_API_CREDENTIALS = "root.json"
 SECRET_PARAM = re.compile(r"pass|secret|ticket|token|key", re.I)
 
 
@@ -75,6 +85,28 @@ class PveApiServer(ThreadingHTTPServer):
     def server_close(self) -> None:
         super().server_close()
         self._log_fh.close()
+
+
+class _NoFaults:
+    """The node-local channel passes no proxy, so it gets none of the proxy's injected faults."""
+
+    @staticmethod
+    def for_request(method: str, path: str):
+        return 0, None
+
+
+class NodeApiServer(socketserver.ThreadingUnixStreamServer):
+    """The same API as :class:`PveApiServer` (same simulator, access and request log) on a Unix socket."""
+
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, path: Path, main: PveApiServer):
+        path.unlink(missing_ok=True)
+        super().__init__(str(path), NodeHandler)
+        os.chmod(path, 0o600)
+        self.lab, self.access, self.faults = main.lab, main.access, _NoFaults()
+        self.log_request_line = main.log_request_line
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -251,6 +283,11 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.close()
 
 
+class NodeHandler(Handler):
+    def address_string(self) -> str:
+        return "node-api"
+
+
 # ================================================================================================ lab set-up
 def load_or_create_credentials(state_dir: Path, lab: PveApiSim) -> dict[str, Any]:
     with lab.lock:
@@ -344,6 +381,26 @@ def resume_guests(lab: PveApiSim, state_dir: Path, timeout: float = 60.0) -> lis
     return resumed
 
 
+def node_api(state_dir: Path, server: PveApiServer, creds: dict[str, Any]) -> NodeApiServer:
+    """The node tools' channel: the socket, and root@pam's credential beside it (both root's only)."""
+    folder = Path(state_dir) / NODE_API_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    fd = os.open(folder / NODE_API_CREDENTIALS, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"username": "root@pam", "password": creds["root_password"]}, fh)
+    return NodeApiServer(folder / NODE_API_SOCKET, server)
+
+
+def serve_node_api(server: PveApiServer) -> threading.Thread:
+    """Serve the node tools' socket in a daemon thread (stopped with the main server's shutdown)."""
+    thread = threading.Thread(
+        target=server.node_api.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
+    )
+    thread.start()
+    return thread
+
+
 def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bool = False):
     """Create the server (bound and ready to serve) and the lab description."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -365,6 +422,7 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     server.ssl_context = ctx
+    server.node_api = node_api(state_dir, server, creds)
     desc = lab_description(state_dir, server.server_address[1], fixture, creds, fp)
     if hooks_note:
         desc["hooks_note"] = hooks_note
@@ -394,9 +452,12 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(log, 1)
     os.dup2(log, 2)
     threading.Thread(target=resume_guests, args=(server.lab, state_dir), daemon=True).start()
+    serve_node_api(server)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        server.node_api.shutdown()
+        server.node_api.server_close()
         server.server_close()
         server.lab.close()
         (state_dir / "server.pid").unlink(missing_ok=True)

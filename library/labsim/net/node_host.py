@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from labsim import sysfs_tree
-from labsim.net import command_standins
+from labsim.net import command_standins, pve_tools
 
 STANDINS_LOG = command_standins.LOG
 NODE_COMMANDS = (
@@ -36,6 +36,9 @@ NODE_COMMANDS = (
     "update-initramfs",
     "qm",
 )
+#: real PVE's command-line tools, answered by the lab's API (labsim.net.pve_tools)
+PVE_TOOLS = ("pvesh", "pveum", "pvenode")
+PVE_TOOLS_SCRIPT = "/usr/local/lib/gpulab/pve_tools.py"
 HW_ROOT = "/var/lib/gpulab-sim/hw"
 GUEST_COMMANDS = ("reboot", "poweroff", "halt", "shutdown")
 
@@ -94,8 +97,12 @@ def loader_of(node: dict[str, Any]) -> str:
     return "grub" if str((node.get("boot") or {}).get("loader", "systemd-boot")) == "grub" else "systemd-boot"
 
 
-def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
-    """First-boot files, lab tools and PID-1 settings of the node host kept in ``hdir``."""
+def node_host_spec(node: dict[str, Any], hdir: Path, api_dir: Path | None = None) -> dict[str, Any]:
+    """First-boot files, lab tools and PID-1 settings of the node host kept in ``hdir``.
+
+    ``api_dir`` is the API server's folder for the node's own tools (its socket and root@pam's credential,
+    ``STATE/node-api``): bound at ``/var/lib/gpulab-sim/api``, where ``pvesh``, ``pveum`` and ``pvenode``
+    find the API."""
     loader = loader_of(node)
     kernel = str(node.get("kernel") or sysfs_tree.KERNEL_RELEASE)
     conf = {"loader": loader, "kernel": kernel, "esp_uuid": "1A2B-3C4D"}
@@ -106,6 +113,9 @@ def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
     }
     # the lab's own tools in the host: rewritten at every start, so a newer lab brings newer ones
     tools = {"/etc/gpulab-sim/node.json": json.dumps(conf, indent=1) + "\n", **_standin_files(NODE_COMMANDS)}
+    tools[PVE_TOOLS_SCRIPT] = Path(pve_tools.__file__).read_text()
+    for cmd in PVE_TOOLS:
+        tools[f"/usr/bin/{cmd}"] = command_standins.wrapper(cmd, PVE_TOOLS_SCRIPT)
     if loader == "systemd-boot":
         # the installer's line has a trailing space when it got no extra arguments; a fixture may give
         # the line the user left there (node.lab.kernel_cmdline, e.g. a seeded lab's GPU blacklist)
@@ -131,6 +141,9 @@ def node_host_spec(node: dict[str, Any], hdir: Path) -> dict[str, Any]:
         (str(view / "lib" / "modules"), "/lib/modules"),
         # the VMs the lab runs on this node, kept up to date by the VM hooks (read by the qm stand-in)
         (str(pve), f"{command_standins.SIM}/pve"),
+        # the API server's socket and root credential for pvesh, pveum and pvenode (as real PVE's tools
+        # run as root on the node and reach the same cluster state as the API)
+        *([(str(api_dir), pve_tools.NODE_API)] if api_dir is not None else []),
         # the whole hardware view in one tree (sys, proc, lib/modules), for readers that take a root
         # directory: a kernel without module support has no /proc/modules to lay the view over
         (str(view), HW_ROOT),

@@ -68,3 +68,40 @@ def fingerprint(cert_path: Path) -> str:
     der = ssl.PEM_cert_to_DER_cert(Path(cert_path).read_text())
     digest = hashlib.sha256(der).hexdigest().upper()
     return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
+
+
+def certificate_info(cert_path: Path) -> dict:
+    """What GET /nodes/{node}/certificates/info (``pvenode cert info``) tells of the node's certificate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    pem = Path(cert_path).read_text()
+    cert = x509.load_pem_x509_certificate(pem.encode())
+
+    def oneline(name: x509.Name) -> str:  # OpenSSL's one-line form, as PVE prints subject and issuer
+        return "".join(f"/{attr.rfc4514_attribute_name}={attr.value}" for attr in name)
+
+    key = cert.public_key()
+    kind = (
+        "id-ecPublicKey"
+        if isinstance(key, ec.EllipticCurvePublicKey)
+        else ("rsaEncryption" if isinstance(key, rsa.RSAPublicKey) else type(key).__name__)
+    )
+    try:
+        san_ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        san = [str(v) for v in san_ext.get_values_for_type(x509.DNSName)]
+        san += [str(v) for v in san_ext.get_values_for_type(x509.IPAddress)]
+    except x509.ExtensionNotFound:
+        san = []
+    return {
+        "filename": Path(cert_path).name,
+        "fingerprint": fingerprint(cert_path),
+        "issuer": oneline(cert.issuer),
+        "subject": oneline(cert.subject),
+        "notbefore": int(cert.not_valid_before_utc.timestamp()),
+        "notafter": int(cert.not_valid_after_utc.timestamp()),
+        "public-key-type": kind,
+        "public-key-bits": key.key_size,
+        "san": san,
+        "pem": pem,
+    }

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from labsim.fixture import download_digest
-from labsim.pve_auth import Principal
+from labsim.pve_access import AccessHandlers
+from labsim.pve_auth import PermissionDenied, Principal
 from labsim.pve_schema import ParamError, Schema
 from labsim.pve_state import State
 from labsim.pve_tasks import TaskFailed, TaskManager, parse_upid
@@ -135,7 +136,7 @@ def _normalise_filename(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_.-]", "_", name)
 
 
-class PveApiSim:
+class PveApiSim(AccessHandlers):
     """All simulated nodes, their VMs, storages, PCI devices, mappings and tasks."""
 
     def __init__(
@@ -210,6 +211,24 @@ class PveApiSim:
                 who.require(path, list(check[2]), any_of)
                 return True
             return who.has(path, list(check[2]), any_of)
+        if op == "userid-param":
+            # ["userid-param", "self"]: the call is about the caller's own user; ["userid-param", PRIV]:
+            # PRIV on the realm of the user the call names
+            userid = str(args.get("userid", ""))
+            if check[1] == "self":
+                ok = userid == who.user
+                if not ok and raise_it:
+                    raise PermissionDenied(f"/access/users/{userid}, self")
+                return ok
+            return self._eval_check(
+                ["perm", f"/access/realm/{userid.rsplit('@', 1)[-1]}", [check[1]]], args, who, raise_it
+            )
+        if op == "userid-group":
+            # the lab has no groups: PVE then wants the privilege on /access/groups
+            return self._eval_check(["perm", "/access/groups", list(check[1]), "any"], args, who, raise_it)
+        if op == "perm-modify":
+            path = re.sub(r"\{([a-z_-]+)\}", lambda m: str(args.get(m.group(1), "")), check[1])
+            return self._eval_check(["perm", path, ["Permissions.Modify"]], args, who, raise_it)
         if op == "and":
             return all(self._eval_check(c, args, who, raise_it) for c in check[1:])
         if op == "or":

@@ -415,7 +415,8 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
         from labsim import seed
 
         seed.seed_state(lab, creds)  # the user's lab as it was before gpulab (once per state directory)
-    access = Access(creds, (fixture.get("access") or {}).get("tokens"))
+    lab.bootstrap_access(creds)  # the project's role, user, token and ACLs, unless a bare node is asked for
+    access = Access(creds, (fixture.get("access") or {}).get("tokens"), store=lab)
     faults = Faults(state_dir)
     lab.tasks.error_hook = faults.next_task_error
     server = PveApiServer(("127.0.0.1", port), lab, access, faults, state_dir / "pve-requests.jsonl")

@@ -1,9 +1,11 @@
 """Users, API tokens, tickets, CSRF tokens and privilege checks, modelled on PVE's access control.
 
-Principals: ``root@pam`` (password; with a ticket it is the one user that bypasses every check), the
-project's automation user ``gpulab@pve`` with its API token ``gpulab@pve!ansible`` (privilege separation
-on: the token's privileges are the intersection of the user's and the token's ACLs), and any extra tokens
-a fixture's ``access.tokens`` list adds (``{userid, tokenid, privs, privsep, secret?}``) for tests.
+Principals: ``root@pam`` (password; with a ticket it is the one user that bypasses every check), the users
+and API tokens of the lab's access state (labsim.pve_access: roles, users, tokens and ACLs made through
+``/access`` or the node's ``pveum``; a new lab has the project's user ``gpulab@pve`` with its token
+``gpulab@pve!ansible``), with privilege separation on a token's privileges are the intersection of its
+user's and its own ACLs; and any extra tokens a fixture's ``access.tokens`` list adds (``{userid, tokenid,
+privs, privsep, secret?}``) for tests.
 """
 
 from __future__ import annotations
@@ -47,21 +49,34 @@ PROJECT_PRIVS = frozenset(
     }
 )
 
-# Every privilege PVE 9 knows that the simulated endpoints check: the project's and those it must not need.
+# Every privilege PVE 9 knows (the names the schema's permission entries use; root@pam holds them all).
 ALL_PRIVS = PROJECT_PRIVS | {
     "VM.Backup",
     "VM.Clone",
     "VM.Console",
+    "VM.GuestAgent.FileRead",
+    "VM.GuestAgent.FileSystemMgmt",
+    "VM.GuestAgent.FileWrite",
     "VM.GuestAgent.Unrestricted",
     "VM.Migrate",
+    "VM.Replicate",
     "VM.Snapshot",
+    "VM.Snapshot.Rollback",
     "Datastore.Allocate",
     "Sys.Console",
+    "Sys.Incoming",
     "Sys.Modify",
     "Sys.PowerMgmt",
+    "Sys.Syslog",
+    "SDN.Allocate",
     "SDN.Audit",
     "Pool.Allocate",
     "Pool.Audit",
+    "Permissions.Modify",
+    "Realm.Allocate",
+    "Realm.AllocateUser",
+    "Group.Allocate",
+    "User.Modify",
 }
 
 TOKEN_HEADER_RE = re.compile(r"(?:^|\s)PVEAPIToken(?:=| )([^;]*)")
@@ -134,17 +149,13 @@ def new_credentials() -> dict[str, Any]:
 class Access:
     """Authenticates requests and builds their Principal."""
 
-    def __init__(self, credentials: dict[str, Any], extra_tokens: list[dict] | None = None):
+    def __init__(
+        self, credentials: dict[str, Any], extra_tokens: list[dict] | None = None, store: Any = None
+    ):
         self.creds = credentials
-        project = [("/", PROJECT_PRIVS)]
-        self.tokens: dict[str, dict[str, Any]] = {
-            f"{credentials['token_user']}!{credentials['token_name']}": {
-                "secret": credentials["token_secret"],
-                "user_acl": project,
-                "token_acl": project,
-                "privsep": True,
-            }
-        }
+        # the lab's access state (labsim.pve_access.AccessHandlers.token_record): read at every request
+        self.store = store
+        self.tokens: dict[str, dict[str, Any]] = {}
         for tok in extra_tokens or []:
             tokid = f"{tok['userid']}!{tok['tokenid']}"
             acl = [(str(tok.get("path", "/")), frozenset(tok.get("privs") or ()))]
@@ -231,6 +242,8 @@ class Access:
         if not TOKEN_ID_RE.match(tokid):
             raise AuthError("authentication failure")
         tok = self.tokens.get(tokid)
+        if tok is None and self.store is not None:
+            tok = self.store.token_record(tokid)
         if tok is None or not hmac.compare_digest(tok["secret"], secret):
             raise AuthError("authentication failure")
         acl = _intersect(tok["user_acl"], tok["token_acl"]) if tok["privsep"] else tok["user_acl"]

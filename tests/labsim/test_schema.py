@@ -35,6 +35,13 @@ FORMAT_SAMPLES = {
     "pve-poolid": "pool1",
     "pve-realm": "pam",
     "pve-priv-list": "VM.Audit",
+    "pve-roleid": "Reader",
+    "pve-roleid-list": "Reader,PVEAuditor",
+    "pve-userid": "reader@pve",
+    "pve-userid-list": "reader@pve",
+    "pve-tokenid-list": "reader@pve!t1",
+    "pve-groupid-list": "admins",
+    "email-opt": "reader@example.com",
     "pve-startup-order": "order=1,up=5",
     "pve-hotplug-features": "network,disk",
     "pve-cpuset": "0-3",
@@ -102,7 +109,7 @@ def sample(schema_obj, key: str):
     if "pattern" in schema_obj:
         rx = perl_regex(schema_obj["pattern"])
         return next((c for c in PATTERN_CANDIDATES if rx.match(c)), None)
-    return "x"
+    return "x" * int(schema_obj.get("minLength", 1))
 
 
 def methods():

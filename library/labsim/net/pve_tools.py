@@ -362,7 +362,8 @@ def cmd_pveum(argv):
 
 
 def _node_name():
-    return socket.gethostname().split(".")[0]
+    """The local node, as PVE's tools take it: the host name (tests beside an in-process lab set it)."""
+    return os.environ.get("GPULAB_NODE_NAME") or socket.gethostname().split(".")[0]
 
 
 def cmd_pvenode(argv):

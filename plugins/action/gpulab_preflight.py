@@ -81,7 +81,8 @@ class ActionModule(ActionBase):
             return result
         result["plan"] = labdef.plan_text(definition).splitlines()
         # Each VM resolved once (gpulab.vmspec): stage vms passes these specs through as they are.
-        result["ansible_facts"] = {"gpulab_vms": vmspec.resolve(definition)}
+        # ...and the stages this run selected, for the checks of playbooks/preflight.yml that depend on them.
+        result["ansible_facts"] = {"gpulab_vms": vmspec.resolve(definition), "gpulab_stages": sorted(stages)}
         result["msg"] = "The lab definition is valid."
         if stages & reach.PVE_STAGES:
             reached, problem = reach.reach_pve(definition.globals)

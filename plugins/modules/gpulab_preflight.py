@@ -14,7 +14,8 @@ description:
     network, verify), reads C(GET /version) with the inventory's C(pve_api_*) settings (10 s timeout, one
     retry) and fails the same way when the API cannot be reached or refuses the credentials.
   - When the definition is valid, sets the fact C(gpulab_vms), each VM resolved once (C(gpulab.vmspec)) into
-    the whole spec stage vms sends, with every default and decision made.
+    the whole spec stage vms sends, with every default and decision made, and C(gpulab_stages), the stages
+    the run's tags select.
   - Runs on the controller; takes no options.
 options: {}
 author: gpulab
@@ -53,4 +54,8 @@ ansible_facts:
           C(vmid), C(name), C(install), C(gpu), C(address), C(ssh_user), C(snippet) and C(spec), the options
           of gpulab_pve_vm.
       type: dict
+    gpulab_stages:
+      description: The stages the run's C(--tags) and C(--skip-tags) select, sorted (C(workloads) only when named).
+      type: list
+      elements: str
 """

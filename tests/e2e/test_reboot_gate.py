@@ -1,7 +1,8 @@
 """The reboot gate: while the node still needs the reboot stage host may not do, no GPU VM starts (a host
 driver may still hold its card); the run says so, goes on with the VMs that need no card, and the later
-stages skip the held VM. With stage host left out of a run, stage vms reads the node itself. Once the node
-has rebooted and vfio-pci owns every function, the GPU VM starts."""
+stages skip the held VM. With stage host left out of a run, preflight reads the node itself and stops the run
+before any write while a host driver still binds the card. Once the node has rebooted and vfio-pci owns
+every function, the GPU VM starts."""
 
 from __future__ import annotations
 
@@ -28,11 +29,15 @@ def test_no_gpu_vm_starts_while_the_node_waits_for_its_reboot(lab: RunningLab) -
     guests = out.split("PLAY [Guests", 1)[1].split("\nPLAY [", 1)[0]
     assert "[vm-1]" in guests and "[vm-gpu]" not in guests
 
-    # stage vms alone: it reads the node itself, finds the card not yet on vfio-pci, and holds it still
+    # stage vms alone: preflight reads the node, finds the card not yet on vfio-pci and stops the run before
+    # any write, naming the node, the field, what holds the card and the fix (stage host is not in this run)
+    before = len(lab.requests())
     alone = run_playbook(lab, DEMO, "--tags", "vms", timeout=300)
     out = alone.stdout + alone.stderr
-    assert alone.returncode == 0, out[-4000:]
-    assert "prove vfio-pci owns the GPUs of node pve" in out
+    assert alone.returncode != 0, out[-4000:]
+    assert "host pve, field pve_gpus (the cards of vm-gpu)" in out, out[-4000:]
+    assert "is bound to nouveau, not vfio-pci" in out and "run stage host first" in out, out[-4000:]
+    assert "PLAY [Stage" not in out and lab.writes(before) == []
     assert _status(lab)["vm-gpu"] == "stopped"
 
     # the node reboots (allowed now, the plain VMs running through it); the GPU VM starts after the proof

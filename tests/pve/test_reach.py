@@ -85,6 +85,7 @@ def _preflight(lab, secret: str, tags: str) -> tuple[subprocess.CompletedProcess
         "pve_api_token_id": lab.desc["token_id"],
         "pve_api_fingerprint": lab.desc["fingerprint"],
         "vault_vm_become_password": "sudo-pw",  # the ISO guests' sudo password, as the vault gives it
+        "pve_vms_vfio_proof": False,  # the API-only lab has no node to read the GPU's driver on
     }
     mark = lab.mark()
     proc = subprocess.run(

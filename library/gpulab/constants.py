@@ -21,6 +21,10 @@ PVE_USER_RE = re.compile(rf"^[^\s:/]+@{PVE_REALM}$")
 PVE_TOKEN_ID_RE = re.compile(rf"^[^\s:/]+@{PVE_REALM}![A-Za-z][A-Za-z0-9.\-_]+$")
 PVE_FINGERPRINT_RE = re.compile(r"^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$")
 
+# --- what `gpulab discover` writes for a value it could not read or one the user must decide; the lab
+# definition refuses any value that holds it (gpulab.labdef.checks.check_placeholders) ---
+PLACEHOLDER = "CHANGE-ME"
+
 # --- VM hardware the lab definition offers ---
 MACHINES = ("i440fx", "q35")
 FIRMWARES = ("seabios", "ovmf")

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from gpulab.constants import DOWNLOAD_EXTENSION_HINTS, DOWNLOAD_EXTENSIONS
+from gpulab.constants import DOWNLOAD_EXTENSION_HINTS, DOWNLOAD_EXTENSIONS, PLACEHOLDER
 from gpulab.labdef.catalogue import (
+    BY_NAME,
     CHECKSUM_LENGTHS,
     DOWNLOAD_URL_RE,
     FILENAME_RE,
@@ -55,6 +56,35 @@ def check_values(d: LabDefinition, out: Problems) -> None:
         for name, value in values.items():
             if (p := _rule_problem(host, name, value)) is not None:
                 out.append(p)
+
+
+def _placeholders(name: str, value: Any) -> list[str]:
+    """The fields (`name`, `name.key`, `name[0]`) of a value that hold the placeholder."""
+    if isinstance(value, str):
+        return [name] if PLACEHOLDER in value else []
+    if isinstance(value, dict):
+        return [f for k, v in value.items() for f in _placeholders(f"{name}.{k}", v)]
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in _placeholders(f"{name}[{i}]", v)]
+    return []
+
+
+PLACEHOLDER_WHY = "a placeholder: a value gpulab discover could not read, or one that is yours to decide"
+
+
+def check_placeholders(d: LabDefinition, out: Problems) -> None:
+    """A value holding CHANGE-ME (what `gpulab discover` writes where it could not read a value, or where the
+    value is the user's to decide) is refused wherever it stands, with the field named. Secrets are left
+    to check_api, which refuses their example placeholders without showing them."""
+    sections = [("all", d.globals), *d.nodes.items(), *d.vms.items(), *([d.router] if d.router else [])]
+    for host, values in sections:
+        for name, value in values.items():
+            if name in BY_NAME and BY_NAME[name].secret:
+                continue
+            for where in _placeholders(name, value):
+                why = PLACEHOLDER_WHY
+                fix = "replace it with the real value (the comment above it in the inventory says what goes there)"
+                out.add(host, where, PLACEHOLDER, why, fix)
 
 
 def check_api(d: LabDefinition, out: Problems) -> None:
@@ -347,6 +377,7 @@ def check_names(d: LabDefinition, out: Problems) -> None:
 def validate(d: LabDefinition) -> list[Problem]:
     """Every problem of the lab definition, in inventory order; empty when it is valid."""
     out = Problems(d.problems)
+    check_placeholders(d, out)
     check_values(d, out)
     check_api(d, out)
     check_images(d, out)
@@ -356,9 +387,13 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_router(d, out)
     check_k3s(d, out)
     check_names(d, out)
-    # one message per (host, field, why): a missing value may be reported by two checks
+    # one message per (host, field, why): a missing value may be reported by two checks; a placeholder only
+    # as such (what else its field breaks follows from it)
+    held = {(p.host, p.field) for p in out if p.why == PLACEHOLDER_WHY}
     unique: dict[tuple[str, str, str], Problem] = {}
     for p in out:
+        if (p.host, p.field) in held and p.why != PLACEHOLDER_WHY:
+            continue
         unique.setdefault((p.host, p.field, p.why), p)
     return list(unique.values())
 

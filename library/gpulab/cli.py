@@ -1,4 +1,5 @@
-"""The `gpulab` command line: `gpulab plan INVENTORY` and `gpulab lab up|down|status`."""
+"""The `gpulab` command line: `gpulab discover USER@HOST INVENTORY`, `gpulab plan INVENTORY` and
+`gpulab lab up|down|status`."""
 
 from __future__ import annotations
 
@@ -33,6 +34,54 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _discover(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from gpulab import discover, discover_ssh
+
+    target = Path(args.inventory)
+    if target.exists() or target.is_symlink():
+        print(
+            f"gpulab discover: {target} exists; discover writes a new inventory folder and never overwrites one. "
+            "Fix: name a folder that does not exist yet (e.g. inventory/mylab), or move the old one away.",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        session = discover_ssh.Session(args.target, args.port, args.identity, args.known_hosts)
+    except discover_ssh.SshError as exc:
+        print(f"gpulab discover: {exc}.", file=sys.stderr)
+        return 1
+    try:
+        raw = discover.collect(
+            session.run, session.host, session.user, discover_ssh.public_key_of(args.identity)
+        )
+    finally:
+        session.close()
+    try:
+        found = discover.analyse(raw)
+    except discover.DiscoverError as exc:
+        print(f"gpulab discover: {args.target} cannot be used; nothing was written:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    try:
+        written = discover.write_new(target, discover.render(found))
+    except FileExistsError:
+        print(f"gpulab discover: {target} appeared meanwhile; nothing was written.", file=sys.stderr)
+        return 1
+    gpus = ", ".join(f"{g.id} at {g.pci} (IOMMU group {g.iommu_group})" for g in found.gpus)
+    vms = ", ".join(f"{v.host} ({v.vmid})" for v in found.vms) or "none"
+    print(f"Wrote {target} ({len(written)} files) from node {found.node} of {session.user}@{session.host}:")
+    print(f"  GPUs: {gpus}")
+    print(f"  VMs{' (proposed: the node has none)' if found.proposed else ''}: {vms}")
+    print(
+        f"Fill each CHANGE-ME (and the secrets: {target}/group_vars/all/vault.yml.example), then check it with "
+        f"`gpulab plan {target}`."
+    )
+    return 0
+
+
 def _unreadable(inventory: str, exc: Exception) -> int:
     hint = ""
     if "vault" in str(exc).lower():
@@ -61,6 +110,23 @@ def main(argv: list[str] | None = None) -> int:
         help="to read an encrypted vault.yml: ask for its password",
     )
     plan.set_defaults(func=_plan)
+    disc = sub.add_parser(
+        "discover",
+        help="read a Proxmox VE node over SSH and write a new inventory folder for it",
+        description="Read the node (pvesh, /sys, ip route) over SSH and write INVENTORY, a new folder in "
+        "inventory/homelab's layout. Values it cannot read and those you must decide are CHANGE-ME, which "
+        "`gpulab plan` refuses until they are filled. It never overwrites: INVENTORY must not exist.",
+    )
+    disc.add_argument("target", metavar="USER@HOST", help="the node's SSH login, e.g. root@192.168.100.5")
+    disc.add_argument("inventory", metavar="INVENTORY", help="the folder to write, e.g. inventory/mylab")
+    disc.add_argument("-i", "--identity", metavar="KEY", help="the SSH private key to log in with")
+    disc.add_argument("-p", "--port", type=int, default=22, help="the node's SSH port (default 22)")
+    disc.add_argument(
+        "--known-hosts",
+        metavar="FILE",
+        help="a known_hosts file to trust besides ~/.ssh/known_hosts (host keys are always checked)",
+    )
+    disc.set_defaults(func=_discover)
     sub.add_parser("lab", help="the simulated lab: gpulab lab up|down|status [--state DIR] [--fixture FILE]")
     args = parser.parse_args(argv)
     return args.func(args)

@@ -180,6 +180,21 @@ def test_agents_join_with_labels_and_hami_gives_vgpus(cluster, nshosts):
     for what in ("daemonset/hami-device-plugin", "deployment/hami-scheduler"):
         rollout = server.k3s("kubectl", "-n", "kube-system", "rollout", "status", what)
         assert rollout.returncode == 0 and "successfully rolled out" in rollout.stdout, what
+    # HAMi's device plugin registered the guest's card (nvidia-smi's UUID and memory) on the GPU node only
+    (card,) = json.loads(after["vm-gpu"]["metadata"]["annotations"]["hami.io/node-nvidia-register"])
+    assert (card["id"], card["devmem"], card["count"]) == (GPU["uuid"], GPU["memory_mib"], 7)
+    assert "hami.io/node-nvidia-register" not in after["vm-2"]["metadata"]["annotations"]
+    # the scheduler's kube-scheduler image: the chart's registry, the server's version without +k3s1
+    dep = json.loads(
+        server.k3s("kubectl", "-n", "kube-system", "get", "deployment", "hami-scheduler", "-o", "json").stdout
+    )
+    images = {c["name"]: c["image"] for c in dep["spec"]["template"]["spec"]["containers"]}
+    assert (
+        images["kube-scheduler"]
+        == "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler:" + VERSION.split("+")[0]
+    )
+    missing = server.k3s("kubectl", "-n", "default", "get", "deployment", "hami-scheduler")
+    assert missing.returncode == 1 and 'deployments.apps "hami-scheduler" not found' in missing.stderr
 
 
 def test_a_wrong_token_is_refused(cluster, nshosts):

@@ -41,6 +41,8 @@ FAKE_K3S = textwrap.dedent(
     a = args[1:]
     if a[:2] == ["get", "nodes"]:
         print((state / "nodes.json").read_text())
+    elif a[:2] == ["get", "deployment"] or a[2:4] == ["get", "deployment"]:
+        print((state / "deployment.json").read_text())
     elif a[:2] == ["get", "daemonsets"]:
         print((state / "daemonsets.json").read_text())
     elif a[:3] == ["get", "runtimeclass", "nvidia"]:
@@ -98,17 +100,55 @@ JSON_CALLBACK = textwrap.dedent(
 )
 
 
-def node(name, ready=True, labels=None, gpus=None):
+def register(cards=GPU_FACTS, split=10):
+    """hami.io/node-nvidia-register as HAMi's device plugin writes it (guest-stack.md 6.2)."""
+    return json.dumps(
+        [
+            {
+                "id": g["uuid"],
+                "count": split,
+                "devmem": g["memory_total_mib"],
+                "devcore": 100,
+                "type": g["name"],
+            }
+            | ({"index": g["index"]} if g["index"] else {})
+            | {"mode": "hami-core", "health": True}
+            for g in cards
+        ]
+    )
+
+
+def node(name, ready=True, labels=None, gpus=None, annotations=None, version="v1.33.5+k3s1"):
+    if name == "vm-1":
+        labels = {"node-role.kubernetes.io/control-plane": "true", **(labels or {})}
+    if gpus is not None and annotations is None:
+        annotations = {"hami.io/node-nvidia-register": register()}
     status = {
         "conditions": [
             {"type": "MemoryPressure", "status": "False"},
             {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady"},
         ],
         "allocatable": {"cpu": "8", "memory": "16318796Ki", "pods": "110"},
+        "nodeInfo": {"kubeletVersion": version},
     }
     if gpus is not None:
         status["allocatable"]["nvidia.com/gpu"] = str(gpus)
-    return {"kind": "Node", "metadata": {"name": name, "labels": labels or {}}, "status": status}
+    meta = {"name": name, "labels": labels or {}, "annotations": annotations or {}}
+    return {"kind": "Node", "metadata": meta, "status": status}
+
+
+def scheduler(tag="v1.33.5"):
+    """HAMi's scheduler Deployment with its kube-scheduler image."""
+    containers = [
+        {"name": "kube-scheduler", "image": f"registry.k8s.io/kube-scheduler:{tag}"},
+        {"name": "vgpu-scheduler-extender", "image": "docker.io/projecthami/hami:v2.10.0"},
+    ]
+    meta = {"name": "hami-scheduler", "namespace": "kube-system"}
+    return {
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {"template": {"spec": {"containers": containers}}},
+    }
 
 
 class FakeK3sFolder:
@@ -133,6 +173,7 @@ class FakeK3sFolder:
         k3s.chmod(0o755)
         self.nodes([])
         self.daemonsets([])
+        self.scheduler(scheduler())
         local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
         inventory = {
             "all": {
@@ -155,6 +196,9 @@ class FakeK3sFolder:
 
     def nodes(self, items):
         (self.root / "state" / "nodes.json").write_text(json.dumps({"kind": "List", "items": items}))
+
+    def scheduler(self, deployment):
+        (self.root / "state" / "deployment.json").write_text(json.dumps(deployment))
 
     def daemonsets(self, items):
         (self.root / "state" / "daemonsets.json").write_text(json.dumps({"kind": "List", "items": items}))
@@ -362,7 +406,59 @@ def test_hami_reports_the_wrong_allocatable(lab):
     rc, out = lab.play([HAMI])
     assert rc != 0
     msg = lab.failures(out)[0]
-    assert "vm-gpu: allocatable nvidia.com/gpu 1, expected 10" in msg
+    assert "vm-gpu: allocatable nvidia.com/gpu = 1: node vm-gpu offers 1 nvidia.com/gpu, expected 10" in msg
+
+
+def hami_fails_at_once(lab):
+    """Stage hami on the fake cluster with a ready timeout of 60 s: (its message, the number of looks)."""
+    task = {**HAMI, "vars": {**HAMI["vars"], "hami_ready_timeout": 60}}
+    rc, out = lab.play([task])
+    assert rc != 0
+    looks = [c for c in lab.calls() if c["args"][1:3] == ["get", "nodes"]]
+    return lab.failures(out)[0], len(looks)
+
+
+def test_hami_stops_at_once_on_a_node_without_the_gpu_label(lab):
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={}, gpus=0, annotations={})])
+    msg, looks = hami_fails_at_once(lab)
+    assert "vm-gpu: label gpu = (none): node vm-gpu does not carry the label gpu=on (no such label)" in msg
+    assert "k3s kubectl label node vm-gpu gpu=on --overwrite" in msg
+    assert looks == 1, "a missing label is not waited for"
+
+
+def test_hami_stops_on_a_registered_card_that_is_not_the_guests(lab):
+    other = [dict(GPU_FACTS[0], uuid="GPU-00000000-1111-2222-3333-444444444444")]
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=10,
+                                   annotations={"hami.io/node-nvidia-register": register(other)})])  # fmt: skip
+    msg, looks = hami_fails_at_once(lab)
+    assert f"the guest's nvidia-smi reports card {UUID0} (NVIDIA GeForce RTX 3090), which HAMi did not" in msg
+    assert (
+        "GPU-00000000-1111-2222-3333-444444444444" in msg and "restart HAMi's device plugin on vm-gpu" in msg
+    )
+    assert looks == 1
+
+
+def test_hami_stops_on_registered_memory_that_is_not_the_cards(lab):
+    smaller = [dict(GPU_FACTS[0], memory_total_mib=16384)]
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=10,
+                                   annotations={"hami.io/node-nvidia-register": register(smaller)})])  # fmt: skip
+    msg, _ = hami_fails_at_once(lab)
+    assert f"HAMi registered card {UUID0} on node vm-gpu with 16384 MiB, but the guest's nvidia-smi" in msg
+
+
+def test_hami_waits_for_the_register_annotation_then_names_it(lab):
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=10, annotations={})])
+    rc, out = lab.play([HAMI])
+    assert rc != 0
+    assert "has not registered the cards of node vm-gpu" in lab.failures(out)[0]
+
+
+def test_hami_stops_on_a_kube_scheduler_tag_that_is_not_the_servers_version(lab):
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=10)])
+    lab.scheduler(scheduler(tag="v1.36.2"))
+    msg, _ = hami_fails_at_once(lab)
+    assert "runs kube-scheduler registry.k8s.io/kube-scheduler:v1.36.2, but the server is Kubernetes" in msg
+    assert "set hami_kube_scheduler_image.tag to 'v1.33.5'" in msg
 
 
 WORKLOADS = {

@@ -30,6 +30,12 @@ library only (PyYAML when the host has it, for config.yaml).
   The server records when each Deployment was seen, when it was first Ready, and each start of its pod
   (``deployment_history``: ``runs``, with the node's boot id), so tests can check that engines sharing a
   card started one after another, at apply and after a reboot.
+* HAMi's HelmChart: where its device plugin runs (the node selector's labels, the runtime class, a card), the
+  node gets ``hami.io/node-nvidia-register`` as HAMi's device plugin writes it (JSON: ``id``, ``index``,
+  ``count``, ``devmem``, ``devcore``, ``type``, ``mode``, ``health``, zero values left out) from the cards
+  nvidia-smi listed when the agent started (a card changed since is not seen until it restarts, as with
+  HAMi's plugin), and the Deployment ``<release>-scheduler`` runs kube-scheduler from the chart's image values,
+  its tag the server's version without ``+k3s1`` at the chart's install (``get deployment -o json``).
 * ``k3s kubectl`` reaches the server named in the kubeconfig (``KUBECONFIG`` or
   ``/etc/rancher/k3s/k3s.yaml``): ``get nodes|node|runtimeclass|daemonsets`` (``-o json``, ``-o name``,
   ``-o jsonpath={.a.b}``, table), ``get pods [NAME] [-n NS|-A] [-l KEY=VALUE]`` (``READY``, ``STATUS``
@@ -144,15 +150,63 @@ def own_address():
     return "127.0.0.1"
 
 
-def gpu_uuids():
-    """The cards nvidia-smi lists (none without a working driver), read once at start like the device plugin."""
+def gpu_cards():
+    """The cards nvidia-smi lists (none without a working driver): UUID, name and total MiB, read once at start
+    like HAMi's device plugin reads them through NVML."""
     import subprocess
 
+    query = ["nvidia-smi", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader,nounits"]
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+        proc = subprocess.run(query, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return []
-    return [line.rsplit("(UUID: ", 1)[1].rstrip(")") for line in out.splitlines() if "(UUID: " in line]
+    cards = []
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 3 and fields[0].startswith("GPU-"):
+            mib = int(fields[2]) if fields[2].isdigit() else 0
+            cards.append({"uuid": fields[0], "name": fields[1], "memory_mib": mib})
+    return cards
+
+
+def register_annotation(cards, split, memory_scaling=1, core_scaling=1):
+    """`hami.io/node-nvidia-register` as HAMi's device plugin writes it (JSON since 2.8.0): per card id, index,
+    count, devmem, devcore, type, mode, health, in that order, Go's omitempty leaving out zero values."""
+    out = []
+    for index, card in enumerate(cards):
+        name = card.get("name") or ""
+        entry = {
+            "id": card["uuid"],
+            "index": index,
+            "count": split,
+            "devmem": int(card.get("memory_mib", 0) * memory_scaling),
+            "devcore": int(100 * core_scaling),
+            "type": name if name.startswith("NVIDIA") else f"NVIDIA-{name}",
+            "mode": "hami-core",
+            "health": True,
+        }
+        out.append({k: v for k, v in entry.items() if v not in (0, "", False, None)})
+    return json.dumps(out, separators=(",", ":"))
+
+
+def stripped_version(v):
+    """HAMi's chart takes the kube-scheduler tag from the server's version without `+k3s1`."""
+    m = re.match(r"^(v\d+\.\d+\.\d+)", v)
+    return m[1] if m else v
+
+
+def kube_scheduler_image(values, server_version):
+    """The kube-scheduler image HAMi's chart renders: global.imageRegistry over the image's registry, the tag
+    from the values or else the server's version (`resolvedKubeSchedulerTag`)."""
+    image = ((values.get("scheduler") or {}).get("kubeScheduler") or {}).get("image") or {}
+    registry = (
+        (values.get("global") or {}).get("imageRegistry")
+        or image.get("registry")
+        or ("registry.cn-hangzhou.aliyuncs.com")
+    )
+    repository = image.get("repository") or "google_containers/kube-scheduler"
+    tag = str(image.get("tag") or "").strip() or stripped_version(server_version)
+    return f"{registry}/{repository}:{tag}"
 
 
 def boot_id():
@@ -241,6 +295,22 @@ def pod_status(pod):
     return "Running" if pod["started"] is not None else "PodInitializing"
 
 
+def scheduler_deployment(name, namespace, kube_scheduler, chart_version):
+    """HAMi's scheduler Deployment (kubectl get deployment -o json): its two containers and their images."""
+    hami = f"docker.io/projecthami/hami:v{chart_version or '2.10.0'}"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/component": name}},
+        "spec": {"replicas": 1, "template": {"spec": {
+            "schedulerName": "default-scheduler",
+            "containers": [{"name": "kube-scheduler", "image": kube_scheduler},
+                           {"name": "vgpu-scheduler-extender", "image": hami}]}}},
+        "status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1},
+    }  # fmt: skip
+
+
 def node_object(name, node):
     ready = time.time() - node["heartbeat"] < NOT_READY_AFTER_S
     labels = {
@@ -261,13 +331,16 @@ def node_object(name, node):
     res = {"cpu": str(node.get("cpus", 1)), "memory": f"{node.get('memory_kib', 1048576)}Ki", "pods": "110"}
     if node.get("vgpus"):
         res["nvidia.com/gpu"] = str(node["vgpus"])
+    annotations = {"gpulab.lab/runtimes": ",".join(node.get("runtimes", []))}
+    if node.get("hami_register"):
+        annotations["hami.io/node-nvidia-register"] = node["hami_register"]
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": name,
             "labels": labels,
-            "annotations": {"gpulab.lab/runtimes": ",".join(node.get("runtimes", []))},
+            "annotations": annotations,
             "creationTimestamp": node.get("created", now_iso()),
         },
         "spec": {
@@ -337,7 +410,7 @@ class Cluster:
         charts = [d for d in docs if d.get("kind") == "HelmChart"]
         with self.lock:
             seen = self.state.setdefault("charts_seen", {})
-            jobs, daemonsets, deployments, vgpus, present = {}, [], {}, {}, set()
+            jobs, daemonsets, deployments, vgpus, present, objects = {}, [], {}, {}, set(), {}
             for chart in charts:
                 meta, spec = chart.get("metadata", {}), chart.get("spec", {})
                 name, ns = meta.get("name", "chart"), meta.get("namespace", "kube-system")
@@ -366,6 +439,20 @@ class Cluster:
                     }
                 )
                 deployments[f"{target}/{name}-scheduler"] = {"ready": True}
+                # the chart renders the kube-scheduler tag from the server's version when it is installed
+                # (again only when the HelmChart changes, as k3s' helm controller does)
+                digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+                installed = self.state.setdefault("charts_installed", {})
+                if (installed.get(f"{ns}/{name}") or {}).get("digest") != digest:
+                    installed[f"{ns}/{name}"] = {"digest": digest, "kube_version": version()}
+                kube_version = installed[f"{ns}/{name}"]["kube_version"]
+                objects[f"{target}/{name}-scheduler"] = scheduler_deployment(
+                    f"{name}-scheduler",
+                    target,
+                    kube_scheduler_image(values, kube_version),
+                    spec.get("version"),
+                )
+                scaling = float(plugin.get("deviceMemoryScaling", 1) or 1)
                 for node_name, node in self.state["nodes"].items():
                     labels = node.get("labels", {})
                     matches = all(str(labels.get(k)) == str(v) for k, v in selector.items())
@@ -375,12 +462,16 @@ class Cluster:
                         and (runtime is None or runtime in node.get("runtimes", []))
                     ):
                         vgpus[node_name] = node["gpus"] * split
+                        # the device plugin registers the cards it found when it started (the agent's)
+                        node["hami_register"] = register_annotation(node.get("gpu_cards", []), split, scaling)
             for key in [k for k in seen if k not in present]:
                 del seen[key]  # a chart taken out is uninstalled
             for node_name, node in self.state["nodes"].items():
                 node["vgpus"] = vgpus.get(node_name, 0)
             deployments.update(self.run_pods(docs))
-            self.state.update(jobs=jobs, daemonsets=daemonsets, deployments=deployments)
+            self.state.update(
+                jobs=jobs, daemonsets=daemonsets, deployments=deployments, deployment_objects=objects
+            )
             self.save()
 
     # --- pods of the Deployments (called with the lock held) -------------------------------------
@@ -561,6 +652,7 @@ class Cluster:
             node.update(
                 gpus=int(info.get("gpus", 0)),
                 gpu_uuids=list(info.get("gpu_uuids", [])),
+                gpu_cards=list(info.get("gpu_cards", [])),
                 address=info["address"],
                 heartbeat=time.time(),
                 runtimes=info.get("runtimes", []),
@@ -614,6 +706,8 @@ def make_handler(cluster, token):
                 return self.reply(200, {n: node_object(n, v) for n, v in sorted(state["nodes"].items())})
             if self.path == "/gpulab/runtimeclasses":
                 return self.reply(200, state["runtimeclasses"])
+            if self.path == "/gpulab/deployments":
+                return self.reply(200, state.get("deployment_objects", {}))
             if self.path == "/gpulab/daemonsets":
                 return self.reply(200, state.get("daemonsets", []))
             if self.path == "/gpulab/pods":
@@ -730,10 +824,11 @@ def run_server():
     for srv in servers:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
-    uuids = gpu_uuids()
+    cards = gpu_cards()
     me = {
-        "gpus": len(uuids),
-        "gpu_uuids": uuids,
+        "gpus": len(cards),
+        "gpu_uuids": [c["uuid"] for c in cards],
+        "gpu_cards": cards,
         "name": name,
         "boot_id": boot_id(),
         "address": address,
@@ -792,8 +887,8 @@ def run_agent():
         "runtimes": runtimes,
         "token": token,
     }
-    uuids = gpu_uuids()
-    me.update(gpus=len(uuids), gpu_uuids=uuids)
+    cards = gpu_cards()
+    me.update(gpus=len(cards), gpu_uuids=[c["uuid"] for c in cards], gpu_cards=cards)
     while True:
         req = urllib.request.Request(api, json.dumps(me).encode(), {"Content-Type": "application/json"})
         try:
@@ -995,6 +1090,13 @@ def kubectl(args):
         elif kind in ("runtimeclass", "runtimeclasses"):
             all_items, kind = api_get("/gpulab/runtimeclasses"), "runtimeclass.node.k8s.io"
             resource = "runtimeclasses.node.k8s.io"
+        elif kind in ("deployment", "deployments", "deploy"):
+            all_items = {
+                key.split("/", 1)[1]: d
+                for key, d in api_get("/gpulab/deployments").items()
+                if all_namespaces or key.split("/", 1)[0] == namespace
+            }
+            kind, resource = "deployment.apps", "deployments.apps"
         elif kind in ("daemonset", "daemonsets", "ds"):
             all_items, kind = (
                 {d["metadata"]["name"]: d for d in api_get("/gpulab/daemonsets")},

@@ -1,0 +1,57 @@
+"""Filters of stage hami: the GPU nodes' problems, parsed in Python from the one kubectl look of each wait.
+
+`hami_look | gpulab_hami_problems(gpus_by_host, split=..., ...)` takes the text that roles/hami/tasks/verify.yml
+prints (`{"nodes": <kubectl get nodes -o json>, "scheduler": <kubectl get deployment ... -o json>}`) and the
+guests' GPU facts; it returns the problems of gpulab.k8s.hami_checks (host, field, value, cause, fix, wait).
+`problems | gpulab_hami_problems_text` makes them one message.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible.errors import AnsibleFilterError
+
+from gpulab.k8s import hami_checks
+
+
+def gpulab_hami_problems(
+    look,
+    gpus_by_host,
+    split=10,
+    memory_scaling=1,
+    node_selector=None,
+    namespace="kube-system",
+    release="hami",
+):
+    if not look:
+        return []
+    try:
+        doc = json.loads(look)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"gpulab_hami_problems: the kubectl look is not JSON ({exc})") from exc
+    nodes = doc.get("nodes") or {}
+    problems = hami_checks.node_problems(
+        nodes,
+        gpus_by_host or {},
+        split=int(split),
+        memory_scaling=float(memory_scaling),
+        node_selector=node_selector,
+        namespace=namespace,
+        release=release,
+    )
+    return problems + hami_checks.scheduler_problems(
+        nodes, doc.get("scheduler"), namespace=namespace, release=release
+    )
+
+
+def gpulab_hami_problems_text(problems):
+    return hami_checks.problems_text(problems or [])
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpulab_hami_problems": gpulab_hami_problems,
+            "gpulab_hami_problems_text": gpulab_hami_problems_text,
+        }

@@ -82,7 +82,10 @@ class ActionModule(ActionBase):
         result["plan"] = labdef.plan_text(definition).splitlines()
         # Each VM resolved once (gpulab.vmspec): stage vms passes these specs through as they are.
         # ...and the stages this run selected, for the checks of playbooks/preflight.yml that depend on them.
-        result["ansible_facts"] = {"gpulab_vms": vmspec.resolve(definition), "gpulab_stages": sorted(stages)}
+        # Returned as results, not facts: playbooks/preflight.yml sets them as variables (facts used as plain
+        # variables are deprecated, INJECT_FACTS_AS_VARS).
+        result["vms"] = vmspec.resolve(definition)
+        result["stages"] = sorted(stages)
         result["msg"] = "The lab definition is valid."
         if stages & reach.PVE_STAGES:
             reached, problem = reach.reach_pve(definition.globals)

@@ -13,9 +13,9 @@ description:
   - When the definition is valid and the run's tags select a stage that uses the Proxmox VE API (vms,
     network, verify), reads C(GET /version) with the inventory's C(pve_api_*) settings (10 s timeout, one
     retry) and fails the same way when the API cannot be reached or refuses the credentials.
-  - When the definition is valid, sets the fact C(gpulab_vms), each VM resolved once (C(gpulab.vmspec)) into
-    the whole spec stage vms sends, with every default and decision made, and C(gpulab_stages), the stages
-    the run's tags select.
+  - When the definition is valid, returns C(vms), each VM resolved once (C(gpulab.vmspec)) into the whole spec
+    stage vms sends, with every default and decision made, and C(stages), the stages the run's tags select.
+    C(playbooks/preflight.yml) keeps them for the later stages as C(gpulab_vms) and C(gpulab_stages).
   - Runs on the controller; takes no options.
 options: {}
 author: gpulab
@@ -43,19 +43,15 @@ reached:
   returned: always
   type: list
   elements: str
-ansible_facts:
-  description: Facts for the later stages.
+vms:
+  description:
+    - Each VM by inventory host, plain VMs first and GPU VMs last, with C(host), C(node), C(node_host), C(vmid),
+      C(name), C(install), C(gpu), C(address), C(ssh_user), C(snippet) and C(spec), the options of gpulab_pve_vm.
   returned: when the lab definition is valid
   type: dict
-  contains:
-    gpulab_vms:
-      description:
-        - Each VM by inventory host, plain VMs first and GPU VMs last, with C(host), C(node), C(node_host),
-          C(vmid), C(name), C(install), C(gpu), C(address), C(ssh_user), C(snippet) and C(spec), the options
-          of gpulab_pve_vm.
-      type: dict
-    gpulab_stages:
-      description: The stages the run's C(--tags) and C(--skip-tags) select, sorted (C(workloads) only when named).
-      type: list
-      elements: str
+stages:
+  description: The stages the run's C(--tags) and C(--skip-tags) select, sorted (C(workloads) only when named).
+  returned: when the lab definition is valid
+  type: list
+  elements: str
 """

@@ -451,9 +451,19 @@ def analyse(raw: Raw) -> Found:
         None,
     )
     gateway, route_dev = parse_route(raw.routes)
-    bridge, cidr, source = _bridge(
-        raw.api.get(f"{base}/network"), parse_addrs(raw.addrs), route_dev, raw.host
-    )
+    network = raw.api.get(f"{base}/network")
+    bridge, cidr, source = _bridge(network, parse_addrs(raw.addrs), route_dev, raw.host)
+    if (
+        gateway is None
+    ):  # no default route in the kernel: the gateway /etc/network/interfaces gives the bridge
+        gateway = next(
+            (
+                str(n["gateway"])
+                for n in network or []
+                if isinstance(n, dict) and n.get("iface") == bridge and n.get("gateway")
+            ),
+            None,
+        )
     found = Found(
         host=raw.host,
         user=raw.user,
@@ -1174,19 +1184,17 @@ def _router_file(found: Found) -> str:
     lines = ["# The router of the node's LAN: the default gateway of the node is its likely address."]
     gw = found.gateway
     if gw:
-        lines += [
-            f"# the default route of the node ({found.node}: ip route) leaves by {gw}",
-            f"ansible_host: {scalar(gw)}",
-        ]
+        lines += [f"# the default gateway of node {found.node} is {gw}", f"ansible_host: {scalar(gw)}"]
     else:
-        lines += [
-            *_comment("CHANGE-ME: the router's address (the node has no default route)."),
-            f"ansible_host: {PLACEHOLDER}",
-        ]
+        lines.append('ansible_host: "{{ router_address }}"')
     lines += _comment(
         f'CHANGE-ME: the kind of router that serves the LAN\'s DHCP: one of {kinds} (README, "Routers").'
     )
     lines.append(f"router_kind: {PLACEHOLDER}")
+    if not gw:
+        lines += _comment(
+            "CHANGE-ME: the router's address on the LAN (the node has no default route, nor a gateway on its bridge)."
+        )
     lines.append(f"router_address: {scalar(gw) if gw else PLACEHOLDER}")
     if found.subnet:
         src = "pvesh" if found.network_source == "pvesh" else "ip addr"

@@ -20,7 +20,8 @@ import yaml
 
 from gpulab import cli, discover, discover_ssh
 
-from .conftest import Node, fill, placeholders, plan, sysfs
+from .conftest import Node, sysfs
+from .filling import fill, placeholders, plan
 
 # the simulator's certificate is self-signed: its requests go unverified, on purpose
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
@@ -134,13 +135,17 @@ def test_a_placeholder_is_refused_wherever_it_stands(homelab_inv, monkeypatch, c
 
 
 def test_the_written_files_are_yamllint_clean(homelab_inv):
+    yamllint(homelab_inv)
+
+
+def yamllint(folder: Path) -> None:
     proc = subprocess.run(
         [
             str(Path(sys.executable).parent / "yamllint"),
             "-s",
             "-c",
             str(ROOT / ".yamllint"),
-            str(homelab_inv),
+            str(folder),
         ],
         capture_output=True,
         text=True,
@@ -167,6 +172,7 @@ def test_a_bare_node_gets_the_demo_labs_three_vms_as_a_proposal(reference_sim, t
     assert vms["vm_os_install"] == "cloud_image" and vms["vm_ssh_public_key"] == key
     assert vms["vm_storage"] == "local-zfs"
     assert placeholders(inv)["host_vars/vm-gpu.yml"] == ["vm_address"]
+    yamllint(inv)
     fill(inv, ADDRESSES, ROUTER)
     rc, out = plan(inv, monkeypatch, capsys)
     assert rc == 0, out
@@ -352,12 +358,14 @@ def test_the_bridge_comes_from_pveshs_network_list_when_it_answers(homelab_sim, 
     ]  # fmt: skip
     found = discover.analyse(discover.collect(node.run, "192.168.100.5", "root"))
     assert (found.bridge, found.subnet, found.network_source) == ("vmbr0", "192.168.100.0/24", "pvesh")
-    node.routes = []  # no default route: no router address either
+    node.routes = []  # no default route: the bridge's gateway in /etc/network/interfaces, as pvesh lists it
     found = discover.analyse(discover.collect(node.run, "192.168.100.5", "root"))
-    assert (
-        found.gateway is None
-        and "router_address: CHANGE-ME" in discover.render(found)["host_vars/lan-router.yml"]
-    )
+    assert found.gateway == "192.168.100.1"
+    del node.pvesh_answers["/nodes/pve/network"]  # neither: the router's address is the user's to give
+    found = discover.analyse(discover.collect(node.run, "192.168.100.5", "root"))
+    router = discover.render(found)["host_vars/lan-router.yml"]
+    assert found.gateway is None and "router_address: CHANGE-ME" in router
+    assert yaml.safe_load(router)["ansible_host"] == "{{ router_address }}"
 
 
 # ------------------------------------------------------------------------------------ small pieces

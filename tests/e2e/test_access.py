@@ -1,0 +1,234 @@
+"""playbooks/access.yml on a bare lab node (no gpulab user yet: fixture access.bootstrap false): what it makes
+over SSH with the node's pveum works against the HTTPS API, a rerun changes nothing, rotation revokes the
+old token, a role without a privilege gives PVE's 403 at the first call that needs it, and the bad inputs
+(a login that is not root, a role with other privileges) stop it with nothing written. The secret is never
+in the output, even at -vvvv. One lab for the module (about 90 s)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import ansible_runs
+import pytest
+import requests
+import urllib3
+import yaml
+
+from gpulab.pve import privileges
+
+from .helpers import (
+    VENV_BIN,
+    RunningLab,
+    inventory_copy,
+    lab_down,
+    lab_up,
+    need_root,
+    run_playbook,
+)
+
+VAULT_PASS = "correct horse battery"
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
+    need_root()
+    root = tmp_path_factory.mktemp("access")
+    fixture = root / "bare.yml"
+    fixture.write_text("extends: reference\naccess:\n  bootstrap: false\n")
+    state = root / "lab"
+    try:
+        yield lab_up(state, fixture)
+    finally:
+        lab_down(state)
+
+
+@pytest.fixture(scope="module")
+def inv(bare: RunningLab, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """inventory/demo made like a user's: token id named, its secret from the vault, no fingerprint yet."""
+    dest = inventory_copy(tmp_path_factory.mktemp("inv") / "mylab")
+    main = dest / "group_vars" / "all" / "main.yml"
+    text = main.read_text()
+    text = re.sub(r"^pve_api_token_id:.*$", "pve_api_token_id: gpulab@pve!ansible", text, flags=re.M)
+    text = re.sub(
+        r"^pve_api_token_secret:.*$",
+        "pve_api_token_secret: \"{{ vault_pve_api_token_secret | default('') }}\"",
+        text,
+        flags=re.M,
+    )
+    text = re.sub(r"^pve_api_fingerprint:.*$", '# pve_api_fingerprint: "AA:BB:...:FF"', text, flags=re.M)
+    main.write_text(text)
+    (dest.parent / "vault-pass").write_text(VAULT_PASS + "\n")
+    return dest
+
+
+def access(lab: RunningLab, inv: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run_playbook(
+        lab,
+        inv,
+        "--vault-password-file",
+        str(inv.parent / "vault-pass"),
+        *extra,
+        playbook="playbooks/access.yml",
+        env=ansible_runs.playbook_env(GPULAB_LAB_STATE=str(lab.state)),  # ansible.cfg's YAML results
+        timeout=180,
+    )
+
+
+def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    m = re.search(r"^pve\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", proc.stdout, re.M)
+    assert m, proc.stdout + proc.stderr
+    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()), strict=True))
+
+
+def vault_values(inv: Path) -> dict:
+    vault = inv / "group_vars" / "all" / "vault.yml"
+    assert vault.read_text().startswith("$ANSIBLE_VAULT;1.1;AES256"), "the vault is written encrypted"
+    plain = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-vault"),
+            "view",
+            "--vault-password-file",
+            str(inv.parent / "vault-pass"),
+            str(vault),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return yaml.safe_load(plain)
+
+
+def token_call(
+    lab: RunningLab, secret: str, method: str = "GET", path: str = "", **params
+) -> requests.Response:
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    return requests.request(
+        method,
+        f"{lab.info['pve_url']}/api2/json{path or '/nodes/' + lab.info['node'] + '/status'}",
+        headers={"Authorization": f"PVEAPIToken={privileges.TOKEN_ID}={secret}"},
+        data=params or None,
+        verify=False,  # the fingerprint the playbook wrote is compared below instead
+        timeout=30,
+    )
+
+
+def on_node(lab: RunningLab, command: str) -> subprocess.CompletedProcess[str]:
+    node = lab.info["node_host"]
+    return subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(lab.state / "ssh" / "id_ed25519"),
+            "-o",
+            f"UserKnownHostsFile={lab.info['ssh_known_hosts']}",
+            "-o",
+            "BatchMode=yes",
+            f"root@{node['address']}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def writes(lab: RunningLab, since: int) -> list[dict]:
+    """API writes after the first `since` log lines, except logins (the node's tools log in as root@pam)."""
+    return [r for r in lab.writes(since) if not r.get("path", "").endswith("/access/ticket")]
+
+
+def snapshot(inv: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(inv)): p.read_bytes()
+        for p in sorted((inv / "group_vars").rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_check_mode_on_the_bare_node_writes_nothing(bare: RunningLab, inv: Path) -> None:
+    before, since = snapshot(inv), len(bare.requests())
+    proc = access(bare, inv, "--check", "--diff")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "+role gpulab" in proc.stdout and "+token gpulab@pve!ansible" in proc.stdout
+    assert recap(proc)["changed"] == 1
+    assert writes(bare, since) == [] and snapshot(inv) == before
+    assert not (inv / "group_vars" / "all" / "vault.yml").exists()
+
+
+def test_first_run_makes_the_access_and_the_vault_and_never_prints_the_secret(
+    bare: RunningLab, inv: Path
+) -> None:
+    proc = access(bare, inv, "-vvvv")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert recap(proc)["changed"] == 1
+    secret = vault_values(inv)["vault_pve_api_token_secret"]
+    assert re.fullmatch(r"[0-9a-f-]{36}", secret)
+    assert secret not in proc.stdout + proc.stderr
+    main = yaml.safe_load((inv / "group_vars" / "all" / "main.yml").read_text())
+    assert main["pve_api_fingerprint"] == bare.info["fingerprint"]
+    # the token works over HTTPS, with exactly gpulab's role on / for both the user and the token
+    assert token_call(bare, secret).status_code == 200
+    state = bare.pve_state()["access"]
+    assert set(state["roles"]["gpulab"]) == set(privileges.PRIVILEGES)
+    assert state["users"]["gpulab@pve"]["tokens"]["ansible"]["privsep"] == 1
+    assert {(a["type"], a["ugid"], a["roleid"], a["path"]) for a in state["acl"]} == {
+        ("user", "gpulab@pve", "gpulab", "/"),
+        ("token", "gpulab@pve!ansible", "gpulab", "/"),
+    }
+
+
+def test_a_rerun_changes_nothing_and_keeps_the_token(bare: RunningLab, inv: Path) -> None:
+    before, since = snapshot(inv), len(bare.requests())
+    proc = access(bare, inv)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert recap(proc)["changed"] == 0
+    assert writes(bare, since) == [] and snapshot(inv) == before
+
+
+def test_a_login_that_is_not_root_is_refused_before_the_node_is_touched(bare: RunningLab, inv: Path) -> None:
+    before, since = snapshot(inv), len(bare.requests())
+    proc = access(bare, inv, "-e", "ansible_user=admin")
+    assert proc.returncode != 0
+    assert "host pve: access logs in as 'admin' (ansible_user), not root" in proc.stdout
+    assert "Nothing was changed." in proc.stdout
+    assert writes(bare, since) == [] and snapshot(inv) == before
+
+
+def test_a_role_without_a_privilege_gives_pve_s_403_and_access_refuses_it_naming_the_difference(
+    bare: RunningLab, inv: Path
+) -> None:
+    secret = vault_values(inv)["vault_pve_api_token_secret"]
+    other = sorted((set(privileges.PRIVILEGES) - {"VM.Allocate"}) | {"Sys.Modify"})
+    changed = on_node(bare, f"pveum role modify gpulab --privs {','.join(other)}")
+    assert changed.returncode == 0, changed.stderr
+    denied = token_call(bare, secret, "POST", f"/nodes/{bare.info['node']}/qemu", vmid=990, name="scratch")
+    assert denied.status_code == 403
+    assert denied.json()["message"].startswith("Permission check failed (/vms/990, VM.Allocate)")
+    before, since = snapshot(inv), len(bare.requests())
+    proc = access(bare, inv)
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    assert (
+        "role 'gpulab' exists on the node with other privileges than gpulab's: missing VM.Allocate; extra Sys.Modify"
+        in out
+    )
+    assert "Nothing was changed." in out
+    assert writes(bare, since) == [] and snapshot(inv) == before
+    restored = on_node(bare, f"pveum role modify gpulab --privs {','.join(privileges.PRIVILEGES)}")
+    assert restored.returncode == 0, restored.stderr
+
+
+def test_rotation_revokes_the_old_token_and_writes_the_new_secret(bare: RunningLab, inv: Path) -> None:
+    old = vault_values(inv)["vault_pve_api_token_secret"]
+    proc = access(bare, inv, "-e", "gpulab_access_rotate=true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    new = vault_values(inv)["vault_pve_api_token_secret"]
+    assert new != old and new not in proc.stdout + proc.stderr
+    assert token_call(bare, old).status_code == 401
+    assert token_call(bare, new).status_code == 200
+    again = access(bare, inv)
+    assert again.returncode == 0 and recap(again)["changed"] == 0

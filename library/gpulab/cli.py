@@ -65,8 +65,9 @@ def _discover(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
         return 1
+    files = discover.render(found)
     try:
-        written = discover.write_new(target, discover.render(found))
+        written = discover.write_new(target, files)
     except FileExistsError:
         print(f"gpulab discover: {target} appeared meanwhile; nothing was written.", file=sys.stderr)
         return 1
@@ -75,8 +76,13 @@ def _discover(args: argparse.Namespace) -> int:
     print(f"Wrote {target} ({len(written)} files) from node {found.node} of {session.user}@{session.host}:")
     print(f"  GPUs: {gpus}")
     print(f"  VMs{' (proposed: the node has none)' if found.proposed else ''}: {vms}")
+    print("Yours to fill (CHANGE-ME, each with a comment above it saying what goes there):")
+    for rel, keys in discover.to_fill(files).items():
+        print(f"  {rel}: {', '.join(keys)}")
+    if not found.proposed and found.vms:
+        print("  hosts.yml: the k3s server and agents (commented lines under k3s_server and k3s_agent)")
     print(
-        f"Fill each CHANGE-ME (and the secrets: {target}/group_vars/all/vault.yml.example), then check it with "
+        f"and the secrets ({target}/group_vars/all/vault.yml.example; README step 6). Then check it with "
         f"`gpulab plan {target}`."
     )
     return 0

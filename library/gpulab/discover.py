@@ -1243,6 +1243,20 @@ def _vm_file(vm: VmFound, group_storage: str | None, group_install: str) -> str:
     return _file(lines)
 
 
+PLACEHOLDER_LINE = re.compile(rf"^\s*(?P<key>[A-Za-z_][\w.]*): {PLACEHOLDER}$")
+
+
+def to_fill(files: dict[str, str]) -> dict[str, list[str]]:
+    """The `key: CHANGE-ME` lines of the written files by file (the vault example aside: its secrets are
+    step 6 of README)."""
+    out: dict[str, list[str]] = {}
+    for rel, text in files.items():
+        keys = [m["key"] for line in text.splitlines() if (m := PLACEHOLDER_LINE.match(line))]
+        if keys:
+            out[rel] = keys
+    return out
+
+
 # ================================================================================================ write
 def write_new(target: Path, files: dict[str, str]) -> list[Path]:
     """Create ``target`` (it must not exist) holding ``files``; on any failure nothing is left behind."""

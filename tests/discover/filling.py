@@ -35,9 +35,9 @@ def placeholders(inventory: Path) -> dict[str, list[str]]:
 
 
 def fill(inventory: Path, addresses: dict[str, str], router: dict[str, str], ssh_user: str | None = None,
-         server: str | None = None, agents: tuple[str, ...] = ()) -> None:  # fmt: skip
+         server: str | None = None, agents: tuple[str, ...] = (), complete: bool = True) -> None:  # fmt: skip
     """Fill what discover left to the user: each VM's address, the router's kind, pool and user, the VMs'
-    login and (for VMs it found) which run k3s; then nothing is left."""
+    login and (for VMs it found) which run k3s; then nothing is left (unless `complete` is false)."""
     for host, address in addresses.items():
         set_placeholder(inventory / "host_vars" / f"{host}.yml", "vm_address", address)
     rfile = inventory / "host_vars" / "lan-router.yml"
@@ -52,7 +52,7 @@ def fill(inventory: Path, addresses: dict[str, str], router: dict[str, str], ssh
         assert text.count(line) == 1, (host, text)
         text = text.replace(line, f"            {host}:")
     hosts.write_text(text)
-    assert placeholders(inventory) == {}
+    assert not complete or placeholders(inventory) == {}
 
 
 def plan(inventory: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str]:

@@ -134,6 +134,19 @@ def test_a_placeholder_is_refused_wherever_it_stands(homelab_inv, monkeypatch, c
     assert "1 problem(s)" in out
 
 
+def test_a_value_pvesh_did_not_give_is_a_placeholder_plan_names(homelab_sim, tmp_path, monkeypatch, capsys):
+    node = Node(homelab_sim, sysfs(tmp_path))
+    raw = discover.collect(node.run, "192.168.100.5", "root")
+    del raw.api["/nodes/pve/status"]["memory"]
+    inv = tmp_path / "mylab"
+    discover.write_new(inv, discover.render(discover.analyse(raw)))
+    assert "pve_memory_mib" in placeholders(inv)["host_vars/pve.yml"]
+    fill(inv, ADDRESSES, ROUTER, ssh_user="ubuntu", server="vm-1", agents=("vm-2", "vm-gpu"), complete=False)
+    rc, out = plan(inv, monkeypatch, capsys)
+    assert rc == 1 and "1 problem(s)" in out
+    assert "pve: pve_memory_mib='CHANGE-ME': a placeholder: a value gpulab discover could not read" in out
+
+
 def test_the_written_files_are_yamllint_clean(homelab_inv):
     yamllint(homelab_inv)
 
@@ -270,6 +283,9 @@ def test_the_cli_writes_the_folder_and_says_what_it_found(homelab_sim, monkeypat
     assert rc == 0, err
     assert "GPUs: rtx3090 at 0000:02:00 (IOMMU group 13)" in out
     assert "VMs: vm-1 (100), vm-2 (101), vm-gpu (102)" in out
+    assert "  host_vars/lan-router.yml: router_kind, start, end, router_user\n" in out
+    assert "  host_vars/vm-gpu.yml: vm_address\n" in out and "  group_vars/vms.yml: vm_ssh_user\n" in out
+    assert "hosts.yml: the k3s server and agents" in out
     assert sorted(str(p.relative_to(tmp_path / "mylab")) for p in (tmp_path / "mylab").rglob("*.yml*")) == [
         "group_vars/all/main.yml",
         "group_vars/all/vault.yml.example",

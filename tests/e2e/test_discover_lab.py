@@ -27,24 +27,27 @@ def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def discover(lab: RunningLab, inventory: Path, known_hosts: Path) -> subprocess.CompletedProcess[str]:
-    node = lab.info["node_host"]
+def discover(
+    lab: RunningLab, inventory: Path, known_hosts: Path, address: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    address = address or lab.info["node_host"]["address"]
     return subprocess.run(
         [GPULAB, "discover", "-i", lab.info["ssh_private_key"], "--known-hosts", str(known_hosts),
-         f"root@{node['address']}", str(inventory)],
+         f"root@{address}", str(inventory)],
         capture_output=True, text=True, timeout=300, check=False,
         env={**os.environ, "HOME": str(known_hosts.parent)},  # no ~/.ssh/known_hosts of this machine's
     )  # fmt: skip
 
 
-def trust_node(lab: RunningLab, known_hosts: Path) -> None:
-    """What the user does after comparing the fingerprint: add the node's key."""
+def trust_node(lab: RunningLab, known_hosts: Path, address: str | None = None) -> None:
+    """What the user does after comparing the fingerprint: add the host's key."""
     scan = subprocess.run(
-        ["ssh-keyscan", "-t", "ed25519", lab.info["node_host"]["address"]],
+        ["ssh-keyscan", "-t", "ed25519", address or lab.info["node_host"]["address"]],
         capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
     assert scan.stdout.strip(), scan.stderr
-    known_hosts.write_text(scan.stdout)
+    with known_hosts.open("a") as f:
+        f.write(scan.stdout)
 
 
 def plan(inventory: Path) -> subprocess.CompletedProcess[str]:
@@ -132,6 +135,15 @@ def test_discover_on_the_homelab_lab_writes_what_inventory_homelab_lab_says(tmp_
              server="vm-1", agents=("vm-2", "vm-gpu"))  # fmt: skip
         passed = plan(inventory)
         assert passed.returncode == 0, passed.stdout + passed.stderr
+        # the router host is a Debian machine without Proxmox VE: refused with what was found, nothing written
+        router = lab.info["router"]["address"]
+        trust_node(lab, known_hosts, router)
+        other = discover(lab, tmp_path / "router-lab", known_hosts, router)
+        assert other.returncode == 1 and not (tmp_path / "router-lab").exists(), other.stdout + other.stderr
+        assert (
+            f"root@{router} is not a Proxmox VE node (pvesh: not found on its PATH; /etc/pve: absent"
+            in other.stderr
+        )
         again = discover(lab, inventory, known_hosts)  # never over an existing folder
         assert again.returncode == 1 and "never overwrites" in again.stderr
         assert placeholders(inventory) == {}

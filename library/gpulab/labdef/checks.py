@@ -70,6 +70,9 @@ def _placeholders(name: str, value: Any) -> list[str]:
 
 
 PLACEHOLDER_WHY = "a placeholder: a value gpulab discover could not read, or one that is yours to decide"
+PLACEHOLDER_FIX = (
+    "replace it with the real value (the comment above it in the inventory says what goes there)"
+)
 
 
 def check_placeholders(d: LabDefinition, out: Problems) -> None:
@@ -83,8 +86,7 @@ def check_placeholders(d: LabDefinition, out: Problems) -> None:
                 continue
             for where in _placeholders(name, value):
                 why = PLACEHOLDER_WHY
-                fix = "replace it with the real value (the comment above it in the inventory says what goes there)"
-                out.add(host, where, PLACEHOLDER, why, fix)
+                out.add(host, where, PLACEHOLDER, why, PLACEHOLDER_FIX)
 
 
 def check_api(d: LabDefinition, out: Problems) -> None:
@@ -389,6 +391,13 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_names(d, out)
     # one message per (host, field, why): a missing value may be reported by two checks; a placeholder only
     # as such (what else its field breaks follows from it)
+    # a value of the wrong type that is the placeholder (pve_memory_mib: CHANGE-ME) is reported as one
+    out = Problems(
+        replace(p, value=PLACEHOLDER, why=PLACEHOLDER_WHY, fix=PLACEHOLDER_FIX)
+        if isinstance(p.value, str) and PLACEHOLDER in p.value and p.why.startswith("expected a ")
+        else p
+        for p in out
+    )
     held = {(p.host, p.field) for p in out if p.why == PLACEHOLDER_WHY}
     unique: dict[tuple[str, str, str], Problem] = {}
     for p in out:

@@ -753,6 +753,12 @@ def _vm(
         if m:
             iso = (m.group(1), m.group(2))
     if cloud:
+        ipconfig = str(cfg.get("ipconfig0", ""))
+        if ipconfig != "ip=dhcp":
+            notes.append(
+                f"its cloud-init network is {ipconfig or 'unset'} (ipconfig0), and gpulab's spec sets ip=dhcp: "
+                "check `--check --diff --tags vms` before a run"
+            )
         if cfg.get("ciuser"):
             put("vm_ssh_user", str(cfg["ciuser"]))
         keys = [k for k in _sshkeys(cfg.get("sshkeys")) if k]

@@ -55,6 +55,10 @@ class Session:
         self, target: str, port: int = 22, key_file: str | None = None, known_hosts: str | None = None
     ) -> None:
         self.user, self.host = split_target(target)
+        if key_file and not Path(key_file).is_file():
+            raise SshError(
+                f"no SSH key at {key_file} (-i). Fix: give the private key that logs in to the node"
+            )
         self.client = paramiko.SSHClient()
         try:
             self.client.load_system_host_keys()

@@ -337,6 +337,7 @@ def test_vm_configs_map_to_gpulabs_variables(homelab_sim, tmp_path):
     )
     assert vm1.get("vm_ssh_public_key") == "ssh-ed25519 AAAAC3Nz ops@laptop"
     assert any("another disk, scsi1" in n for n in vm1.notes)
+    assert any("cloud-init network is unset (ipconfig0)" in n for n in vm1.notes)
     assert [s.split(":")[0] for s in found.skipped_vms] == ["VM 110 (win11)", "VM 900 (tpl)"]
     hosts = discover.render(found)["hosts.yml"]
     assert "# not in the lab: VM 110 (win11): ostype win11, not Linux" in hosts
@@ -412,6 +413,8 @@ def test_an_unknown_host_key_is_refused_with_its_fingerprint_and_how_to_add_it()
     assert "ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub" in msg and "ssh-keyscan 192.168.100.5" in msg
     assert discover_ssh.split_target("admin@node") == ("admin", "node")
     assert discover_ssh.split_target("node") == ("root", "node")
+    with pytest.raises(discover_ssh.SshError, match=r"no SSH key at /nonexistent/key \(-i\)"):
+        discover_ssh.Session("root@192.0.2.1", key_file="/nonexistent/key")
 
 
 def test_the_sysfs_walk_reads_what_the_kernel_shows(tmp_path):

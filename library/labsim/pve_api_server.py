@@ -106,7 +106,11 @@ class NodeApiServer(socketserver.ThreadingUnixStreamServer):
         super().__init__(str(path), NodeHandler)
         os.chmod(path, 0o600)
         self.lab, self.access, self.faults = main.lab, main.access, _NoFaults()
-        self.log_request_line = main.log_request_line
+        self._main = main
+
+    def log_request_line(self, record: dict[str, Any]) -> None:
+        """The main server's request log, each line marked as a call of the node's own tools."""
+        self._main.log_request_line({**record, "via": "node"})
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -425,6 +429,15 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
     server.ssl_context = ctx
     server.node_api = node_api(state_dir, server, creds)
     desc = lab_description(state_dir, server.server_address[1], fixture, creds, fp)
+    token = lab.token_record(desc["token_id"])
+    if token is None:
+        # a bare node (fixture access.bootstrap false): the lab's token is not there; the flow makes its own
+        desc["token_secret"] = None
+        desc["access_note"] = (
+            f"no token {desc['token_id']} on the node (bare node): playbooks/access.yml makes it"
+        )
+    else:
+        desc["token_secret"] = token["secret"]  # the token's own, also once pveum rotated it
     if hooks_note:
         desc["hooks_note"] = hooks_note
     if fixture.get("seed"):

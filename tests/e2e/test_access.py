@@ -6,6 +6,7 @@ in the output, even at -vvvv. One lab for the module (about 90 s)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -147,6 +148,29 @@ def snapshot(inv: Path) -> dict[str, bytes]:
         for p in sorted((inv / "group_vars").rglob("*"))
         if p.is_file()
     }
+
+
+def test_the_node_s_pvesh_prints_what_the_https_api_returns_for_root(bare: RunningLab) -> None:
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    assert bare.info["token_secret"] is None and "bare node" in bare.info["access_note"]
+    login = requests.post(
+        f"{bare.info['pve_url']}/api2/json/access/ticket",
+        data={"username": "root@pam", "password": bare.info["password"]},
+        verify=False,
+        timeout=30,
+    ).json()["data"]
+    for path in (f"/nodes/{bare.info['node']}/hardware/pci", "/access/users", "/version"):
+        printed = on_node(bare, f"pvesh get {path} --output-format json")
+        assert printed.returncode == 0, printed.stderr
+        served = requests.get(
+            f"{bare.info['pve_url']}/api2/json{path}",
+            cookies={"PVEAuthCookie": login["ticket"]},
+            verify=False,
+            timeout=30,
+        ).json()["data"]
+        assert json.loads(printed.stdout) == served
+    # the node's calls are in the lab's request log, marked as the node's own
+    assert any(r.get("via") == "node" and r["path"].endswith("/hardware/pci") for r in bare.requests())
 
 
 def test_check_mode_on_the_bare_node_writes_nothing(bare: RunningLab, inv: Path) -> None:

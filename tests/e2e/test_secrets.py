@@ -16,10 +16,13 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 # Where the secrets have to be, relative to the state dir, and why:
 #   lab.json        the lab's own credential file (mode 0600) that the demo inventory reads them from;
 #   pve-state.json  the simulator's persisted state: like PVE's own user/token store, it checks them;
-#   the k3s files   k3s keeps the cluster token on the server, and each agent keeps the one it joined with.
+#   the k3s files   k3s keeps the cluster token on the server, and each agent keeps the one it joined with;
+#   node-api/root.json  root@pam's credential (mode 0600, in a 0700 folder) with which the node's pvesh,
+#                   pveum and pvenode reach the simulator, as real ones run as root@pam on the node.
 ALLOWED = [
     re.compile(r"lab\.json"),
     re.compile(r"pve-state\.json"),
+    re.compile(r"node-api/root\.json"),
     re.compile(r"net/hosts/[^/]+/upper/var/lib/rancher/k3s/server/(node-)?token"),
     re.compile(r"net/hosts/[^/]+/upper/etc/rancher/k3s/agent-token"),
 ]

@@ -49,9 +49,20 @@ def gpulab_hami_problems_text(problems):
     return hami_checks.problems_text(problems or [])
 
 
+def gpulab_hami_webhook_state(look):
+    """`{"webhooks": <get mutatingwebhookconfigurations -o json>, "scheduler": <its Deployment or null>}` as a
+    sentence (roles/workloads/tasks/webhook_state.yml)."""
+    try:
+        doc = json.loads(look or "{}")
+    except ValueError:
+        return f"unreadable ({look!r})"
+    return hami_checks.webhook_state(doc.get("webhooks"), doc.get("scheduler"))
+
+
 class FilterModule:
     def filters(self):
         return {
             "gpulab_hami_problems": gpulab_hami_problems,
             "gpulab_hami_problems_text": gpulab_hami_problems_text,
+            "gpulab_hami_webhook_state": gpulab_hami_webhook_state,
         }

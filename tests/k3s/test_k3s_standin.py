@@ -387,3 +387,70 @@ def test_an_init_container_waits_for_what_its_urls_name(cluster):
     ).stdout.split()
     assert len(listed) == 1 and listed[0].startswith("pod/w-")
     assert server.k3s("kubectl", "get", "pods", "-n", "other").stdout == ""
+
+
+def gpu_pod(name, percent, *, command=None, env=None):
+    container = {
+        "name": "c",
+        "image": "ubuntu:24.04",
+        "command": command
+        or ["sh", "-c", "nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits"],
+        "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": percent}},
+        **({"env": env} if env else {}),
+    }
+    meta = {"name": name, "namespace": "default", "labels": {"proof": "x"},
+            "annotations": {"nvidia.com/use-gpuuuid": GPU["uuid"]}}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container]}}
+
+
+def test_hami_webhook_and_card_shares_as_hamis_components_would_keep_them(cluster, nshosts):
+    """GPU pods go through HAMi's webhook (hami-scheduler, or default-scheduler while it does not answer:
+    failurePolicy Ignore), HAMi's scheduler accounts each card's memory from the register annotation and the
+    pods' requests (a pod past 100 % stays Pending with HAMi's reason), and nvidia-smi in a pod sees its share
+    with HAMi-core on, the whole card with CUDA_DISABLE_CONTROL=true."""
+    server, port, token = cluster
+    join(nshosts, "vm-gpu", port, token, labels=["gpu=on"], gpu=True, toolkit=True)
+    assert wait_for(lambda: "vm-gpu" in server.nodes())
+    server.put("/var/lib/rancher/k3s/server/manifests/hami.yaml", hami.render("2.10.0")[1], 0o600)
+    assert wait_for(lambda: server.nodes()["vm-gpu"]["status"]["allocatable"].get("nvidia.com/gpu") == "10")
+
+    def create(*docs, dry=False):
+        server.put("/var/tmp/pods.yaml", "".join(f"---\n{json.dumps(d)}\n" for d in docs))
+        return server.k3s("kubectl", "create", "-f", "/var/tmp/pods.yaml", "-o", "json",
+                          *(["--dry-run=server"] if dry else []))  # fmt: skip
+
+    def pods():
+        out = server.k3s("kubectl", "get", "pods", "-n", "default", "-l", "proof=x", "-o", "json")
+        return {p["metadata"]["name"]: p for p in json.loads(out.stdout)["items"]}
+
+    probe = json.loads(create(gpu_pod("probe", 10), dry=True).stdout)
+    assert (probe["spec"]["schedulerName"], probe["spec"]["runtimeClassName"]) == ("hami-scheduler", "nvidia")
+    assert pods() == {}, "a server dry run keeps no pod"
+    hooks = json.loads(server.k3s("kubectl", "get", "mutatingwebhookconfigurations", "-o", "json").stdout)
+    assert [h["failurePolicy"] for i in hooks["items"] for h in i["webhooks"]] == ["Ignore"]
+
+    env_off = [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]
+    assert create(gpu_pod("a", 40), gpu_pod("b", 40, env=env_off)).returncode == 0
+    assert create(gpu_pod("c", 30)).returncode == 0
+    seen = wait_for(lambda: (p := pods()) and p["a"]["status"]["phase"] == "Running" and p)
+    assert seen["b"]["status"]["phase"] == "Running" and seen["c"]["status"]["phase"] == "Pending"
+    allocated = seen["a"]["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    assert allocated == f"{GPU['uuid']},NVIDIA,{GPU['memory_mib'] * 40 // 100},0:;"
+    (scheduled,) = [c for c in seen["c"]["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert scheduled["reason"] == "Unschedulable" and "1/1 CardInsufficientMemory" in scheduled["message"]
+    share = GPU["memory_mib"] * 40 // 100
+    assert server.k3s("kubectl", "logs", "a", "-n", "default").stdout.split() == [str(share)]
+    assert server.k3s("kubectl", "logs", "b", "-n", "default").stdout.split() == [str(GPU["memory_mib"])]
+    assert server.k3s("kubectl", "logs", "c", "-n", "default").returncode == 1
+
+    # b goes: c fits now (40 + 30 %)
+    assert server.k3s("kubectl", "delete", "pod", "b", "-n", "default").returncode == 0
+    assert wait_for(lambda: pods()["c"]["status"]["phase"] == "Running")
+    deleted = server.k3s("kubectl", "delete", "pods", "-n", "default", "-l", "proof=x")
+    assert deleted.returncode == 0 and pods() == {}
+
+    # the webhook's service without a replica: GPU pods are created as they are, for default-scheduler
+    scaled = server.k3s("kubectl", "-n", "kube-system", "scale", "deployment/hami-scheduler", "--replicas=0")
+    assert scaled.returncode == 0, scaled.stderr
+    probe = json.loads(create(gpu_pod("probe", 10), dry=True).stdout)
+    assert probe["spec"]["schedulerName"] == "default-scheduler"

@@ -41,6 +41,20 @@ FAKE_K3S = textwrap.dedent(
     a = args[1:]
     if a[:2] == ["get", "nodes"]:
         print((state / "nodes.json").read_text())
+    elif a[:1] == ["create"] and "--dry-run=server" in a:
+        # HAMi's webhook: the scheduler it writes into a GPU pod (file webhook-scheduler), hami-scheduler by default
+        path = state / "webhook-scheduler"
+        sys.stdout.write(path.read_text() if path.exists() else "hami-scheduler")
+    elif a[2:4] == ["get", "pods"]:
+        name = a[a.index("-l") + 1].split("=", 1)[1]
+        path = state / "pod-scheduler"
+        scheduler = path.read_text() if path.exists() else "hami-scheduler"
+        pod = {"metadata": {"name": name + "-0"}, "spec": {"schedulerName": scheduler}}
+        print(json.dumps({"items": [pod]}))
+    elif a[:2] == ["get", "mutatingwebhookconfigurations"]:
+        hook = {"name": "vgpu.hami.io", "failurePolicy": "Ignore",
+                "clientConfig": {"service": {"name": "hami-scheduler", "namespace": "kube-system", "port": 443}}}
+        print(json.dumps({"items": [{"metadata": {"name": "hami-webhook"}, "webhooks": [hook]}]}))
     elif a[:2] == ["get", "deployment"] or a[2:4] == ["get", "deployment"]:
         print((state / "deployment.json").read_text())
     elif a[:2] == ["get", "daemonsets"]:
@@ -522,6 +536,37 @@ def test_workloads_check_mode_places_nothing(lab):
     assert rc == 0, lab.failures(out)
     assert list((lab.root / "manifests").iterdir()) == []
     assert not [c for c in lab.calls() if "rollout" in c["args"]]
+
+
+def test_workloads_wait_for_hamis_webhook_and_place_nothing_while_it_fails_open(lab):
+    (lab.root / "state" / "webhook-scheduler").write_text("default-scheduler")
+    deployment = scheduler()
+    deployment["spec"]["replicas"] = 0
+    lab.scheduler(deployment)
+    extra = {"workloads_engines": engines(45), "workloads_webhook_timeout": 3}
+    rc, out = lab.play([WORKLOADS], extra_vars=extra)
+    assert rc != 0
+    msg = lab.failures(out)[0]
+    assert (
+        "a server dry run of a one-vGPU pod in namespace default got schedulerName default-scheduler" in msg
+    )
+    assert (
+        "webhook vgpu.hami.io of hami-webhook: failurePolicy Ignore, service kube-system/hami-scheduler:443"
+        in msg
+    )
+    assert "has 0 of 0 replica(s) ready" in msg and "scale deployment/hami-scheduler --replicas=1" in msg
+    assert list((lab.root / "manifests").iterdir()) == [], "no GPU pod before the webhook answers"
+
+
+def test_workloads_stop_on_an_engine_pod_that_went_around_hami(lab):
+    (lab.root / "state" / "pod-scheduler").write_text("default-scheduler")
+    rc, out = lab.play([WORKLOADS], extra_vars={"workloads_engines": engines(45)})
+    assert rc != 0
+    msg = lab.failures(out)[0]
+    assert (
+        "Pod default/e0-0 of engine e0 runs under schedulerName default-scheduler, not hami-scheduler" in msg
+    )
+    assert not [c for c in lab.calls() if "rollout" in c["args"]], "not waited for"
 
 
 def test_fake_is_executable_python():

@@ -269,3 +269,36 @@ def problems_text(problems: Sequence[Mapping[str, Any]]) -> str:
         f"Fix: {p['fix']}."
         for i, p in enumerate(problems, 1)
     )
+
+
+def webhook_state(webhooks_doc: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None) -> str:
+    """HAMi's admission webhook as the cluster shows it: its configuration (failure policy, service) and the
+    replicas of the scheduler Deployment that serves it, as one sentence."""
+    hooks = [
+        (item.get("metadata", {}).get("name"), hook)
+        for item in (webhooks_doc or {}).get("items") or []
+        for hook in item.get("webhooks") or []
+        if "hami" in str(item.get("metadata", {}).get("name")) or "hami" in str(hook.get("name"))
+    ]
+    if not hooks:
+        parts = [
+            "no MutatingWebhookConfiguration of HAMi (scheduler.admissionWebhook.enabled false, or HAMi is not installed)"
+        ]
+    else:
+        parts = []
+        for config, hook in hooks:
+            svc = (hook.get("clientConfig") or {}).get("service") or {}
+            parts.append(
+                f"webhook {hook.get('name')} of {config}: failurePolicy {hook.get('failurePolicy', 'Fail')}, service "
+                f"{svc.get('namespace')}/{svc.get('name')}:{svc.get('port', 443)}{svc.get('path', '')}"
+            )
+    if deployment:
+        status = deployment.get("status") or {}
+        want = (deployment.get("spec") or {}).get("replicas", 1)
+        parts.append(
+            f"its scheduler Deployment {deployment.get('metadata', {}).get('name')} has "
+            f"{status.get('readyReplicas', 0)} of {want} replica(s) ready"
+        )
+    else:
+        parts.append("its scheduler Deployment is missing")
+    return "; ".join(parts)

@@ -266,16 +266,26 @@ def pod_object(pod):
     def cond(kind, ok):
         return {"type": kind, "status": "True" if ok else "False"}
 
+    scheduled = cond("PodScheduled", pod["node"] is not None)
+    if pod["node"] is None and pod.get("reason"):
+        scheduled.update(reason="Unschedulable", message=pod["reason"])
+    spec = pod.get("spec") or {}
+    containers = {c.get("name"): c for c in spec.get("containers") or []}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": pod["name"], "namespace": pod["namespace"], "labels": pod["labels"]},
-        "spec": {"nodeName": pod["node"], "initContainers": [{"name": n} for n in inits],
-                 "containers": [{"name": n} for n in pod["containers"]]},
+        "metadata": {"name": pod["name"], "namespace": pod["namespace"], "labels": pod["labels"],
+                     "annotations": pod.get("annotations") or {}},
+        "spec": {"nodeName": pod["node"], "schedulerName": pod.get("scheduler") or "default-scheduler",
+                 **({"runtimeClassName": spec["runtimeClassName"]} if spec.get("runtimeClassName") else {}),
+                 "initContainers": [{"name": n} for n in inits],
+                 "containers": [{"name": n, **{k: v for k, v in containers.get(n, {}).items()
+                                               if k in ("image", "resources", "env", "command", "args")}}
+                                for n in pod["containers"]]},
         "status": {
             "phase": "Running" if running else "Pending",
             "conditions": [
-                cond("PodScheduled", pod["node"] is not None),
+                scheduled,
                 cond("Initialized", passed >= len(inits)),
                 cond("ContainersReady", ready),
                 cond("Ready", ready),
@@ -293,6 +303,63 @@ def pod_status(pod):
     if pod["init_passed"] < len(pod["init"]):
         return f"Init:{pod['init_passed']}/{len(pod['init'])}"
     return "Running" if pod["started"] is not None else "PodInitializing"
+
+
+HAMI_SCHEDULER = "hami-scheduler"
+GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")
+
+
+def gpu_request(spec):
+    """A pod's NVIDIA request, summed over its containers: count, gpumem (MiB), gpumem-percentage, gpucores."""
+    out = {"count": 0, "mem": 0, "percent": 0, "cores": 0}
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        limits = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+        out["count"] += int(limits.get("nvidia.com/gpu", 0) or 0)
+        out["mem"] += int(limits.get("nvidia.com/gpumem", 0) or 0)
+        out["percent"] += int(limits.get("nvidia.com/gpumem-percentage", 0) or 0)
+        out["cores"] += int(limits.get("nvidia.com/gpucores", 0) or 0)
+    return out
+
+
+def hami_core_on(spec):
+    """HAMi-core limits a container unless its env sets CUDA_DISABLE_CONTROL=true (server.go)."""
+    return not any(
+        e.get("name") == "CUDA_DISABLE_CONTROL" and str(e.get("value")).lower() == "true"
+        for c in spec.get("containers") or []
+        for e in c.get("env") or []
+    )
+
+
+def decode_allocated(text):
+    """`hami.io/vgpu-devices-allocated`: `UUID,TYPE,usedmem,usedcores:` per card, `;` between containers."""
+    out = []
+    for container in (text or "").split(";"):
+        for item in container.split(":"):
+            fields = item.split(",")
+            if len(fields) == 4 and fields[0]:
+                out.append(
+                    {"uuid": fields[0], "type": fields[1], "mem": int(fields[2]), "cores": int(fields[3])}
+                )
+    return out
+
+
+def webhook_configuration(hami):
+    """HAMi's MutatingWebhookConfiguration (chart template scheduler/webhook.yaml), as the stand-in keeps it."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": f"{hami['release']}-webhook"},
+        "webhooks": [{
+            "name": "vgpu.hami.io",
+            "failurePolicy": hami["failure_policy"],
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1beta1"],
+            "clientConfig": {"service": {"name": f"{hami['release']}-scheduler", "namespace": hami["namespace"],
+                                         "path": "/webhook", "port": 443}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+        }],
+    }  # fmt: skip
 
 
 def scheduler_deployment(name, namespace, kube_scheduler, chart_version):
@@ -411,6 +478,7 @@ class Cluster:
         with self.lock:
             seen = self.state.setdefault("charts_seen", {})
             jobs, daemonsets, deployments, vgpus, present, objects = {}, [], {}, {}, set(), {}
+            hami = None
             for chart in charts:
                 meta, spec = chart.get("metadata", {}), chart.get("spec", {})
                 name, ns = meta.get("name", "chart"), meta.get("namespace", "kube-system")
@@ -453,6 +521,18 @@ class Cluster:
                     spec.get("version"),
                 )
                 scaling = float(plugin.get("deviceMemoryScaling", 1) or 1)
+                webhook = ((values.get("scheduler") or {}).get("admissionWebhook")) or {}
+                hami = {
+                    "release": name,
+                    "namespace": target,
+                    "runtime": runtime,
+                    "failure_policy": webhook.get("failurePolicy") or "Ignore",
+                    "enabled": webhook.get("enabled", True) is not False,
+                }
+                replicas = self.state.get("scaled", {}).get(f"{target}/{name}-scheduler", 1)
+                objects[f"{target}/{name}-scheduler"]["spec"]["replicas"] = replicas
+                if replicas == 0:
+                    objects[f"{target}/{name}-scheduler"]["status"] = {"replicas": 0}
                 for node_name, node in self.state["nodes"].items():
                     labels = node.get("labels", {})
                     matches = all(str(labels.get(k)) == str(v) for k, v in selector.items())
@@ -468,7 +548,9 @@ class Cluster:
                 del seen[key]  # a chart taken out is uninstalled
             for node_name, node in self.state["nodes"].items():
                 node["vgpus"] = vgpus.get(node_name, 0)
+            self.state["hami"] = hami
             deployments.update(self.run_pods(docs))
+            self.step_direct_pods()
             self.state.update(
                 jobs=jobs, daemonsets=daemonsets, deployments=deployments, deployment_objects=objects
             )
@@ -484,6 +566,7 @@ class Cluster:
             if doc.get("kind") == "Deployment":
                 meta = doc.get("metadata", {})
                 found[f"{meta.get('namespace', 'default')}/{meta.get('name')}"] = doc
+        self.current_keys = set(found)
         services = {
             (d.get("metadata", {}).get("namespace", "default"), d.get("metadata", {}).get("name")): d
             for d in docs
@@ -549,10 +632,18 @@ class Cluster:
                 "ready": None,
                 "restarts": 0,
             }
+            annotations = dict((template.get("metadata") or {}).get("annotations") or {})
+            scheduler, _refused, mutated = self.admit(ns, spec)
+            pod.update(annotations=annotations, scheduler=scheduler, spec=mutated)
         if pod["node"] is None:
-            target = self.placement(doc)
-            if target is None:
-                return pod  # Pending
+            if pod.get("scheduler") == HAMI_SCHEDULER and gpu_request(spec)["count"]:
+                if not self.hami_schedule(pod):
+                    return pod  # Pending, with HAMi's reason
+                target = pod["node"]
+            else:
+                target = self.placement(doc)
+                if target is None:
+                    return pod  # Pending
             pod.update(node=target, boot=self.state["nodes"][target].get("boot_id"))
         node = self.state["nodes"][pod["node"]]
         if not self.alive(pod["node"]):
@@ -621,6 +712,186 @@ class Cluster:
                 if probe is None or "/" + str(probe).lstrip("/") == path:
                     return True
         return False
+
+    # --- HAMi: its webhook and its scheduler's card accounting (called with the lock held) ----------------
+
+    def webhook_answers(self):
+        """Whether HAMi's mutating webhook answers: the chart is installed and its scheduler has a replica."""
+        hami = self.state.get("hami")
+        if not hami or not hami.get("enabled"):
+            return False
+        key = f"{hami['namespace']}/{hami['release']}-scheduler"
+        return self.state.get("scaled", {}).get(key, 1) != 0
+
+    def admit(self, namespace, spec):
+        """A pod created now, through HAMi's webhook: (its schedulerName, the refusal or None, its spec).
+
+        The webhook sends a pod asking for NVIDIA resources to hami-scheduler (and sets the chart's
+        runtimeClassName when the pod has none). When it does not answer, failurePolicy Ignore (the chart's
+        default) creates the pod as it is, for default-scheduler: the fail-open HAMi users report; Fail refuses it.
+        """
+        spec = json.loads(json.dumps(spec))
+        wanted = spec.get("schedulerName") or "default-scheduler"
+        if not gpu_request(spec)["count"] or wanted != "default-scheduler":
+            return wanted, None, spec
+        hami = self.state.get("hami")
+        if hami and hami.get("enabled") and not self.webhook_answers():
+            if hami["failure_policy"] == "Fail":
+                svc = f"{hami['release']}-scheduler.{hami['namespace']}.svc"
+                return (
+                    wanted,
+                    (
+                        f'Internal error occurred: failed calling webhook "vgpu.hami.io": failed to call webhook: '
+                        f'Post "https://{svc}:443/webhook?timeout=10s": no endpoints available for service '
+                        f'"{hami["release"]}-scheduler"'
+                    ),
+                    spec,
+                )
+            return wanted, None, spec
+        if not hami or not hami.get("enabled"):
+            return wanted, None, spec
+        spec["schedulerName"] = HAMI_SCHEDULER
+        if hami.get("runtime") and not spec.get("runtimeClassName"):
+            spec["runtimeClassName"] = hami["runtime"]
+        return HAMI_SCHEDULER, None, spec
+
+    def gpu_pods(self):
+        """Every pod that holds an allocation now (the Deployments' and the ones created with kubectl)."""
+        keys = getattr(self, "current_keys", set(self.state.get("deployment_history", {})))
+        history = self.state.get("deployment_history", {})
+        pods = [(history[k] or {}).get("pod") for k in keys if k in history]
+        return [p for p in pods + list(self.state.get("direct_pods", {}).values()) if p]
+
+    def hami_schedule(self, pod):
+        """HAMi's filter for one pod: the first node with cards that fit (count, memory, cores, pinned UUIDs).
+        Placed: node, annotations hami.io/vgpu-node and vgpu-devices-allocated, the memory its container sees.
+        Not: the pod's reason, as HAMi's extender reports it."""
+        spec, ann = pod.get("spec") or {}, pod.get("annotations") or {}
+        req = gpu_request(spec)
+        pins = [u.strip() for u in str(ann.get("nvidia.com/use-gpuuuid", "")).split(",") if u.strip()]
+        used = {}
+        for other in self.gpu_pods():
+            if other is pod or other.get("node") is None:
+                continue
+            for a in decode_allocated((other.get("annotations") or {}).get("hami.io/vgpu-devices-allocated")):
+                u = used.setdefault(a["uuid"], {"mem": 0, "cores": 0, "count": 0})
+                u["mem"] += a["mem"]
+                u["cores"] += a["cores"]
+                u["count"] += 1
+        reasons, candidates = {}, 0
+        for name, node in sorted(self.state["nodes"].items()):
+            if node.get("unschedulable") or not self.alive(name) or not node.get("hami_register"):
+                continue
+            candidates += 1
+            picked, why = [], {}
+            for card in json.loads(node["hami_register"]):
+                u = used.get(card["id"], {"mem": 0, "cores": 0, "count": 0})
+                mem = req["mem"] or (
+                    card["devmem"] * req["percent"] // 100 if req["percent"] else card["devmem"]
+                )
+                if pins and card["id"] not in pins:
+                    why["CardUuidMismatch"] = why.get("CardUuidMismatch", 0) + 1
+                elif u["count"] >= card.get("count", 10):
+                    why["CardTimeSlicingExhausted"] = why.get("CardTimeSlicingExhausted", 0) + 1
+                elif u["mem"] + mem > card["devmem"]:
+                    why["CardInsufficientMemory"] = why.get("CardInsufficientMemory", 0) + 1
+                elif u["cores"] + req["cores"] > card.get("devcore", 100):
+                    why["CardInsufficientCore"] = why.get("CardInsufficientCore", 0) + 1
+                else:
+                    picked.append((card, mem))
+                if len(picked) == req["count"]:
+                    break
+            if len(picked) == req["count"]:
+                allocated = "".join(f"{c['id']},NVIDIA,{m},{req['cores']}:" for c, m in picked) + ";"
+                core = hami_core_on(spec)
+                pod["annotations"] = {
+                    **ann,
+                    "hami.io/vgpu-node": name,
+                    "hami.io/vgpu-time": str(int(time.time())),
+                    "hami.io/vgpu-devices-to-allocate": ";",
+                    "hami.io/vgpu-devices-allocated": allocated,
+                    "hami.io/bind-phase": "success",
+                }
+                pod.update(
+                    node=name, reason=None, visible_mib=[m if core else c["devmem"] for c, m in picked]
+                )
+                return True
+            cards = len(json.loads(node["hami_register"]))
+            reasons[name] = (
+                ", ".join(f"{n}/{cards} {r}" for r, n in sorted(why.items())) or "NodeInsufficientDevice"
+            )
+        detail = "; ".join(f"{n}: {r}" for n, r in reasons.items())
+        pod["reason"] = (
+            f"0/{len(self.state['nodes'])} nodes are available: no available node, {candidates} nodes do not meet"
+            + (f" ({detail})" if detail else "")
+        )
+        return False
+
+    def create_pods(self, docs, dry_run):
+        """kubectl create -f: each Pod through the webhook, then (not in a dry run) kept and scheduled."""
+        made = []
+        direct = self.state.setdefault("direct_pods", {})
+        for doc in docs:
+            meta = doc.get("metadata") or {}
+            ns, name = meta.get("namespace") or "default", meta.get("name")
+            if doc.get("kind") != "Pod" or not name:
+                return None, f"the stand-in creates Pods only, not {doc.get('kind')} {name}"
+            if f"{ns}/{name}" in direct and not dry_run:
+                return None, f'pods "{name}" already exists'
+            scheduler, refused, spec = self.admit(ns, doc.get("spec") or {})
+            if refused:
+                return None, refused
+            pod = {
+                "name": name, "namespace": ns, "labels": dict(meta.get("labels") or {}),
+                "annotations": dict(meta.get("annotations") or {}), "spec": spec, "scheduler": scheduler,
+                "init": [], "init_passed": 0, "containers": [c.get("name") for c in spec.get("containers") or []],
+                "node": None, "boot": None, "created": time.time(), "started": None, "ready": None,
+                "restarts": 0, "reason": None, "direct": True,
+            }  # fmt: skip
+            if not dry_run:
+                direct[f"{ns}/{name}"] = pod
+            made.append(pod)
+        if not dry_run:
+            self.step_direct_pods()
+            self.save()
+        return made, None
+
+    def step_direct_pods(self):
+        """The kubectl-created pods: scheduled (HAMi's or the default scheduler), then running."""
+        for pod in self.state.get("direct_pods", {}).values():
+            if pod["node"] is None:
+                req = gpu_request(pod["spec"])
+                if pod["scheduler"] == HAMI_SCHEDULER and req["count"]:
+                    if not self.hami_schedule(pod):
+                        continue
+                else:
+                    name = next((n for n, v in sorted(self.state["nodes"].items()) if self.alive(n)
+                                 and not v.get("unschedulable") and v.get("vgpus", 0) >= req["count"]), None)  # fmt: skip
+                    if name is None:
+                        pod["reason"] = (
+                            f"0/{len(self.state['nodes'])} nodes are available: Insufficient nvidia.com/gpu"
+                        )
+                        continue
+                    card = (self.state["nodes"][name].get("gpu_cards") or [{}])[0]
+                    pod.update(
+                        node=name, reason=None, visible_mib=[card.get("memory_mib", 0)] * max(req["count"], 1)
+                    )
+                pod["boot"] = self.state["nodes"][pod["node"]].get("boot_id")
+            if pod["started"] is None and self.alive(pod["node"]):
+                pod["started"] = pod["ready"] = time.time()
+
+    def delete_pods(self, namespace, names, selector):
+        direct = self.state.get("direct_pods", {})
+        gone = []
+        for key, pod in list(direct.items()):
+            if pod["namespace"] != namespace:
+                continue
+            if (names and pod["name"] in names) or (
+                selector and all(pod["labels"].get(k) == v for k, v in selector.items())
+            ):
+                gone.append(direct.pop(key)["name"])
+        self.save()
+        return gone
 
     def placement(self, deployment):
         """The node a Deployment's pod runs on, or None (Pending): GPU requests need HAMi's vGPUs, a pinned
@@ -711,7 +982,12 @@ def make_handler(cluster, token):
             if self.path == "/gpulab/daemonsets":
                 return self.reply(200, state.get("daemonsets", []))
             if self.path == "/gpulab/pods":
-                return self.reply(200, [{**p, "status": pod_status(p)} for p in state.get("pods", [])])
+                pods = state.get("pods", []) + list(state.get("direct_pods", {}).values())
+                return self.reply(200, [{**p, "status": pod_status(p)} for p in pods])
+            if self.path == "/gpulab/webhooks":
+                hami = state.get("hami")
+                items = [webhook_configuration(hami)] if hami and hami.get("enabled") else []
+                return self.reply(200, {i["metadata"]["name"]: i for i in items})
             if self.path == "/gpulab/workloads":
                 # a HelmChart's install job exists from the moment the server has seen the chart
                 started = [
@@ -734,6 +1010,19 @@ def make_handler(cluster, token):
                     return self.reply(401, {"error": "Unauthorized: the join token does not match"})
                 cluster.register(info)
                 return self.reply(200, {"ok": True})
+            if self.path in ("/gpulab/pods/create", "/gpulab/pods/delete", "/gpulab/scale"):
+                with cluster.lock:
+                    if self.path == "/gpulab/scale":
+                        cluster.state.setdefault("scaled", {})[info["deployment"]] = int(info["replicas"])
+                        cluster.save()
+                        return self.reply(200, {"ok": True})
+                    if self.path == "/gpulab/pods/delete":
+                        gone = cluster.delete_pods(info["namespace"], info.get("names"), info.get("selector"))
+                        return self.reply(200, {"deleted": gone})
+                    made, error = cluster.create_pods(info["docs"], bool(info.get("dry_run")))
+                if error:
+                    return self.reply(500, {"error": error})
+                return self.reply(200, {"pods": [pod_object({**p, "status": pod_status(p)}) for p in made]})
             edit = NODE_EDITS.get(self.path)
             if edit is not None:
                 with cluster.lock:
@@ -1042,9 +1331,73 @@ def get_pods(rest, namespace, all_namespaces, selector, fmt):
     return 0
 
 
+def create_pods(filename, namespace, dry_run, fmt):
+    """kubectl create|apply -f FILE (or -): Pods, through HAMi's webhook; --dry-run=server keeps nothing."""
+    import yaml
+
+    try:
+        if filename == "-":
+            text = sys.stdin.read()
+        else:
+            with open(filename) as f:
+                text = f.read()
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    for d in docs:
+        d.setdefault("metadata", {}).setdefault("namespace", namespace)
+    req = urllib.request.Request(
+        f"http://{api_server()}/gpulab/pods/create",
+        json.dumps({"docs": docs, "dry_run": dry_run}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            pods = json.load(resp)["pods"]
+    except urllib.error.HTTPError as exc:
+        name = (docs[0].get("metadata") or {}).get("name") if docs else "?"
+        print(f'Error from server (InternalError): error when creating "{filename}": {json.load(exc)["error"]}'
+              f" (pod {name})", file=sys.stderr)  # fmt: skip
+        return 1
+    except OSError:
+        return api_get("/none") or 1
+    if fmt == "json":
+        print(json.dumps(pods[0] if len(pods) == 1 else {"kind": "List", "items": pods}, indent=4))
+    elif fmt and fmt.startswith("jsonpath="):
+        print(" ".join(jsonpath(p, fmt.split("=", 1)[1]) for p in pods), end="")
+    else:
+        for p in pods:
+            print(f"pod/{p['metadata']['name']} created{' (server dry run)' if dry_run else ''}")
+    return 0
+
+
+def pod_logs(name, namespace):
+    """kubectl logs: the stand-in runs no image, but a container whose command calls nvidia-smi for
+    memory.total prints the memory it sees: its share when HAMi-core is on (HAMi's allocation), else the card."""
+    pod = next(
+        (p for p in api_get("/gpulab/pods") if p["name"] == name and p["namespace"] == namespace), None
+    )
+    if pod is None:
+        print(f'Error from server (NotFound): pods "{name}" not found', file=sys.stderr)
+        return 1
+    if pod.get("started") is None:
+        container = (pod.get("containers") or ["?"])[0]
+        print(f'Error from server (BadRequest): container "{container}" in pod "{name}" is waiting to start: '
+              "ContainerCreating", file=sys.stderr)  # fmt: skip
+        return 1
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        words = " ".join([*(c.get("command") or []), *(c.get("args") or [])])
+        if "nvidia-smi" in words and "memory.total" in words:
+            for mib in pod.get("visible_mib") or []:
+                print(mib if "nounits" in words else f"{mib} MiB")
+    return 0
+
+
 def kubectl(args):
     fmt, rest, overwrite, namespace = "", [], False, "default"
     timeout_s, condition, selector, all_namespaces = 30.0, "", "", False
+    filename, replicas, dry_run, ignore_not_found = None, None, False, False
     i = 0
     while i < len(args):
         a = args[i]
@@ -1064,6 +1417,19 @@ def kubectl(args):
             condition = a.split("=", 1)[1]
         elif a.startswith("--timeout="):
             timeout_s = duration_s(a.split("=", 1)[1])
+        elif a in ("-f", "--filename"):
+            filename = args[i + 1]
+            i += 1
+        elif a.startswith(("--filename=", "--replicas=", "--dry-run=")):
+            key, _, value = a.partition("=")
+            if key == "--filename":
+                filename = value
+            elif key == "--replicas":
+                replicas = int(value)
+            else:
+                dry_run = value == "server"
+        elif a.startswith(("--wait=", "--ignore-not-found", "--now")):
+            ignore_not_found = ignore_not_found or a.startswith("--ignore-not-found")
         elif a in ("--ignore-daemonsets", "--delete-emptydir-data", "--force") or a.startswith(
             ("--ignore-daemonsets=", "--delete-emptydir-data=", "--force=", "--grace-period=")
         ):
@@ -1082,6 +1448,37 @@ def kubectl(args):
         i += 1
     if rest[:1] == ["get"] and len(rest) >= 2 and rest[1].split("/", 1)[0].lower() in ("pod", "pods", "po"):
         return get_pods(rest, namespace, all_namespaces, selector, fmt)
+    if rest[:1] in (["create"], ["apply"]) and filename:
+        return create_pods(filename, namespace, dry_run, fmt)
+    if rest[:1] == ["delete"] and len(rest) >= 2 and rest[1].split("/", 1)[0] in ("pod", "pods", "po"):
+        names = rest[2:] or ([rest[1].split("/", 1)[1]] if "/" in rest[1] else [])
+        wanted = dict(p.partition("=")[::2] for p in selector.split(",") if p)
+        reply, err = post("/gpulab/pods/delete", {"namespace": namespace, "names": names, "selector": wanted})
+        if err:
+            print(err, file=sys.stderr)
+            return 1
+        for n in reply["deleted"]:
+            print(f'pod "{n}" deleted')
+        missing = [n for n in names if n not in reply["deleted"]]
+        if missing and not ignore_not_found:
+            print(f'Error from server (NotFound): pods "{missing[0]}" not found', file=sys.stderr)
+            return 1
+        if not names and not reply["deleted"]:
+            print("No resources found", file=sys.stderr)
+        return 0
+    if rest[:1] == ["scale"] and len(rest) == 2 and replicas is not None:
+        kind, _, name = rest[1].partition("/")
+        if f"{namespace}/{name}" not in api_get("/gpulab/deployments") or kind not in (
+            "deployment",
+            "deploy",
+        ):
+            print(f'Error from server (NotFound): deployments.apps "{name}" not found', file=sys.stderr)
+            return 1
+        post("/gpulab/scale", {"deployment": f"{namespace}/{name}", "replicas": replicas})
+        print(f"deployment.apps/{name} scaled")
+        return 0
+    if rest[:1] == ["logs"] and len(rest) == 2:
+        return pod_logs(rest[1].removeprefix("pod/"), namespace)
     if rest[:1] == ["get"] and len(rest) >= 2:
         kind = rest[1].split("/", 1)[0].lower()
         names = rest[2:] or ([rest[1].split("/", 1)[1]] if "/" in rest[1] else [])
@@ -1097,6 +1494,12 @@ def kubectl(args):
                 if all_namespaces or key.split("/", 1)[0] == namespace
             }
             kind, resource = "deployment.apps", "deployments.apps"
+        elif kind in ("mutatingwebhookconfiguration", "mutatingwebhookconfigurations"):
+            all_items, kind = (
+                api_get("/gpulab/webhooks"),
+                "mutatingwebhookconfiguration.admissionregistration.k8s.io",
+            )
+            resource = "mutatingwebhookconfigurations.admissionregistration.k8s.io"
         elif kind in ("daemonset", "daemonsets", "ds"):
             all_items, kind = (
                 {d["metadata"]["name"]: d for d in api_get("/gpulab/daemonsets")},

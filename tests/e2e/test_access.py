@@ -256,3 +256,24 @@ def test_rotation_revokes_the_old_token_and_writes_the_new_secret(bare: RunningL
     assert token_call(bare, new).status_code == 200
     again = access(bare, inv)
     assert again.returncode == 0 and recap(again)["changed"] == 0
+
+
+def test_a_token_the_vault_has_no_secret_for_is_refused_until_rotated(bare: RunningLab, inv: Path) -> None:
+    vault = inv / "group_vars" / "all" / "vault.yml"
+    kept = vault.read_bytes()
+    vault.unlink()  # as a user who lost the vault, or runs access on a node set up by hand
+    try:
+        since = len(bare.requests())
+        proc = access(bare, inv)
+        assert proc.returncode != 0
+        out = " ".join(proc.stdout.split())
+        assert (
+            "token gpulab@pve!ansible exists on the node, but the inventory's vault holds no secret for it"
+            in out
+        )
+        assert "-e gpulab_access_rotate=true" in out and "Nothing was changed." in out
+        assert writes(bare, since) == [] and not vault.exists()
+    finally:
+        vault.write_bytes(kept)
+    secret = vault_values(inv)["vault_pve_api_token_secret"]
+    assert token_call(bare, secret).status_code == 200

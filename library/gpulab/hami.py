@@ -45,10 +45,22 @@ OPEN_MAP_NAMES = frozenset(
     }
 )
 
-# Keys the chart's templates read although values.yaml does not list them (anchors.md, HAMi 2.10.0 section D).
+# Keys the chart's templates read although values.yaml does not list them (anchors.md, HAMi 2.10.0 section D;
+# 2.9.0's templates/scheduler/deployment.yaml reads the same two).
 TEMPLATE_ONLY_KEYS = {
+    "2.9.0": {"scheduler.nodeSelector": "map", "scheduler.nodeLabelSelector": "map"},
     "2.10.0": {"scheduler.nodeSelector": "map", "scheduler.nodeLabelSelector": "map"},
 }
+
+# The images the chart runs (a GPU node's device plugin and monitor, the scheduler's two containers, the job
+# that makes the webhook's certificate), by their values path; the mock device plugin and DRA are off by default.
+CHART_IMAGES = (
+    ("scheduler.kubeScheduler.image", "kube-scheduler (hami-scheduler)"),
+    ("scheduler.extender.image", "scheduler extender (hami-scheduler)"),
+    ("devicePlugin.image", "device plugin (hami-device-plugin)"),
+    ("devicePlugin.monitor.image", "vGPU monitor (hami-device-plugin)"),
+    ("scheduler.patch.imageNew", "webhook certificate job"),
+)
 
 # Keys that existed in older chart versions, with their replacement, for a precise refusal message.
 RENAMED_KEYS = {"scheduler.kubeScheduler.imageTag": "scheduler.kubeScheduler.image.tag"}
@@ -84,12 +96,46 @@ def keys_from_values(values, chart_version, source=""):
     walk(values, "")
     for path, kind in TEMPLATE_ONLY_KEYS.get(chart_version, {}).items():
         keys.setdefault(path, {"kind": kind, "open": True, "template_only": True})
+
+    def at(path):
+        node = values
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node if isinstance(node, dict) else {}
+
+    images = {
+        path: {k: at(path).get(k) or "" for k in ("registry", "repository", "tag")}
+        for path, _what in CHART_IMAGES
+        if at(path)
+    }
     return {
         "chart": CHART_NAME,
         "version": chart_version,
         "source": source,
+        "global_image_tag": str(at("global").get("imageTag") or ""),
+        "images": images,
         "keys": dict(sorted(keys.items())),
     }
+
+
+def chart_images(facts, *, kube_version="", image_registry="", kube_scheduler_image=None):
+    """Where each image of the chart comes from: [(what, image)], as the chart renders them. global.imageRegistry
+    (`image_registry`) replaces every image's registry; the kube-scheduler's tag is the server's version without
+    `+k3s1` unless set; HAMi's own images take global.imageTag."""
+    out = []
+    for path, what in CHART_IMAGES:
+        image = dict(facts.get("images", {}).get(path) or {})
+        if not image:
+            continue
+        if path == "scheduler.kubeScheduler.image":
+            image.update({k: v for k, v in (kube_scheduler_image or {}).items() if v})
+            if not image.get("tag"):
+                image["tag"] = kube_version.split("+", 1)[0] or "(the server's version)"
+        elif not image.get("tag"):
+            image["tag"] = facts.get("global_image_tag") or "?"
+        registry = image_registry or image.get("registry")
+        out.append((what, f"{registry + '/' if registry else ''}{image['repository']}:{image['tag']}"))
+    return out
 
 
 def facts_path(chart_version):
@@ -175,9 +221,11 @@ def build_values(
     runtime_class_name=DEFAULT_RUNTIME_CLASS,
     node_selector=None,
     kube_scheduler_image=None,
+    image_registry="",
     extra_values=None,
 ):
     """The chart values gpulab sets, from the role's variables; `extra_values` is merged last.
+    A non-empty `image_registry` becomes global.imageRegistry, which replaces the registry of every image.
 
     The kube-scheduler image tag is left to the chart (which derives it from the cluster's version, with
     `+k3s1` stripped) unless `kube_scheduler_image` sets `tag`.
@@ -209,6 +257,8 @@ def build_values(
     image = {k: v for k, v in (kube_scheduler_image or {}).items() if v not in (None, "")}
     if image:
         values["scheduler"] = {"kubeScheduler": {"image": image}}
+    if image_registry:
+        values["global"] = {"imageRegistry": image_registry}
     return deep_merge(values, extra_values or {})
 
 
@@ -288,9 +338,14 @@ def main(argv=None):
     parser.add_argument("values_yaml", type=pathlib.Path)
     parser.add_argument("chart_version")
     parser.add_argument("-o", "--output", type=pathlib.Path, help="default: stdout")
+    parser.add_argument("--commit", default="", help="the Git commit of the chart's tag, for the provenance")
     args = parser.parse_args(argv)
     values = yaml.safe_load(args.values_yaml.read_text())
-    source = f"charts/hami/values.yaml of Project-HAMi/HAMi chart {args.chart_version} (Apache-2.0); key names only"
+    at = f" at tag v{args.chart_version} = commit {args.commit}" if args.commit else ""
+    source = (
+        f"charts/hami/values.yaml of Project-HAMi/HAMi chart {args.chart_version}{at} (Apache-2.0); "
+        "key names, kinds and image defaults only"
+    )
     text = json.dumps(keys_from_values(values, args.chart_version, source), indent=1) + "\n"
     if args.output:
         args.output.write_text(text)

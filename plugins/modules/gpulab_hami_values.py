@@ -60,6 +60,12 @@ options:
     description: More chart values, merged last; each key is checked like the others.
     type: dict
     default: {}
+  image_registry:
+    description:
+      - The registry of every image of the chart (its C(global.imageRegistry)), for a mirror the nodes can reach;
+        empty keeps each image's own registry.
+    type: str
+    default: ""
   name:
     description: HelmChart name, which is also the Helm release name.
     type: str
@@ -136,6 +142,7 @@ ARGUMENT_SPEC = {
             "tag": {"type": "str"},
         },
     },
+    "image_registry": {"type": "str", "default": ""},
     "extra_values": {"type": "dict", "default": {}},
     "name": {"type": "str", "default": "hami"},
     "namespace": {"type": "str", "default": "kube-system"},

@@ -38,7 +38,9 @@ class Lab:
     def boot(self, boot_id):
         info = {"name": "vm-gpu", "address": "10.0.0.3", "runtimes": ["nvidia"], "labels": {"gpu": "on"}}
         card = {"uuid": UUID, "name": "NVIDIA GeForce RTX 3090", "memory_mib": 24576}  # what the agent sends
-        self.cluster.register({**info, "gpus": 1, "gpu_uuids": [UUID], "gpu_cards": [card], "boot_id": boot_id})
+        self.cluster.register(
+            {**info, "gpus": 1, "gpu_uuids": [UUID], "gpu_cards": [card], "boot_id": boot_id}
+        )
 
     def place(self, plan):
         for item in plan["engines"]:

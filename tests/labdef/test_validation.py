@@ -333,8 +333,14 @@ BAD = [
     (
         "chart-version-without-facts",
         "all",
-        {"hami_chart_version": "2.9.0"},
-        "all: hami_chart_version='2.9.0': gpulab holds no key facts for this HAMi chart version",
+        {"hami_chart_version": "2.8.0"},
+        "all: hami_chart_version='2.8.0': gpulab holds no key facts for this HAMi chart version",
+    ),
+    (
+        "hami-values-key-the-pinned-chart-lacks",
+        "all",
+        {"hami_chart_version": "2.9.0", "hami_extra_values": {"devicePlugin": {"hostPID": True}}},
+        "all: hami_extra_values='devicePlugin.hostPID': not a value of HAMi chart 2.9.0 (Helm would ignore it)",
     ),
     (
         "driver-branch",

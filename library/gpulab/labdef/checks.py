@@ -32,6 +32,7 @@ from gpulab.labdef.catalogue import (
     role_options,
 )
 from gpulab.labdef.definition import LabDefinition, Problem, load, pinned_mib
+from gpulab.labdef.hami_values import check_hami_values
 from gpulab.labdef.rules import first_failure
 from gpulab.labdef.vm_checks import check_vms
 
@@ -388,6 +389,7 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_capacity(d, out)
     check_router(d, out)
     check_k3s(d, out)
+    check_hami_values(d, out)
     check_names(d, out)
     # one message per (host, field, why): a missing value may be reported by two checks; a placeholder only
     # as such (what else its field breaks follows from it)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpulab.labdef.definition import LabDefinition, pinned_mib
+from gpulab.labdef.hami_values import image_lines
 
 
 def plan_text(definition: LabDefinition) -> str:
@@ -77,4 +78,5 @@ def plan_text(definition: LabDefinition) -> str:
         f"HAMi {definition.globals.get('hami_chart_version')}: {definition.globals.get('hami_device_split_count')} "
         f"shares per card"
     )
+    lines += image_lines(definition)
     return "\n".join(lines)

@@ -29,3 +29,17 @@ def homelab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
         yield lab_up(state, Path("homelab"))
     finally:
         lab_down(state)
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
+    """A lab node without gpulab's API access yet (fixture access.bootstrap false): no user, role or token."""
+    need_root()
+    root = tmp_path_factory.mktemp("bare")
+    fixture = root / "bare.yml"
+    fixture.write_text("extends: reference\naccess:\n  bootstrap: false\n")
+    state = root / "lab"
+    try:
+        yield lab_up(state, fixture)
+    finally:
+        lab_down(state)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import ansible_runs
@@ -24,26 +23,10 @@ from .helpers import (
     VENV_BIN,
     RunningLab,
     inventory_copy,
-    lab_down,
-    lab_up,
-    need_root,
     run_playbook,
 )
 
 VAULT_PASS = "correct horse battery"
-
-
-@pytest.fixture(scope="module")
-def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    need_root()
-    root = tmp_path_factory.mktemp("access")
-    fixture = root / "bare.yml"
-    fixture.write_text("extends: reference\naccess:\n  bootstrap: false\n")
-    state = root / "lab"
-    try:
-        yield lab_up(state, fixture)
-    finally:
-        lab_down(state)
 
 
 @pytest.fixture(scope="module")

@@ -8,30 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpulab.pve import privileges
 
-from .helpers import RunningLab, lab_down, lab_up, need_root
+from .helpers import RunningLab
 from .test_access import on_node, token_call
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    need_root()
-    root = tmp_path_factory.mktemp("readme-pveum")
-    fixture = root / "bare.yml"
-    fixture.write_text("extends: reference\naccess:\n  bootstrap: false\n")
-    state = root / "lab"
-    try:
-        yield lab_up(state, fixture)
-    finally:
-        lab_down(state)
 
 
 def readme_commands(tool: str = "pveum") -> list[str]:

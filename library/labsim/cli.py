@@ -142,10 +142,60 @@ def up(state_dir: Path, fixture: str | None) -> dict[str, Any]:
         desc.update({k: v for k, v in extra.items() if k not in CORE_KEYS})
         for name, address in (extra.get("seed_leases") or {}).items():
             desc["seed"]["vms"][name]["address"] = address  # the lease's address in the lab's own range
+        if desc.get("token_secret") is None and extra.get("node_host"):
+            fx = load_fixture(desc.get("fixture") or fixture)
+            try:
+                secret = bootstrap_on_node(state_dir, fx, extra)
+            except BaseException:
+                if started:
+                    with contextlib.suppress(Exception):
+                        down(state_dir)
+                raise
+            if secret is not None:
+                desc["token_secret"] = secret
+                desc.pop("access_note", None)
     else:
         print(f"gpulab lab: real lab hosts skipped ({reason}); the PVE API runs alone", file=sys.stderr)
     _write_lab_json(state_dir, desc)
     return desc
+
+
+def bootstrap_on_node(state_dir: Path, fixture: dict[str, Any], facts: dict[str, Any]) -> str | None:
+    """The lab's own API access, made as a user makes it: README's pveum steps run as root on the node host
+    over SSH (labsim.pve_access.bootstrap_commands), the token's secret read from pveum's answer. None for
+    a bare node (fixture access.bootstrap false). Only a lab with real hosts gets here; an API-only lab's
+    server makes the same access through the same handlers when its state is new."""
+    from labsim.pve_access import bootstrap_commands, wants_bootstrap
+
+    if not wants_bootstrap(fixture):
+        return None
+    ssh = state_dir / "ssh"
+    proc = subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(ssh / "id_ed25519"),
+            "-o",
+            f"UserKnownHostsFile={ssh / 'known_hosts'}",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+            f"{facts['node_host'].get('ssh_user', 'root')}@{facts['node_host']['address']}",
+            "sh",
+            "-s",
+        ],
+        input=bootstrap_commands(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"the lab's API access could not be made with pveum on the node: {proc.stderr.strip()}"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])["value"]
 
 
 def _start_server(state_dir: Path, fixture: str | None) -> dict[str, Any]:

@@ -6,10 +6,11 @@ its secret), ``acl`` (entries ``{path, type: user|token, ugid, roleid, propagate
 are read from there at every request (labsim.pve_auth.Access.store), so a role changed with ``pveum role
 modify`` takes effect at the next call, as on PVE.
 
-A new lab state is *bootstrapped* with the project's access, made by the same handlers that ``pveum``
-(labsim.net.pve_tools) calls, in the order README's pveum commands run them: role ``gpulab``, user
-``gpulab@pve``, token ``ansible`` (privilege separation, the lab's secret), ACLs on ``/`` for the user and
-the token. A fixture's ``access: {bootstrap: false}`` leaves a bare node (root@pam only), for the flow that
+A new lab state is *bootstrapped* with the project's access, in the order README's pveum commands make
+it: role ``gpulab``, user ``gpulab@pve``, token ``ansible`` (privilege separation), ACLs on ``/`` for the
+user and the token. A lab with real hosts makes it with those very commands, run by ``gpulab lab up`` as
+root on the node host over SSH (:func:`bootstrap_commands`, labsim.cli.bootstrap_on_node); an API-only lab
+(no node host) gets it from the same handlers ``pveum`` calls, with the lab's secret. A fixture's ``access: {bootstrap: false}`` leaves a bare node (root@pam only), for the flow that
 creates the access itself (playbooks/access.yml).
 
 Messages follow PVE's (pve-access-control: ``role 'X' already exists``, ``no such user ('X')``, ...); they
@@ -57,6 +58,30 @@ def _list(value: Any) -> list[str]:
     return [x for item in items for x in re.split(r"[,;\s]+", str(item or "")) if x]
 
 
+def wants_bootstrap(fixture: dict[str, Any]) -> bool:
+    return bool((fixture.get("access") or {}).get("bootstrap", True))
+
+
+def bootstrap_commands() -> str:
+    """The shell script `gpulab lab up` runs as root on a lab's node host: README's pveum steps, made
+    idempotent (a bootstrap cut short is finished by the next `lab up`); it prints the token as pveum's JSON."""
+    token = f"{BOOT_USER}!{BOOT_TOKEN}"
+    privs = ",".join(sorted(PROJECT_PRIVS))
+    return "\n".join(
+        [
+            "set -e",
+            f"pveum role add {BOOT_ROLE} --privs {privs} 2>/dev/null || pveum role modify {BOOT_ROLE} --privs {privs}",
+            f"pvesh get /access/users/{BOOT_USER} >/dev/null 2>&1 || "
+            f"pveum user add {BOOT_USER} --comment 'gpulab automation (API token only)'",
+            f"pveum user token remove {BOOT_USER} {BOOT_TOKEN} >/dev/null 2>&1 || true",
+            f"out=$(pveum user token add {BOOT_USER} {BOOT_TOKEN} --privsep 1 --output-format json)",
+            f"pveum acl modify / --roles {BOOT_ROLE} --users {BOOT_USER}",
+            f"pveum acl modify / --roles {BOOT_ROLE} --tokens '{token}'",
+            'printf "%s\\n" "$out"',
+        ]
+    )
+
+
 class AccessHandlers:
     """The /access endpoints of PveApiSim (mixed in; `self.state` is the lab's state, lock held)."""
 
@@ -67,13 +92,16 @@ class AccessHandlers:
     def access_data(self) -> dict[str, Any]:
         return self.state.data.setdefault("access", {"roles": {}, "users": {}, "acl": []})
 
-    def bootstrap_access(self, creds: dict[str, Any]) -> None:
-        """Give a new state the project's access (unless the fixture asks for a bare node); once."""
+    def bootstrap_access(self, creds: dict[str, Any], on_node: bool = False) -> None:
+        """Give a new state the project's access (unless the fixture asks for a bare node); once.
+
+        With ``on_node`` (a lab with real hosts) nothing is made here: `gpulab lab up` makes it once the
+        node host is up, with the node's pveum over SSH (:func:`bootstrap_commands`), as a user would."""
         with self.lock:
             if "access" in self.state.data:
                 return
             self.access_data()
-            if (self.fixture.get("access") or {}).get("bootstrap", True):
+            if (self.fixture.get("access") or {}).get("bootstrap", True) and not on_node:
                 self.h_post_access_roles(
                     {"roleid": BOOT_ROLE, "privs": ",".join(sorted(PROJECT_PRIVS))}, None
                 )

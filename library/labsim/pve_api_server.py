@@ -419,7 +419,9 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
         from labsim import seed
 
         seed.seed_state(lab, creds)  # the user's lab as it was before gpulab (once per state directory)
-    lab.bootstrap_access(creds)  # the project's role, user, token and ACLs, unless a bare node is asked for
+    # the project's role, user, token and ACLs, unless a bare node is asked for; with real hosts `gpulab lab
+    # up` makes them with the node's pveum once the node is up
+    lab.bootstrap_access(creds, on_node=hooks_note is None)
     access = Access(creds, (fixture.get("access") or {}).get("tokens"), store=lab)
     faults = Faults(state_dir)
     lab.tasks.error_hook = faults.next_task_error

@@ -14,7 +14,9 @@ Run as root, :func:`up` builds, on this machine but apart from it:
   NVIDIA driver, container toolkit in a signed repository, k3s and its install script);
 * the Proxmox node host (the range's ``.5``): its own namespace, copy-on-write root (its writes
   land in its own upper directory), hostname, sshd and the node files and stand-ins stage "host"
-  works on, with a hardware view that follows each simulated boot (:mod:`labsim.net.node_host`).
+  works on, with a hardware view that follows each simulated boot (:mod:`labsim.net.node_host`);
+  its ``pveproxy`` (:mod:`labsim.net.pveproxy`) makes ``https://<node>:8006`` the PVE API, as on a
+  real node (the same server, certificate and state as the description's ``pve_url`` on 127.0.0.1).
 
 :func:`make_hooks` gives the PVE simulator hooks that turn a started VM into such a host, with
 the MAC of its net0, an address from the router's DHCP, the cloud-init user and keys, systemd as
@@ -1152,7 +1154,9 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
         facts["vm_init_note"] = f"VM hosts run without systemd: {why_not}"
     node = fixture["nodes"][0]
     lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
-    spec = node_host.node_host_spec(node, lab.hosts_dir / "node0", api_dir=lab.state_dir / "node-api")
+    spec = node_host.node_host_spec(
+        node, lab.hosts_dir / "node0", api_dir=lab.state_dir / "node-api", address=str(node_ip)
+    )
     _seed_node_vms(lab, fixture)
     # the router and the node boot side by side (each waits for its own sshd)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
@@ -1182,9 +1186,14 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
         )
         facts["router"] = router.result()
         st = node_boot.result()
+    # the node's pveproxy forwards its port 8006 to the API server (what a user's inventory names)
+    _wait_port(
+        st["address"], node_host.API_PORT, f"the node's pveproxy (see {lab.hosts_dir / 'node0' / 'state'})"
+    )
     facts["node_host"] = {
         "name": node["name"],
         "address": st["address"],
+        "pve_api_url": f"https://{st['address']}:{node_host.API_PORT}",
         "ssh_user": "root",
         "netns": st["netns"],
         "upper_dir": str(lab.hosts_dir / "node0" / "upper"),

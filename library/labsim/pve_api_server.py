@@ -12,6 +12,12 @@ in-process as root) reach the same API through ``STATE/node-api/api.sock`` (plai
 no fault injection: real pvesh does not pass through pveproxy), with the root@pam password the server
 writes beside it in ``STATE/node-api/root.json`` (mode 0600). The lab binds that folder into the node host
 (:data:`NODE_API_DIR`, :mod:`labsim.net.node_host`); a Unix socket crosses the network namespace.
+
+The node's own address answers too, as a real node's pveproxy does on port 8006: the same HTTPS API (same
+certificate, authentication and injected faults as ``127.0.0.1:PORT``) is served on a second socket in that
+folder, ``STATE/node-api/pveproxy.sock``, and the node host's ``pveproxy`` service
+(:mod:`labsim.net.pveproxy`) forwards its TCP port 8006 there. Those requests are logged with
+``"listener": "node:8006"``.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ API_PREFIX = "/api2/json"
 NODE_API_DIR = "node-api"  # in STATE: the node tools' socket and root credential
 NODE_API_SOCKET = "api.sock"
 NODE_API_CREDENTIALS = "root.json"
+#: the HTTPS API for the node's own address (``https://NODE:8006``), forwarded by the node's pveproxy
+NODE_PROXY_SOCKET = "pveproxy.sock"
 SECRET_PARAM = re.compile(r"pass|secret|ticket|token|key", re.I)
 
 
@@ -111,6 +119,31 @@ class NodeApiServer(socketserver.ThreadingUnixStreamServer):
     def log_request_line(self, record: dict[str, Any]) -> None:
         """The main server's request log, each line marked as a call of the node's own tools."""
         self._main.log_request_line({**record, "via": "node"})
+
+
+class ProxyApiServer(socketserver.ThreadingUnixStreamServer):
+    """The HTTPS API of :class:`PveApiServer` (its certificate, access, faults and request log) on a Unix
+    socket: what the node host's pveproxy forwards its port 8006 to."""
+
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, path: Path, main: PveApiServer):
+        path.unlink(missing_ok=True)
+        super().__init__(str(path), ProxyHandler)
+        os.chmod(path, 0o600)
+        self.lab, self.access, self.faults = main.lab, main.access, main.faults
+        self.ssl_context = main.ssl_context
+        self._main = main
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        if self.ssl_context is not None:
+            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def log_request_line(self, record: dict[str, Any]) -> None:
+        self._main.log_request_line({**record, "listener": "node:8006"})
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -292,6 +325,11 @@ class NodeHandler(Handler):
         return "node-api"
 
 
+class ProxyHandler(Handler):
+    def address_string(self) -> str:
+        return "node:8006"
+
+
 # ================================================================================================ lab set-up
 def load_or_create_credentials(state_dir: Path, lab: PveApiSim) -> dict[str, Any]:
     with lab.lock:
@@ -405,6 +443,15 @@ def serve_node_api(server: PveApiServer) -> threading.Thread:
     return thread
 
 
+def serve_node_proxy(server: PveApiServer) -> threading.Thread:
+    """Serve the HTTPS API for the node's port 8006 (:data:`NODE_PROXY_SOCKET`) in a daemon thread."""
+    thread = threading.Thread(
+        target=server.node_proxy.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
+    )
+    thread.start()
+    return thread
+
+
 def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bool = False):
     """Create the server (bound and ready to serve) and the lab description."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -430,6 +477,7 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
     ctx.load_cert_chain(cert, key)
     server.ssl_context = ctx
     server.node_api = node_api(state_dir, server, creds)
+    server.node_proxy = ProxyApiServer(state_dir / NODE_API_DIR / NODE_PROXY_SOCKET, server)
     desc = lab_description(state_dir, server.server_address[1], fixture, creds, fp)
     token = lab.token_record(desc["token_id"])
     if token is None:
@@ -469,11 +517,13 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(log, 2)
     threading.Thread(target=resume_guests, args=(server.lab, state_dir), daemon=True).start()
     serve_node_api(server)
+    serve_node_proxy(server)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
-        server.node_api.shutdown()
-        server.node_api.server_close()
+        for side in (server.node_api, server.node_proxy):
+            side.shutdown()
+            side.server_close()
         server.server_close()
         server.lab.close()
         (state_dir / "server.pid").unlink(missing_ok=True)

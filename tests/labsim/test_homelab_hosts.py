@@ -16,9 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 from conftest import InProcessPveSim
 from test_homelab_lab import fast_homelab
 from test_netlab_hosts import ssh
+from test_node_proxy import presented_fingerprint
 
 from labsim import cli, network_lab
 from labsim.fixture import load_fixture
@@ -213,3 +215,25 @@ def test_iso_guest_agent_answers_only_once_the_guest_installs_it(homelab):
     ifaces = api.data("GET", "/nodes/pve/qemu/100/agent/network-get-interfaces")["result"]
     ens18 = next(i for i in ifaces if i["name"] == "ens18")
     assert ip in [a["ip-address"] for a in ens18["ip-addresses"]]
+
+
+def test_the_node_s_own_address_serves_the_api_on_8006_with_the_certificate_pvenode_shows(homelab):
+    desc, _api = homelab
+    node = desc["node_host"]["address"]
+    url = desc["node_host"]["pve_api_url"]
+    assert url == f"https://{node}:8006"
+    shown = json.loads(ssh(desc, "root", node, "pvenode cert info --output-format json").stdout)
+    assert presented_fingerprint(url) == shown[0]["fingerprint"] == desc["fingerprint"]
+    auth = {"Authorization": f"PVEAPIToken={desc['token_id']}={desc['token_secret']}"}
+    mine = requests.get(f"{url}/api2/json/nodes/pve/status", headers=auth, verify=False, timeout=30)
+    assert mine.status_code == 200 and mine.json()["data"]["cpuinfo"]["cpus"] == 20, mine.text
+    old = requests.get(
+        f"{desc['pve_url']}/api2/json/nodes/pve/status", headers=auth, verify=False, timeout=30
+    )
+    assert old.status_code == 200  # the 127.0.0.1 URL of lab.json keeps working
+    # the node's pveproxy is a service of the node host: in its namespace, on the node's address only
+    listening = subprocess.run(
+        ["ip", "netns", "exec", desc["node_host"]["netns"], "ss", "-Hltn", "sport", "= :8006"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert f"{node}:8006" in listening

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from labsim import sysfs_tree
-from labsim.net import command_standins, pve_tools
+from labsim.net import command_standins, pve_tools, pveproxy
 
 STANDINS_LOG = command_standins.LOG
 NODE_COMMANDS = (
@@ -39,6 +39,12 @@ NODE_COMMANDS = (
 #: real PVE's command-line tools, answered by the lab's API (labsim.net.pve_tools)
 PVE_TOOLS = ("pvesh", "pveum", "pvenode")
 PVE_TOOLS_SCRIPT = "/usr/local/lib/gpulab/pve_tools.py"
+#: the node's HTTPS API port (pveproxy's), and the forwarder that serves it (labsim.net.pveproxy)
+API_PORT = 8006
+PVEPROXY_SCRIPT = "/usr/local/lib/gpulab/pveproxy.py"
+#: in the node tools' folder (STATE/node-api): the API server's HTTPS socket for port 8006
+#: (labsim.pve_api_server.NODE_PROXY_SOCKET, not imported: PID 1 runs this module at every boot)
+PVEPROXY_SOCKET = "pveproxy.sock"
 HW_ROOT = "/var/lib/gpulab-sim/hw"
 GUEST_COMMANDS = ("reboot", "poweroff", "halt", "shutdown")
 
@@ -97,12 +103,15 @@ def loader_of(node: dict[str, Any]) -> str:
     return "grub" if str((node.get("boot") or {}).get("loader", "systemd-boot")) == "grub" else "systemd-boot"
 
 
-def node_host_spec(node: dict[str, Any], hdir: Path, api_dir: Path | None = None) -> dict[str, Any]:
+def node_host_spec(
+    node: dict[str, Any], hdir: Path, api_dir: Path | None = None, address: str | None = None
+) -> dict[str, Any]:
     """First-boot files, lab tools and PID-1 settings of the node host kept in ``hdir``.
 
     ``api_dir`` is the API server's folder for the node's own tools (its socket and root@pam's credential,
     ``STATE/node-api``): bound at ``/var/lib/gpulab-sim/api``, where ``pvesh``, ``pveum`` and ``pvenode``
-    find the API."""
+    find the API. With ``address`` (the node's own), the node also runs ``pveproxy``
+    (:mod:`labsim.net.pveproxy`): ``https://ADDRESS:8006`` is the API, as on a real node."""
     loader = loader_of(node)
     kernel = str(node.get("kernel") or sysfs_tree.KERNEL_RELEASE)
     conf = {"loader": loader, "kernel": kernel, "esp_uuid": "1A2B-3C4D"}
@@ -149,11 +158,18 @@ def node_host_spec(node: dict[str, Any], hdir: Path, api_dir: Path | None = None
         (str(view), HW_ROOT),
     ]
     hook = [sys.executable, "-m", "labsim.net.node_host", str(view), json.dumps(_sysfs_options(node))]
-    return {
-        "files": files,
-        "tools": tools,
-        "init": {"boot_hook": hook, "views": views, "real_sys": str(real_sys)},
-    }
+    init: dict[str, Any] = {"boot_hook": hook, "views": views, "real_sys": str(real_sys)}
+    if api_dir is not None and address:
+        # bound to the node's lab address (the lab's listeners never take 0.0.0.0); started at each boot
+        tools[PVEPROXY_SCRIPT] = Path(pveproxy.__file__).read_text()
+        socket_path = f"{pve_tools.NODE_API}/{PVEPROXY_SOCKET}"
+        init["services"] = [
+            {
+                "name": "pveproxy",
+                "argv": ["/usr/bin/python3", PVEPROXY_SCRIPT, address, str(API_PORT), socket_path],
+            }
+        ]
+    return {"files": files, "tools": tools, "init": init}
 
 
 def _sysfs_options(node: dict[str, Any]) -> dict[str, Any]:

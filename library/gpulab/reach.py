@@ -14,20 +14,22 @@ from gpulab.pve import connection
 from gpulab.pve.client import PveAuthError, PveConnectionError, PveError
 
 # The stages of site.yml (its play tags) and the ones that talk to the PVE API.
-STAGES = ("host", "vms", "network", "guests", "k3s", "hami", "workloads", "verify")
+STAGES = ("host", "vms", "network", "guests", "k3s", "hami", "hami-proof", "workloads", "verify")
+# The stages that run only when named (--tags): they start pods of their own.
+OPT_IN_STAGES = frozenset({"hami-proof", "workloads"})
 PVE_STAGES = frozenset({"vms", "network", "verify"})
 # The stages that log in to the VMs and use sudo there.
-SUDO_STAGES = frozenset({"guests", "k3s", "hami", "workloads", "verify"})
+SUDO_STAGES = frozenset({"guests", "k3s", "hami", "hami-proof", "workloads", "verify"})
 # A reachability check, not a run: fail fast rather than retry for minutes.
 TIMEOUT_S = 10
 RETRIES = 1
 
 
 def selected_stages(run_tags: Iterable[str] | None, skip_tags: Iterable[str] | None) -> set[str]:
-    """The stages an ansible-playbook run with these --tags / --skip-tags runs ("workloads" is opt-in)."""
+    """The stages an ansible-playbook run with these --tags / --skip-tags runs (OPT_IN_STAGES only when named)."""
     run = set(run_tags or ["all"])
     skip = set(skip_tags or [])
-    chosen = set(STAGES) - {"workloads"} if "all" in run else run & set(STAGES)
+    chosen = set(STAGES) - OPT_IN_STAGES if "all" in run else run & set(STAGES)
     return chosen - skip
 
 

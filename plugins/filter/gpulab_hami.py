@@ -59,10 +59,17 @@ def gpulab_hami_webhook_state(look):
     return hami_checks.webhook_state(doc.get("webhooks"), doc.get("scheduler"))
 
 
+def gpulab_hami_card_usage(look):
+    """`{"nodes": <get nodes -o json>, "pods": <get pods -A -o json>}` -> hami_checks.card_usage."""
+    doc = json.loads(look or "{}")
+    return hami_checks.card_usage(doc.get("nodes") or {}, doc.get("pods") or {})
+
+
 class FilterModule:
     def filters(self):
         return {
             "gpulab_hami_problems": gpulab_hami_problems,
             "gpulab_hami_problems_text": gpulab_hami_problems_text,
             "gpulab_hami_webhook_state": gpulab_hami_webhook_state,
+            "gpulab_hami_card_usage": gpulab_hami_card_usage,
         }

@@ -143,6 +143,115 @@ def engines_file(tmp_path_factory):
     return good, bad
 
 
+def on_host(lab, tmp_path, host, *commands):
+    """Run shell commands as root on a lab VM (a playbook of its own), as a user fixing or breaking it would."""
+    book = tmp_path / f"on-{host}.yml"
+    tasks = [{"name": c, "ansible.builtin.shell": c, "changed_when": True} for c in commands]
+    book.write_text(yaml.safe_dump([{"name": "on host", "hosts": host, "gather_facts": False, "become": True,
+                                     "tasks": tasks}]))  # fmt: skip
+    rc, _recap, out = lab.play(str(book))
+    assert rc == 0, out[-3000:]
+
+
+def flat(out: str) -> str:
+    """Ansible's output with its line wrapping undone (the YAML callback folds long messages at spaces)."""
+    return " ".join(out.split())
+
+
+def proof_pods(lab):
+    return [k for k in lab.cluster().get("direct_pods", {}) if "gpulab-hami-proof" in k]
+
+
+def test_hami_proof_shares_the_card_and_keeps_a_third_pod_pending(lab):
+    """--tags hami-proof: two pods at 40 % each see 40 % of the card in nvidia-smi, a third asking 30 % stays
+    Pending with HAMi's reason, and nothing of the proof is left."""
+    card = lab.cluster()["nodes"]["vm-gpu"]["gpu_cards"][0]
+    rc, _recap, out = lab.play("site.yml", "--tags", "hami-proof")
+    assert rc == 0, out[-6000:]
+    out = flat(out)
+    share = card["memory_mib"] * 40 // 100
+    assert f"HAMi shares card {card['uuid']} on vm-gpu ({card['memory_mib']} MiB)" in out
+    assert out.count(f"sees {share} MiB (40 %)") == 2, out[-3000:]
+    assert "gpulab-hami-proof-c asking 30 % stays Pending: 0/3 nodes are available" in out
+    assert "vm-gpu: 1/1 CardInsufficientMemory" in out
+    assert proof_pods(lab) == [], "the proof left pods behind"
+
+
+def test_hami_stage_stops_on_a_node_without_the_gpu_label(lab, tmp_path):
+    on_host(lab, tmp_path, "vm-1", "/usr/local/bin/k3s kubectl label node vm-gpu gpu-")
+    try:
+        start = time.monotonic()
+        rc, recap, out = lab.play("site.yml", "--tags", "hami")
+        assert rc != 0
+        out = flat(out)
+        assert (
+            "vm-gpu: label gpu = (none): node vm-gpu does not carry the label gpu=on (no such label)" in out
+        )
+        assert "k3s kubectl label node vm-gpu gpu=on --overwrite" in out
+        assert time.monotonic() - start < 300, "a missing label is not waited for until the ready timeout"
+        assert changed(recap) == 0
+    finally:
+        on_host(lab, tmp_path, "vm-1", "/usr/local/bin/k3s kubectl label node vm-gpu gpu=on --overwrite")
+    rc, recap, out = lab.play("site.yml", "--tags", "hami")
+    assert rc == 0 and changed(recap) == 0, out[-4000:]
+
+
+def test_hami_stage_stops_on_a_registered_card_that_is_not_the_guests(lab, tmp_path):
+    """The guest's card changes under HAMi's device plugin (it registered the cards it saw when it started)."""
+    cards = "/etc/gpulab-sim/gpus.json"
+    other = "GPU-0badc0de-0000-4000-8000-000000000001"
+    old = lab.cluster()["nodes"]["vm-gpu"]["gpu_uuids"][0]
+    on_host(lab, tmp_path, "vm-gpu", f"cp {cards} {cards}.orig && sed -i 's/{old}/{other}/' {cards}")
+    try:
+        rc, recap, out = lab.play("site.yml", "--tags", "hami")
+        assert rc != 0
+        out = flat(out)
+        assert (
+            f"the guest's nvidia-smi reports card {other} (NVIDIA GeForce RTX 3090), which HAMi did not"
+            in out
+        )
+        assert (
+            f"HAMi registered card {old} on node vm-gpu, which the guest's nvidia-smi does not report" in out
+        )
+        assert "restart HAMi's device plugin on vm-gpu" in out
+        assert changed(recap) == 0
+    finally:
+        on_host(lab, tmp_path, "vm-gpu", f"mv {cards}.orig {cards}")
+
+
+def test_a_failing_webhook_stops_workloads_and_the_proof(lab, engines_file, tmp_path):
+    """HAMi's scheduler without a replica: its webhook does not answer and (failurePolicy Ignore) GPU pods go to
+    default-scheduler. Stage workloads places nothing; the proof's pods go around HAMi and its third pod runs
+    past 100 % of the card: both stop with the cause and the fix."""
+    good, _bad = engines_file
+    scale = "/usr/local/bin/k3s kubectl -n kube-system scale deployment/hami-scheduler --replicas={}"
+    on_host(lab, tmp_path, "vm-1", scale.format(0))
+    try:
+        extra = ("-e", f"@{good}", "-e", "workloads_webhook_timeout=6")
+        rc, recap, out = lab.play("site.yml", "--tags", "workloads", *extra)
+        assert rc != 0
+        out = flat(out)
+        assert (
+            "a server dry run of a one-vGPU pod in namespace default got schedulerName default-scheduler"
+            in out
+        )
+        assert "failurePolicy Ignore, service kube-system/hami-scheduler:443/webhook" in out
+        assert "has 0 of 0 replica(s) ready" in out and "--replicas=1" in out
+        assert lab.manifests() == {} and changed(recap) == 0
+
+        rc, _recap, out = lab.play("site.yml", "--tags", "hami-proof")
+        assert rc != 0
+        out = flat(out)
+        assert "pod gpulab-hami-proof-a runs under schedulerName default-scheduler, not hami-scheduler" in out
+        assert (
+            "pod gpulab-hami-proof-c asking 30 % is Running on vm-gpu: the card is past 100 % (40 + 40 + 30 %)"
+            in out
+        )
+        assert proof_pods(lab) == [], "a failed proof left pods behind"
+    finally:
+        on_host(lab, tmp_path, "vm-1", scale.format(1))
+
+
 def test_workloads_share_a_card_one_after_another(lab, engines_file):
     good, bad = engines_file
 

@@ -30,6 +30,7 @@ def inventory(conn: dict) -> dict:
         (["host"], None, {"host"}),
         (["guests", "k3s", "preflight"], [], {"guests", "k3s"}),
         (["workloads"], None, {"workloads"}),
+        (["hami", "hami-proof"], None, {"hami", "hami-proof"}),
     ],
 )
 def test_selected_stages_follow_tags(run, skip, expected):

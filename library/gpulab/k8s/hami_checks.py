@@ -302,3 +302,62 @@ def webhook_state(webhooks_doc: Mapping[str, Any] | None, deployment: Mapping[st
     else:
         parts.append("its scheduler Deployment is missing")
     return "; ".join(parts)
+
+
+def decode_allocated(text: str | None) -> list[dict[str, Any]]:
+    """`hami.io/vgpu-devices-allocated` (written by HAMi's scheduler): `UUID,TYPE,usedmem,usedcores:` per
+    card, `;` between containers."""
+    out = []
+    for container in (text or "").split(";"):
+        for item in container.split(":"):
+            fields = item.split(",")
+            if len(fields) == 4 and fields[0]:
+                try:
+                    out.append(
+                        {"uuid": fields[0], "type": fields[1], "mem": int(fields[2]), "cores": int(fields[3])}
+                    )
+                except ValueError:
+                    continue
+    return out
+
+
+def card_usage(nodes_doc: Mapping[str, Any], pods_doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Who holds what on each card HAMi registered: per card (node, uuid, type, devmem) the pods that HAMi's
+    scheduler allocated on it (from their hami.io/vgpu-devices-allocated), their memory, share and cores, and
+    the percent of the card's memory that is free. Pods that ended (Succeeded, Failed) hold nothing."""
+    cards = []
+    by_uuid = {}
+    for node in nodes_doc.get("items") or []:
+        meta = node.get("metadata") or {}
+        for card in parse_register((meta.get("annotations") or {}).get(REGISTER_ANNOTATION)) or []:
+            entry = {
+                "node": meta.get("name"),
+                "uuid": card["id"],
+                "type": card.get("type", ""),
+                "devmem": int(card.get("devmem") or 0),
+                "pods": [],
+            }
+            cards.append(entry)
+            by_uuid[card["id"]] = entry
+    for pod in pods_doc.get("items") or []:
+        meta = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for alloc in decode_allocated((meta.get("annotations") or {}).get("hami.io/vgpu-devices-allocated")):
+            card = by_uuid.get(alloc["uuid"])
+            if card is None:
+                continue
+            percent = round(100 * alloc["mem"] / card["devmem"]) if card["devmem"] else 0
+            card["pods"].append(
+                {
+                    "pod": f"{meta.get('namespace')}/{meta.get('name')}",
+                    "mem_mib": alloc["mem"],
+                    "percent": percent,
+                    "cores": alloc["cores"],
+                }
+            )
+    for card in cards:
+        used = sum(p["mem_mib"] for p in card["pods"])
+        card["used_mib"] = used
+        card["free_percent"] = max(0, 100 - round(100 * used / card["devmem"])) if card["devmem"] else 0
+    return cards

@@ -36,6 +36,19 @@ library only (PyYAML when the host has it, for config.yaml).
   nvidia-smi listed when the agent started (a card changed since is not seen until it restarts, as with
   HAMi's plugin), and the Deployment ``<release>-scheduler`` runs kube-scheduler from the chart's image values,
   its tag the server's version without ``+k3s1`` at the chart's install (``get deployment -o json``).
+* HAMi's webhook and scheduler: a pod asking for ``nvidia.com/gpu`` goes through the webhook
+  (MutatingWebhookConfiguration ``<release>-webhook``): while the scheduler Deployment has a replica it gets
+  ``schedulerName: hami-scheduler`` (and the chart's runtime class); scaled to 0 (``kubectl scale``), the
+  webhook does not answer and failurePolicy Ignore (the chart's default) creates it unchanged, for
+  default-scheduler, while Fail refuses it. HAMi's scheduler places a pod on a card the node's register
+  annotation lists (pinned UUIDs, ``count``, ``devmem``, ``devcore``) from what the other pods hold
+  (``nvidia.com/gpumem``, ``gpumem-percentage``, ``gpucores``; a pod asking for no memory takes the whole card),
+  writes ``hami.io/vgpu-devices-allocated`` (``UUID,NVIDIA,MiB,cores:;``) on it, or leaves it Pending with
+  HAMi's reason (``1/1 CardInsufficientMemory``). ``kubectl logs`` of a container whose command runs
+  ``nvidia-smi --query-gpu=memory.total`` prints the memory it sees: its share with HAMi-core on, the card's
+  with ``CUDA_DISABLE_CONTROL=true`` or under default-scheduler. Also ``create|apply -f FILE|-`` (Pods, also
+  ``--dry-run=server``), ``delete pod(s) NAME|-l SEL``, ``scale deployment/NAME --replicas=N``, ``get
+  mutatingwebhookconfigurations``.
 * ``k3s kubectl`` reaches the server named in the kubeconfig (``KUBECONFIG`` or
   ``/etc/rancher/k3s/k3s.yaml``): ``get nodes|node|runtimeclass|daemonsets`` (``-o json``, ``-o name``,
   ``-o jsonpath={.a.b}``, table), ``get pods [NAME] [-n NS|-A] [-l KEY=VALUE]`` (``READY``, ``STATUS``

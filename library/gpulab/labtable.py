@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulab.k8s.hami_checks import card_usage
 from gpulab.pve.client import PveClient
 
 COLUMNS = (
@@ -28,6 +29,7 @@ COLUMNS = (
     ("driver", "driver / card (nvidia-smi)"),
     ("k3s", "k3s node"),
     ("hami", "HAMi vGPUs"),
+    ("shares", "card shares (HAMi)"),
 )
 _DISK_KEYS = re.compile(r"^(scsi|virtio|sata|ide)\d+$")
 
@@ -73,10 +75,13 @@ def rows(
     pve: Mapping[str, Mapping[str, Any]],
     gpus: Mapping[str, list[Mapping[str, Any]]],
     k8s_nodes: list[Mapping[str, Any]],
+    k8s_pods: list[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, str]]:
     """One row per VM. `vms`: {name, vmid, address, gpu}; `pve`: read_vm_configs(); `gpus`: GPU facts
-    per VM name; `k8s_nodes`: items of `kubectl get nodes -o json` (node name = inventory name)."""
+    per VM name; `k8s_nodes`: items of `kubectl get nodes -o json` (node name = inventory name); `k8s_pods`:
+    items of `kubectl get pods -A -o json`, whose HAMi annotations say who holds what on each card."""
     nodes = {n.get("metadata", {}).get("name"): n for n in k8s_nodes}
+    usage = card_usage({"items": list(k8s_nodes)}, {"items": list(k8s_pods or [])})
     table = []
     for vm in vms:
         name = vm["name"]
@@ -108,9 +113,23 @@ def rows(
                 or "-",
                 "k3s": _node_status(node) if node else "-",
                 "hami": str(alloc) if alloc is not None else "-",
+                "shares": shares_text([c for c in usage if c["node"] == name]),
             }
         )
     return table
+
+
+def shares_text(cards: list[Mapping[str, Any]]) -> str:
+    """Who holds what on each card HAMi registered on a node: `GPU-e1924eea: ns/pod 45 %, ...; 10 % free`."""
+    return (
+        "; ".join(
+            f"{c['uuid'][:12]}: "
+            + "".join(f"{p['pod']} {p['percent']} %, " for p in c["pods"])
+            + f"{c['free_percent']} % free"
+            for c in cards
+        )
+        or "-"
+    )
 
 
 def markdown(table: list[Mapping[str, str]]) -> str:

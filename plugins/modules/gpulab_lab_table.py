@@ -37,6 +37,13 @@ options:
     type: list
     elements: dict
     default: []
+  k8s_pods:
+    description:
+      - The C(items) of C(kubectl get pods --all-namespaces -o json); their HAMi annotations
+        (C(hami.io/vgpu-devices-allocated)) give who holds what on each card.
+    type: list
+    elements: dict
+    default: []
   state_dir:
     description: Folder for C(lab-table.md) and C(lab-table.json); omitted, nothing is written.
     type: path
@@ -57,7 +64,10 @@ RETURN = r"""
 extends_documentation_fragment:
   - gpulab_pve
 rows:
-  description: One dict per VM with the keys vm, vmid, address, shape, platform, gpu, onboot, driver, k3s, hami.
+  description:
+    - One dict per VM with the keys vm, vmid, address, shape, platform, gpu, onboot, driver, k3s, hami, shares.
+    - C(shares) says who holds what on each card HAMi registered on the VM's node (pods, their share, the
+      free percent), from the pods' C(hami.io/vgpu-devices-allocated) annotations.
   returned: always
   type: list
   elements: dict
@@ -86,6 +96,7 @@ ARGUMENT_SPEC = {
     "vms": {"type": "list", "elements": "dict", "required": True},
     "gpus": {"type": "dict", "default": {}},
     "k8s_nodes": {"type": "list", "elements": "dict", "default": []},
+    "k8s_pods": {"type": "list", "elements": "dict", "default": []},
     "state_dir": {"type": "path"},
 }
 
@@ -95,7 +106,7 @@ def main():
     p = module.params
     with ModuleRun(module, "Reading the VMs for the lab table") as run:
         pve = labtable.read_vm_configs(run.connect(), p["vms"])
-    table = labtable.rows(p["vms"], pve, p["gpus"], p["k8s_nodes"])
+    table = labtable.rows(p["vms"], pve, p["gpus"], p["k8s_nodes"], p["k8s_pods"])
     run.result.update(rows=table, lines=labtable.text(table), markdown=labtable.markdown(table))
     if p["state_dir"]:
         changed, paths = labtable.write(p["state_dir"], table, dry_run=module.check_mode)

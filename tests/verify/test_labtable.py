@@ -66,6 +66,7 @@ def test_rows_join_every_source():
         "driver": "-",
         "k3s": "Ready control-plane v1.33.5+k3s1",
         "hami": "-",
+        "shares": "-",
     }
     assert table[1]["shape"] == "8 / 16384 MiB fixed / 200G"
     assert table[1]["platform"] == "q35 / ovmf"
@@ -146,3 +147,28 @@ def test_an_absent_vm_is_absent_even_with_a_config_from_earlier():
     gone = [dict(VMS[0], vmid=150, config=PVE["vm-1"]["config"])]
     assert labtable.read_vm_configs(client, gone) == {"vm-1": {}}
     assert client.paths == ["cluster/resources"]
+
+
+def test_the_card_shares_name_each_pod_its_share_and_the_free_percent():
+    uuid = "GPU-e1924eea-b9bb-d537-39f2-b345087fa145"
+    register = json.dumps(
+        [{"id": uuid, "count": 10, "devmem": 24576, "devcore": 100, "type": "NVIDIA GeForce RTX 3090"}]
+    )
+    gpu = node("vm-gpu", gpus=10)
+    gpu["metadata"]["annotations"] = {"hami.io/node-nvidia-register": register}
+
+    def pod(name, mib, phase="Running"):
+        allocated = f"{uuid},NVIDIA,{mib},0:;"
+        meta = {
+            "name": name,
+            "namespace": "default",
+            "annotations": {"hami.io/vgpu-devices-allocated": allocated},
+        }
+        return {"metadata": meta, "status": {"phase": phase}}
+
+    pods = [pod("vllm-1", 11059), pod("ollama-2", 11059), pod("done-3", 4096, phase="Succeeded")]
+    pods.append({"metadata": {"name": "plain", "namespace": "default"}, "status": {"phase": "Running"}})
+    table = labtable.rows(VMS, PVE, GPUS, [node("vm-1", server=True), gpu], pods)
+    assert table[0]["shares"] == "-"
+    assert table[1]["shares"] == "GPU-e1924eea: default/vllm-1 45 %, default/ollama-2 45 %, 10 % free"
+    assert labtable.rows(VMS, PVE, GPUS, [gpu])[1]["shares"] == "GPU-e1924eea: 100 % free"

@@ -9,6 +9,7 @@ devices, download-url checksum semantics, UPID tasks that run for a while). Erro
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
 import secrets
@@ -17,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from labsim import wget_log
 from labsim.fixture import download_digest
 from labsim.pve_access import AccessHandlers
 from labsim.pve_auth import PermissionDenied, Principal
@@ -766,6 +768,8 @@ class PveApiSim(AccessHandlers):
         url = args["url"]
 
         def body(task):
+            # pve-common PVE::Tools::download_file_from_url: the lines of library/labsim/wget_log.py
+            task.log(f"downloading {url} to {fs_path}")
             existing = self._find_volume(volid)
             if existing is not None:
                 if expect is None:
@@ -774,13 +778,15 @@ class PveApiSim(AccessHandlers):
                     existing["digests"].get(algo) or hashlib.new(algo, existing["volid"].encode()).hexdigest()
                 )
                 if got.lower() != expect:
+                    task.log("calculating checksum of existing file...")
                     raise TaskFailed(f"checksum mismatch: got '{got}' != expect '{expect}', aborting")
-                task.log("OK, got correct file already, no need to download")
+                task.log(
+                    "calculating checksum of existing file...OK, got correct file already, no need to download"
+                )
                 return
             entry = self.downloads.get(url)
-            task.log(f"downloading {url} to {fs_path}")
+            host = re.sub(r"^https?://([^/:]+).*$", r"\1", url)
             if entry is None:
-                host = re.sub(r"^https?://([^/:]+).*$", r"\1", url)
                 time.sleep(min(0.2, float(self.timings["download_max_s"])))
                 raise TaskFailed(
                     f"download failed: 500 Can't connect to {host}:443 (Name or service not known)"
@@ -793,23 +799,36 @@ class PveApiSim(AccessHandlers):
                 )
             duration = min(size / float(self.timings["download_rate"]), float(self.timings["download_max_s"]))
             step = max(0.05, float(self.timings["download_progress_s"]))
+            rate = size / duration if duration > 0 else float(self.timings["download_rate"])
+            tmp = f"{fs_path}.tmp_dwnl.{os.getpid()}"
+            mimetype = (
+                "application/x-iso9660-image" if entry.get("format") == "iso" else "application/octet-stream"
+            )
+            for line in wget_log.header(url, host, size, mimetype, tmp):
+                task.log(line)
             started = time.monotonic()
+            written = 0
             while True:
                 elapsed = time.monotonic() - started
                 frac = 1.0 if duration <= 0 else min(1.0, elapsed / duration)
-                task.log(f"{int(frac * size) // 2**20}M of {size // 2**20}M ({frac * 100:.2f}%)")
+                for index in range(written, wget_log.rows_done(size, frac)):
+                    task.log(wget_log.row(index, size, rate))
+                written = max(written, wget_log.rows_done(size, frac))
                 if frac >= 1.0:
                     break
                 time.sleep(min(step, max(0.0, duration - elapsed)))
-            task.log("download of '" + url + "' to '" + fs_path + "' finished")
+            task.log(wget_log.last_row(size, rate, duration))
+            for line in wget_log.footer(tmp, size, rate):
+                task.log(line)
             digests = {
                 a: download_digest(entry, a) for a in ("md5", "sha1", "sha224", "sha256", "sha384", "sha512")
             }
             if expect is not None:
-                task.log(f"calculating checksum of '{fs_path}.tmp'...")
                 if digests[algo] != expect:
+                    task.log("calculating checksum...")
                     raise TaskFailed(f"checksum mismatch: got '{digests[algo]}' != expect '{expect}'")
-                task.log("checksum verified")
+                task.log("calculating checksum...OK, checksum verified")
+            task.log("download of '" + url + "' to '" + fs_path + "' finished")
             with self.lock:
                 self._volumes(storeid).append(
                     {

@@ -10,7 +10,12 @@ description:
   - Idempotent without a transfer. A file of that name already in the storage counts as done; with
     O(verify_existing=true), PVE checks it against the checksum instead (no transfer when it matches).
   - Waits for the task, or with O(wait=false) only starts it and returns RV(upid); a later call with
-    O(upid) reports how far it got (RV(progress)), so that a playbook can poll it and show progress.
+    O(upid) reports how far it got (RV(progress), RV(bytes), RV(total), RV(rate)), read from the task log
+    that PVE's C(wget --progress=dot:giga) writes.
+  - In a play, a task with O(wait=true) is one task that says how far the download has got; its action
+    plugin starts the download, looks at the task every O(poll_interval) seconds and prints a line each time
+    through Ansible's display (the bytes so far, the total, the rate and the seconds waited), with no retry
+    lines, until it ends or O(timeout) passes. A file that is already there returns at once, without a line.
 version_added: "0.1.0"
 author: gpulab
 attributes:
@@ -72,6 +77,10 @@ options:
     description: Seconds to wait for PVE's download task (with O(wait=true)) before the module fails.
     type: int
     default: 3600
+  poll_interval:
+    description: Seconds between two looks at the running download (and two progress lines) in a play.
+    type: int
+    default: 5
 """
 
 EXAMPLES = r"""
@@ -86,28 +95,15 @@ EXAMPLES = r"""
     checksum: d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac
     checksum_algorithm: sha256
 
-- name: Start a download and poll it
+- name: The installer ISO, with a progress line every 10 s
   gpulab_pve_download:
     node: pve
     storage: local
     url: https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso
     filename: ubuntu-24.04.3-live-server-amd64.iso
     checksum: "{{ iso_sha256 }}"
-    wait: false
-  register: dl
-
-- name: Wait for it
-  gpulab_pve_download:
-    node: pve
-    storage: local
-    url: https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso
-    filename: ubuntu-24.04.3-live-server-amd64.iso
-    upid: "{{ dl.upid }}"
-  register: poll
-  until: poll.done
-  retries: 360
-  delay: 10
-  when: dl.upid | length > 0
+    poll_interval: 10
+    timeout: 3600
 """
 
 RETURN = r"""
@@ -137,6 +133,18 @@ progress:
   description: Percentage PVE logged last (null when unknown).
   returned: always
   type: float
+bytes:
+  description: Bytes downloaded so far, from the task log (with O(upid), and at the end of a wait in a play).
+  returned: success
+  type: int
+total:
+  description: The file's size as the server gave it (null when it gave none).
+  returned: success
+  type: int
+rate:
+  description: The rate of the last progress line of the task log, in bytes per second (null before the first).
+  returned: success
+  type: int
 log:
   description: The task's last log lines.
   returned: always
@@ -170,6 +178,7 @@ ARGUMENT_SPEC = {
     "wait": {"type": "bool", "default": True},
     "upid": {"type": "str"},
     "timeout": {"type": "int", "default": 3600},
+    "poll_interval": {"type": "int", "default": 5},
 }
 
 
@@ -193,7 +202,14 @@ def main():
         client = run.connect()
         if p["upid"]:
             state = download.task_status(client, p["node"], p["upid"])
-            result.update(done=state["done"], progress=state["progress"], log=state["log"])
+            result.update(
+                done=state["done"],
+                progress=state["progress"],
+                log=state["log"],
+                bytes=state["bytes"],
+                total=state["total"],
+                rate=state["rate"],
+            )
             if state["done"] and not state["ok"]:
                 raise download.DownloadError(f"PVE could not download {volid}: {state['exitstatus']}")
             result["transferred"] = state["done"] and not state["reused"]
@@ -201,8 +217,8 @@ def main():
                 f", {state['progress']:.0f}%" if state["progress"] is not None else ""
             )
         else:
-            # every option of the module but upid is an argument of the engine's download
-            own = {name: p[name] for name in ARGUMENT_SPEC if name != "upid"}
+            # every option of the module but upid and poll_interval is an argument of the engine's download
+            own = {name: p[name] for name in ARGUMENT_SPEC if name not in ("upid", "poll_interval")}
             res = download.ensure_download(client, check_mode=module.check_mode, **own)
             result.update(
                 changed=res.changed,

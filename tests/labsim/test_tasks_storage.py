@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from pve_sim_client import create_vm
 
+from gpulab.pve import download as download_engine
 from labsim.pve_tasks import UPID_RE, parse_upid
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "samples"
@@ -51,12 +53,50 @@ def test_task_log_pages_and_total(api):
     assert any("%" in line for line in lines), "the transfer logs its progress"
 
 
+def test_download_log_is_what_wget_dot_giga_writes_in_a_pve_task(api):
+    """pve-common's download_file_from_url: its own lines around `wget --progress=dot:giga`'s, whose rows
+    (32 MiB each: offset in KiB, a dot per MiB, percentage, rate, time left) the engine reads back."""
+    upid = download(api, filename="rows.qcow2", checksum=NOBLE_SHA256, **{"checksum-algorithm": "sha256"})
+    api.wait(upid)
+    lines = task_log(api, upid)
+    dest = "/var/lib/vz/import/rows.qcow2"
+    assert lines[0] == f"downloading {NOBLE} to {dest}"
+    assert lines[1].startswith("--") and lines[1].endswith(f"--  {NOBLE}")
+    assert "Length: 614203392 (586M) [application/octet-stream]" in lines
+    rows = [line for line in lines if re.match(r"^ *\d+K( [. ]{8}){4} *\d+% +[\d.]+[KMG ]", line)]
+    # 614203392 bytes: 18 full rows of 32 MiB, then the last one with 9 dots (9.75 MiB)
+    assert len(rows) == 19
+    assert rows[0].startswith("     0K ........ ........ ........ ........  5% ")
+    assert rows[1].startswith(" 32768K ") and rows[-1].startswith("589824K ........ .  ")
+    assert re.search(r" 100% +[\d.]+[KMG]=[\d.]+s$", rows[-1])
+    saved = next(line for line in lines if " saved [" in line)
+    assert saved.endswith(
+        f"- '{dest}.tmp_dwnl.{saved.rsplit('.', 1)[1].split(chr(39))[0]}' saved [614203392/614203392]"
+    )
+    assert lines[-3:] == [
+        "calculating checksum...OK, checksum verified",
+        f"download of '{NOBLE}' to '{dest}' finished",
+        "TASK OK",
+    ]
+    assert (
+        download_engine.transfer_of(lines)["bytes"]
+        == download_engine.transfer_of(lines)["total"]
+        == 614203392
+    )
+    half = download_engine.transfer_of(lines[: lines.index(rows[9]) + 1])
+    assert half["bytes"] == 10 * 32 * 2**20 and half["total"] == 614203392 and half["rate"] > 0
+
+
 def test_download_checksum_semantics(api):
     ok = api.wait(download(api, checksum=NOBLE_SHA256, **{"checksum-algorithm": "sha256"}))
     assert ok["exitstatus"] == "OK"
     again = download(api, checksum=NOBLE_SHA256.upper(), **{"checksum-algorithm": "sha256"})
     assert api.wait(again)["exitstatus"] == "OK"
-    assert "OK, got correct file already, no need to download" in task_log(api, again)
+    # pve-common prints "calculating checksum of existing file..." and the verdict on one line
+    assert task_log(api, again)[1:] == [
+        "calculating checksum of existing file...OK, got correct file already, no need to download",
+        "TASK OK",
+    ]
     nocheck = api.wait(download(api))
     assert nocheck["exitstatus"] == (
         "refusing to override existing file '/var/lib/vz/import/noble-server-cloudimg-amd64.qcow2'"

@@ -21,6 +21,18 @@ from gpulab.constants import (
 from gpulab.pve.client import PveClient, PveTaskError
 
 _PERCENT_RE = re.compile(r"(\d+(?:\.\d+)?)\s*%")
+# PVE downloads with `wget --progress=dot:giga` (pve-common PVE::Tools::download_file_from_url), whose output
+# is the task log: "Length: 3213064192 (3.0G) [application/x-iso9660-image]", then one line per 32 MiB,
+# "  32768K ........ ........ ........ ........  2%  104M 29s" (offset in KiB, a dot per MiB, the percentage,
+# the rate of that line in bytes/s with a 1024-based unit, the time left), the last one ending "=28s", then
+# "2026-... (109 MB/s) - '/var/lib/vz/...tmp_dwnl.1234' saved [3213064192/3213064192]".
+_LENGTH_RE = re.compile(r"^Length: (\d+)")
+_ROW_RE = re.compile(
+    r"^\s*(?P<kib>\d+)K(?P<dots>[ .]*?)\s*(?P<pct>\d+)%\s+(?P<rate>\d+(?:\.\d+)?)(?P<unit>[KMGT]?)(?=[\s=]|$)"
+)
+_SAVED_RE = re.compile(r" saved \[(\d+)(?:/(\d+))?\]")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+DOT_BYTES = 2**20  # dot:giga: one dot per MiB
 
 
 class DownloadError(Exception):
@@ -70,6 +82,24 @@ def progress_of(lines: list[str]) -> float | None:
         if m:
             return float(m.group(1))
     return None
+
+
+def transfer_of(lines: list[str]) -> dict[str, int | None]:
+    """How far a download task's wget got, from its log: bytes so far, the total (None when the server
+    gave no length) and the rate of its last progress line in bytes/s (None before the first one)."""
+    done, total, rate = 0, None, None
+    for line in lines:
+        if m := _LENGTH_RE.match(line):
+            total = int(m.group(1))
+        elif m := _ROW_RE.match(line):
+            done = int(m.group("kib")) * 1024 + m.group("dots").count(".") * DOT_BYTES
+            rate = int(float(m.group("rate")) * _UNITS[m.group("unit")])
+        elif m := _SAVED_RE.search(line):
+            done = int(m.group(1))
+            total = int(m.group(2) or m.group(1))
+    if total is not None:
+        done = min(done, total)
+    return {"bytes": done, "total": total, "rate": rate}
 
 
 def ensure_download(
@@ -154,6 +184,7 @@ def task_status(client: PveClient, node: str, upid: str) -> dict[str, Any]:
         str(x.get("t", "")) for x in client.get(f"nodes/{node}/tasks/{upid}/log", start=0, limit=5000) or []
     ]
     done = status.get("status") == "stopped"
+    transfer = transfer_of(lines)
     exitstatus = str(status.get("exitstatus", "")) if done else ""
     ok = done and (exitstatus == "OK" or exitstatus.startswith("WARNINGS"))
     return {
@@ -163,4 +194,5 @@ def task_status(client: PveClient, node: str, upid: str) -> dict[str, Any]:
         "progress": 100.0 if ok else progress_of(lines),
         "reused": any("no need to download" in line for line in lines),
         "log": lines[-20:],
+        **transfer,
     }

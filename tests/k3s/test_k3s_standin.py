@@ -215,6 +215,10 @@ def test_kubectl_label_drain_runtimeclass_and_not_found(cluster):
     cdi = server.k3s("kubectl", "get", "runtimeclass", "nvidia-cdi")
     assert cdi.returncode == 1
     assert 'Error from server (NotFound): runtimeclasses.node.k8s.io "nvidia-cdi" not found' in cdi.stderr
+    both = json.loads(server.k3s("kubectl", "get", "nodes,runtimeclass", "-o", "json").stdout)
+    assert both["kind"] == "List"
+    assert {i["metadata"]["name"] for i in both["items"] if i["kind"] == "RuntimeClass"} == RUNTIME_CLASSES
+    assert {i["metadata"]["name"] for i in both["items"] if i["kind"] == "Node"} == set(server.nodes())
 
     assert server.k3s("kubectl", "label", "node", "vm-1", "gpu=on").returncode == 0
     clash = server.k3s("kubectl", "label", "node", "vm-1", "gpu=off")

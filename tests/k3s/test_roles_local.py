@@ -1,6 +1,6 @@
 """The k3s-side roles' logic run for real by ansible-playbook on this machine, against a fake `k3s` binary.
 
-The fake answers the kubectl calls the roles make (`get nodes -o json`, `get daemonsets`, `get runtimeclass`,
+The fake answers the kubectl calls the roles make (`get nodes -o json`, `get daemonsets`, `get nodes,runtimeclass`,
 `label`, `wait`, `rollout status`) from JSON files in a folder and logs every call, so the tests see what the
 roles asked, in which order, and what they concluded. The roles run unchanged: only their documented
 variables (k3s bin dir, manifests dir) point into a temporary folder.
@@ -41,6 +41,12 @@ FAKE_K3S = textwrap.dedent(
     a = args[1:]
     if a[:2] == ["get", "nodes"]:
         print((state / "nodes.json").read_text())
+    elif a[:2] == ["get", "nodes,runtimeclass"]:
+        # one List of both kinds, as kubectl prints it; k3s' RuntimeClass nvidia unless file no-runtimeclass
+        items = json.loads((state / "nodes.json").read_text())["items"]
+        if not (state / "no-runtimeclass").exists():
+            items.append({"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"})
+        print(json.dumps({"kind": "List", "items": items}))
     elif a[:1] == ["create"] and "--dry-run=server" in a:
         # HAMi's webhook: the scheduler it writes into a GPU pod (file webhook-scheduler), hami-scheduler by default
         path = state / "webhook-scheduler"
@@ -312,7 +318,8 @@ def test_cluster_labels_a_gpu_node_once_and_checks_the_runtimeclass(lab):
     assert rc == 0, lab.failures(out)
     labels = [c["args"] for c in lab.calls() if c["args"][1] == "label"]
     assert labels == [["kubectl", "label", "node", "vm-gpu", "gpu=on", "--overwrite"]]
-    assert any(c["args"][1:4] == ["get", "runtimeclass", "nvidia"] for c in lab.calls())
+    # one read for the nodes and the RuntimeClass
+    assert [c["args"][1:3] for c in lab.calls() if c["args"][1] == "get"] == [["get", "nodes,runtimeclass"]]
     assert stats(out)["changed"] == 1
 
     # The node now carries the label: nothing to do, nothing changed.
@@ -327,8 +334,18 @@ def test_cluster_waits_and_names_the_node_that_is_not_ready(lab):
     assert rc != 0
     (msg,) = lab.failures(out)
     assert "Not Ready" in msg and "vm-2" in msg and "vm-gpu" not in msg.split("(")[0]
-    gets = [c for c in lab.calls() if c["args"][1:3] == ["get", "nodes"]]
+    gets = [c for c in lab.calls() if c["args"][1:3] == ["get", "nodes,runtimeclass"]]
     assert len(gets) >= 2  # it retried before giving up
+
+
+def test_cluster_waits_for_the_runtimeclass_and_says_it_is_missing(lab):
+    lab.nodes([node("vm-1"), node("vm-2"), node("vm-gpu", labels={"gpu": "on"})])
+    (lab.root / "state" / "no-runtimeclass").write_text("")
+    rc, out = lab.play([CLUSTER])
+    assert rc != 0
+    (msg,) = lab.failures(out)
+    assert "RuntimeClass nvidia is missing after 1 s" in msg and "Not Ready" not in msg
+    assert len([c for c in lab.calls() if c["args"][1:3] == ["get", "nodes,runtimeclass"]]) >= 2
 
 
 def test_cluster_notices_a_node_that_never_registered(lab):

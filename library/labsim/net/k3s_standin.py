@@ -51,7 +51,7 @@ library only (PyYAML when the host has it, for config.yaml).
   mutatingwebhookconfigurations``.
 * ``k3s kubectl`` reaches the server named in the kubeconfig (``KUBECONFIG`` or
   ``/etc/rancher/k3s/k3s.yaml``): ``get nodes|node|runtimeclass|daemonsets`` (``-o json``, ``-o name``,
-  ``-o jsonpath={.a.b}``, table), ``get pods [NAME] [-n NS|-A] [-l KEY=VALUE]`` (``READY``, ``STATUS``
+  ``-o jsonpath={.a.b}``, table; several kinds at once, ``get nodes,runtimeclass -o json``, as one List), ``get pods [NAME] [-n NS|-A] [-l KEY=VALUE]`` (``READY``, ``STATUS``
   such as ``Init:0/1`` or ``Running``, ``RESTARTS``; ``-o json``), ``label node``, ``cordon|uncordon|drain NODE``,
   ``wait --for=condition=Ready node/NAME``, ``wait --for=condition=complete job/NAME`` (a HelmChart's
   install job exists once the server has seen the chart; waiting on one that does not exist is an
@@ -65,6 +65,7 @@ library only (PyYAML when the host has it, for config.yaml).
 import contextlib
 import hashlib
 import http.server
+import io
 import json
 import os
 import re
@@ -1492,6 +1493,18 @@ def kubectl(args):
         return 0
     if rest[:1] == ["logs"] and len(rest) == 2:
         return pod_logs(rest[1].removeprefix("pod/"), namespace)
+    if rest[:1] == ["get"] and len(rest) == 2 and "," in rest[1] and fmt == "json":
+        # `get nodes,runtimeclass -o json`: one List of every kind named, each item with its own kind
+        items = []
+        for one in rest[1].split(","):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = kubectl([one if a == rest[1] else a for a in args])
+            if rc != 0:
+                return rc
+            items.extend(json.loads(out.getvalue())["items"])
+        print(json.dumps({"apiVersion": "v1", "items": items, "kind": "List"}, indent=4))
+        return 0
     if rest[:1] == ["get"] and len(rest) >= 2:
         kind = rest[1].split("/", 1)[0].lower()
         names = rest[2:] or ([rest[1].split("/", 1)[1]] if "/" in rest[1] else [])

@@ -48,7 +48,7 @@ class RunningLab:
             r
             for r in self.requests()[since:]
             if r.get("method") != "GET"
-            and not (r.get("method") == "POST" and r.get("path") == "/access/ticket")
+            and not (r.get("method") == "POST" and str(r.get("path")).endswith("/access/ticket"))
         ]
 
     def pve_state(self) -> dict[str, Any]:

@@ -120,11 +120,6 @@ def on_node(lab: RunningLab, command: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def writes(lab: RunningLab, since: int) -> list[dict]:
-    """API writes after the first `since` log lines, except logins (the node's tools log in as root@pam)."""
-    return [r for r in lab.writes(since) if not r.get("path", "").endswith("/access/ticket")]
-
-
 def snapshot(inv: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(inv)): p.read_bytes()
@@ -162,7 +157,7 @@ def test_check_mode_on_the_bare_node_writes_nothing(bare: RunningLab, inv: Path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "+role gpulab" in proc.stdout and "+token gpulab@pve!ansible" in proc.stdout
     assert recap(proc)["changed"] == 1
-    assert writes(bare, since) == [] and snapshot(inv) == before
+    assert bare.writes(since) == [] and snapshot(inv) == before
     assert not (inv / "group_vars" / "all" / "vault.yml").exists()
 
 
@@ -193,7 +188,7 @@ def test_a_rerun_changes_nothing_and_keeps_the_token(bare: RunningLab, inv: Path
     proc = access(bare, inv)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert recap(proc)["changed"] == 0
-    assert writes(bare, since) == [] and snapshot(inv) == before
+    assert bare.writes(since) == [] and snapshot(inv) == before
 
 
 def test_a_login_that_is_not_root_is_refused_before_the_node_is_touched(bare: RunningLab, inv: Path) -> None:
@@ -202,7 +197,7 @@ def test_a_login_that_is_not_root_is_refused_before_the_node_is_touched(bare: Ru
     assert proc.returncode != 0
     assert "host pve: access logs in as 'admin' (ansible_user), not root" in proc.stdout
     assert "Nothing was changed." in proc.stdout
-    assert writes(bare, since) == [] and snapshot(inv) == before
+    assert bare.writes(since) == [] and snapshot(inv) == before
 
 
 def test_a_role_without_a_privilege_gives_pve_s_403_and_access_refuses_it_naming_the_difference(
@@ -224,7 +219,7 @@ def test_a_role_without_a_privilege_gives_pve_s_403_and_access_refuses_it_naming
         in out
     )
     assert "Nothing was changed." in out
-    assert writes(bare, since) == [] and snapshot(inv) == before
+    assert bare.writes(since) == [] and snapshot(inv) == before
     restored = on_node(bare, f"pveum role modify gpulab --privs {','.join(privileges.PRIVILEGES)}")
     assert restored.returncode == 0, restored.stderr
 
@@ -255,7 +250,7 @@ def test_a_token_the_vault_has_no_secret_for_is_refused_until_rotated(bare: Runn
             in out
         )
         assert "-e gpulab_access_rotate=true" in out and "Nothing was changed." in out
-        assert writes(bare, since) == [] and not vault.exists()
+        assert bare.writes(since) == [] and not vault.exists()
     finally:
         vault.write_bytes(kept)
     secret = vault_values(inv)["vault_pve_api_token_secret"]

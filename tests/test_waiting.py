@@ -116,3 +116,15 @@ def test_own_line_text():
     assert lines == ["at 5", "at 10"]
     p.tick()
     assert lines == ["at 5", "at 10"]  # no line before it is due
+
+
+def test_no_line_says_more_than_the_timeout_while_a_last_look_overruns_it():
+    clock, lines = FakeClock(), []
+    p = progress(clock, lines, timeout=20, every=10)
+    for _ in range(4):
+        clock.now += 10
+        p.tick()
+    assert lines == [
+        "waiting for every k3s node Ready: 10 s of 20 s",
+        "waiting for every k3s node Ready: 20 s of 20 s",
+    ]

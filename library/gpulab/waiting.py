@@ -64,6 +64,8 @@ class Progress:
             if elapsed < self.next_due:
                 return
             self.next_due = (elapsed // self.every + 1) * self.every
+            if elapsed > self.timeout:
+                return  # a last look that overruns the timeout: its result says how it ended
             self.lines += 1
             text = self.line(elapsed)
         self.emit(text)
@@ -87,7 +89,7 @@ class Progress:
         stop = threading.Event()
 
         def run() -> None:
-            while not stop.wait(min(period, self.every)):
+            while not stop.wait(min(period, self.every / 4)):
                 self.tick()
 
         thread = threading.Thread(target=run, name=f"progress: {self.what}", daemon=True)

@@ -1,0 +1,123 @@
+"""gpulab_wait in a play on the controller: progress lines at a steady pace and no retry lines, a wait that
+is over at its first look costs one look and no line, a timeout names what was waited for and how long,
+a skipped look ends the wait, and a module that waits itself gets its lines while it blocks."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import yaml
+from ansible_runs import ansible_playbook, playbook_env
+
+
+def _run(tmp_path, task, *args, check_name="probe"):
+    book = tmp_path / "book.yml"
+    show = {"name": "show", "ansible.builtin.debug": {"msg": "{{ " + check_name + " | to_json }}"}}
+    book.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task, show]}]))
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    env = playbook_env(ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    return ansible_playbook("-i", inv, book, *args, env=env)
+
+
+def _wait_for_file(flag, timeout=10, **extra):
+    return {
+        "name": "wait for the flag",
+        "gpulab_wait": {
+            "what": f"the flag {flag}",
+            "timeout": timeout,
+            "interval": 1,
+            "progress_interval": 1,
+            "module": "ansible.builtin.command",
+            "module_args": {"cmd": f"cat {flag}"},
+            "until": ["probe.rc == 0", "probe.stdout == 'ok'"],
+            **extra,
+        },
+        "register": "probe",
+        "changed_when": False,
+        "failed_when": False,
+    }
+
+
+def _result(proc):
+    m = re.search(r'"msg": "(\{.*\})"', proc.stdout)
+    assert m, proc.stdout
+    import json
+
+    return json.loads(json.loads(f'"{m.group(1)}"'))
+
+
+def test_a_condition_that_holds_at_the_first_look_returns_at_once(tmp_path):
+    flag = tmp_path / "flag"
+    flag.write_text("ok")
+    # a look on a busy machine can take a second: the first line would come at 10 s
+    proc = _run(tmp_path, _wait_for_file(flag, progress_interval=10))
+    assert proc.returncode == 0, proc.stdout
+    res = _result(proc)
+    assert res["looks"] == 1 and not res["timed_out"] and res["stdout"] == "ok"
+    assert "waiting for" not in proc.stdout and "RETRYING" not in proc.stdout
+
+
+def test_lines_at_a_steady_pace_until_the_condition_holds(tmp_path):
+    flag = tmp_path / "flag"
+    # ansible-playbook takes some seconds to start: the flag comes about 4 s into the wait
+    writer = subprocess.Popen(["sh", "-c", f"sleep 8; echo ok > {flag}"])
+    try:
+        proc = _run(tmp_path, _wait_for_file(flag, timeout=30))
+    finally:
+        writer.wait()
+    assert proc.returncode == 0, proc.stdout
+    res = _result(proc)
+    assert res["stdout"] == "ok" and not res["timed_out"] and res["looks"] >= 2
+    seconds = [
+        int(s)
+        for s in re.findall(rf"^localhost: waiting for the flag {flag}: (\d+) s of 30 s$", proc.stdout, re.M)
+    ]
+    assert len(seconds) >= 2 and seconds == list(range(seconds[0], seconds[0] + len(seconds))), proc.stdout
+    assert "FAILED - RETRYING" not in proc.stdout and "retries left" not in proc.stdout
+    assert re.search(r"^localhost\s+: ok=2\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout, re.M)
+
+
+def test_a_timeout_fails_naming_what_and_how_long(tmp_path):
+    task = _wait_for_file(tmp_path / "never", timeout=2)
+    del task["failed_when"]
+    proc = _run(tmp_path, task)
+    assert proc.returncode != 0
+    assert re.search(
+        rf"gave up waiting for the flag {tmp_path / 'never'} after 2 s \(timeout 2 s, \d looks, one every 1 s\)",
+        proc.stdout,
+    ), proc.stdout
+    assert "FAILED - RETRYING" not in proc.stdout
+
+
+def test_check_mode_skips_the_look_and_ends_the_wait_at_once(tmp_path):
+    task = _wait_for_file(tmp_path / "never", timeout=30)
+    start = time.monotonic()
+    proc = _run(tmp_path, task, "--check")
+    assert proc.returncode == 0, proc.stdout
+    assert time.monotonic() - start < 20
+    res = _result(proc)
+    assert res["skipped"] and res["looks"] == 1 and not res["timed_out"]
+
+
+def test_a_module_that_waits_itself_gets_its_lines_while_it_blocks(tmp_path):
+    task = {
+        "name": "a blocking look",
+        "gpulab_wait": {
+            "what": "a slow command",
+            "timeout": 20,
+            "progress_interval": 1,
+            "module": "ansible.builtin.shell",
+            "module_args": {"cmd": "sleep 3.3; echo done"},
+        },
+        "register": "probe",
+        "changed_when": False,
+    }
+    proc = _run(tmp_path, task)
+    assert proc.returncode == 0, proc.stdout
+    assert _result(proc)["stdout"] == "done" and _result(proc)["looks"] == 1
+    lines = re.findall(r"^localhost: waiting for a slow command: (\d+) s of 20 s$", proc.stdout, re.M)
+    assert lines[:3] == ["1", "2", "3"], proc.stdout

@@ -128,3 +128,16 @@ def test_no_line_says_more_than_the_timeout_while_a_last_look_overruns_it():
         "waiting for every k3s node Ready: 10 s of 20 s",
         "waiting for every k3s node Ready: 20 s of 20 s",
     ]
+
+
+def test_a_first_look_that_outlasts_the_timeout_still_gets_a_second():
+    clock, lines = FakeClock(), []
+    seen = []
+
+    def look():
+        seen.append(clock.now - 1000.0)
+        clock.now += 1.5
+        return False
+
+    out = waiting.poll(look, bool, progress(clock, lines, timeout=1), interval=1)
+    assert out.timed_out and out.looks == 2 and seen == [0.0, 1.5]

@@ -120,12 +120,14 @@ def poll(
 ) -> Outcome:
     """Look at once; while `met(result)` is false, look again at `interval`, 2 x `interval`, ... seconds
     from the start (a look that overran skips its slot), the last look at `progress.timeout` (as
-    until/retries/delay with timeout // interval retries). `stop(result)` true ends the wait at once
+    until/retries/delay with timeout // interval retries; at least two looks, even when the first outlasts
+    the timeout). `stop(result)` true ends the wait at once
     without the condition (a result that cannot change by waiting, such as a skipped task). A line that
     falls due during a look, or with it, is printed after it, with what it found."""
     interval = max(float(interval), 0.001)
     looks = 0
     while True:
+        began = progress.elapsed()
         with progress.watching():
             result = look()
         looks += 1
@@ -135,7 +137,8 @@ def poll(
         if stop is not None and stop(result):
             return Outcome(result, False, looks, progress.elapsed(), False)
         elapsed = progress.elapsed()
-        if elapsed >= progress.timeout:
+        if began >= progress.timeout:
             return Outcome(result, False, looks, elapsed, True)
+        # the next slot, or the timeout itself for the last look (at once when a slow look passed it)
         slot = (elapsed // interval + 1) * interval
-        progress.sleep(min(slot, progress.timeout) - elapsed)
+        progress.sleep(max(0.0, min(slot, progress.timeout) - elapsed))

@@ -214,7 +214,9 @@ def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_p
     (tmp_path / "manifests").mkdir()
     cluster = k3s.Cluster()
     base = {"address": "10.0.0.2", "runtimes": ["nvidia"], "labels": {"gpu": "on"}}
-    cluster.register({**base, "name": "gpu-node", "gpus": 1, "gpu_uuids": ["GPU-aaaa"]})
+    # the agent registers the cards nvidia-smi lists; HAMi's device plugin registers them in turn
+    card = {"uuid": "GPU-aaaa", "name": "NVIDIA GeForce RTX 3090", "memory_mib": 24576}
+    cluster.register({**base, "name": "gpu-node", "gpus": 1, "gpu_uuids": ["GPU-aaaa"], "gpu_cards": [card]})
     cluster.register({**base, "name": "no-runtime", "gpus": 1, "runtimes": []})
     cluster.register({**base, "name": "unlabelled", "gpus": 2, "labels": {}})
     (tmp_path / "manifests" / "hami.yaml").write_text(

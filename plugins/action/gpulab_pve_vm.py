@@ -1,7 +1,29 @@
-"""gpulab_pve_vm runs with the PVE connection from the inventory (plugins/action/gpulab_pve_connection.py)."""
+"""gpulab_pve_vm runs with the PVE connection from the inventory (plugins/action/gpulab_pve_connection.py).
 
+A task that waits for the VM's address (wait_for_address) says, every 10 s while the module runs, what it
+waits for and how long ("pve: waiting for VM 101 (vm-1) to be ready and get its address: 40 s of 300 s",
+gpulab.waiting); a VM that is there and has its address returns before the first line.
+"""
+
+from ansible.module_utils.common.validation import check_type_bool, check_type_int
 from ansible.plugins.loader import action_loader
+from ansible.utils.display import Display
+
+from gpulab import waiting
+
+display = Display()
 
 
 class ActionModule(action_loader.get("gpulab_pve_connection", class_only=True)):
-    pass
+    def run(self, tmp=None, task_vars=None):
+        args = self._task.args
+        if not check_type_bool(args.get("wait_for_address", False)) or self._task.async_val:
+            return super().run(tmp, task_vars)
+        host = (task_vars or {}).get("inventory_hostname", "")
+        progress = waiting.Progress(
+            f"VM {args.get('vmid')} ({args.get('name')}) to be ready and get its address",
+            check_type_int(args.get("address_timeout", 300)),
+            emit=lambda text: display.display(f"{host}: {text}"),
+        )
+        with progress.watching():
+            return super().run(tmp, task_vars)

@@ -87,3 +87,26 @@ def test_a_download_that_outlives_its_timeout_fails_naming_it_and_how_long(own_l
         proc.stdout,
     ), proc.stdout
     assert "PVE goes on downloading (task UPID:pve:" in proc.stdout, proc.stdout
+
+
+def test_waiting_for_a_vms_address_says_so_at_a_steady_pace(own_lab, tmp_path):
+    """gpulab_pve_vm with wait_for_address: the guest agent answers 11 s after the start in this lab, so the
+    first line (at 10 s) comes while the module waits; a rerun finds the address at once and says nothing."""
+    from .conftest import small_vm_args
+
+    lab = own_lab(agent_delay=11)
+    args = small_vm_args(lab, state="started", wait_for_address=True, address_timeout=30)
+    task = {"name": "Create and start vm-1", "gpulab_pve_vm": args, "register": "vm"}
+    book = tmp_path / "vm.yml"
+    book.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    env = playbook_env(ANSIBLE_STDOUT_CALLBACK="default")
+    proc = ansible_playbook("-i", inv, book, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    line = "localhost: waiting for VM 100 (vm-1) to be ready and get its address: 10 s of 30 s"
+    assert line in proc.stdout.splitlines(), proc.stdout
+    assert "FAILED - RETRYING" not in proc.stdout
+    assert re.search(r"^localhost\s+: ok=1\s+changed=1\s+unreachable=0\s+failed=0", proc.stdout, re.M)
+    again = ansible_playbook("-i", inv, book, env=env)
+    assert again.returncode == 0 and "waiting for VM 100" not in again.stdout

@@ -23,6 +23,30 @@ def seconds(value: float) -> str:
     return f"{int(value)} s"
 
 
+# What ssh prints when the host's key does not match known_hosts, or is not there with host key checking on:
+# no retry cures either, so a wait for a host to answer stops at once with the fix.
+HOST_KEY_FAILURES = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
+
+
+def host_key_problem(host: str, address: str, message: str) -> str | None:
+    """The message for a connection failure that waiting cannot cure (the host's SSH key), or None."""
+    if not any(f in message for f in HOST_KEY_FAILURES):
+        return None
+    changed = "REMOTE HOST IDENTIFICATION HAS CHANGED" in message
+    why = (
+        "its SSH host key differs from the one known_hosts holds for it (a VM made again at the same address "
+        "has new keys)"
+        if changed
+        else "its SSH host key is not in known_hosts, and host key checking is on"
+    )
+    fix = (
+        f"ssh-keygen -R {address}, then ssh-keyscan -H {address} >> ~/.ssh/known_hosts"
+        if changed
+        else f"ssh-keyscan -H {address} >> ~/.ssh/known_hosts (compare its fingerprint with the VM's console)"
+    )
+    return f"{host} ({address}) answers, but {why}; waiting does not cure that. Fix: {fix}, then run again."
+
+
 class Progress:
     """Lines at a steady pace: at `every`, 2 x `every`, ... seconds after the start (none at the start)."""
 

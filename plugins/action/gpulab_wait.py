@@ -77,6 +77,10 @@ class ActionModule(ActionBase):
             try:
                 return self._run_module(module, module_args, task_vars)
             except AnsibleConnectionFailure as exc:
+                address = str(task_vars.get("ansible_host") or host)
+                problem = waiting.host_key_problem(host, address, str(exc))
+                if problem is not None:
+                    raise AnsibleConnectionFailure(problem) from exc
                 if progress.elapsed() >= retry_unreachable:
                     raise
                 return {"unreachable": True, "msg": str(exc)}

@@ -55,7 +55,7 @@ options:
       - Seconds during which a host that does not answer (SSH refused, no route, timed out) is tried again
         every O(interval) seconds, the lines saying so; after that the task ends unreachable. V(0) tries once.
       - A host whose SSH host key known_hosts lacks or holds another key for ends unreachable at once, with the
-        C(ssh-keyscan) (or C(ssh-keygen -R)) fix: no retry cures that.
+        C(ssh-keyscan) (or C(ssh-keygen -R)) fix, since no retry cures that.
     type: int
     default: 0
 attributes:

@@ -54,6 +54,8 @@ def test_verbose_converge_leaks_no_secret(lab: RunningLab) -> None:
     assert proc.returncode == 0, output[-4000:]
     # -vvv really shows module arguments and connection details (the token id is not secret).
     assert lab.info["token_id"] in output
+    # and the whole run uses module facts as facts (ansible_facts[...]): no deprecation noise for the user
+    assert "INJECT_FACTS_AS_VARS" not in output, output[output.find("INJECT_FACTS_AS_VARS") - 2000 :][:4000]
     token = _k3s_token(lab)
     secrets = {
         "token_secret": lab.info["token_secret"],

@@ -31,15 +31,26 @@ def homelab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
         lab_down(state)
 
 
-@pytest.fixture(scope="module")
-def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    """A lab node without gpulab's API access yet (fixture access.bootstrap false): no user, role or token."""
+def _bare_lab(tmp_path_factory: pytest.TempPathFactory, extends: str) -> Iterator[RunningLab]:
+    """Fixture `extends` with a node that has no gpulab API access yet (access.bootstrap false)."""
     need_root()
     root = tmp_path_factory.mktemp("bare")
-    fixture = root / "bare.yml"
-    fixture.write_text("extends: reference\naccess:\n  bootstrap: false\n")
+    fixture = root / f"bare-{extends}.yml"
+    fixture.write_text(f"extends: {extends}\naccess:\n  bootstrap: false\n")
     state = root / "lab"
     try:
         yield lab_up(state, fixture)
     finally:
         lab_down(state)
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
+    """A lab node without gpulab's API access yet: no user, role or token."""
+    yield from _bare_lab(tmp_path_factory, "reference")
+
+
+@pytest.fixture(scope="module")
+def bare_homelab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
+    """The user's lab before gpulab (fixture homelab) on a node without gpulab's API access yet."""
+    yield from _bare_lab(tmp_path_factory, "homelab")

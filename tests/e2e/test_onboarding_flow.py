@@ -37,7 +37,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import ansible_runs
@@ -45,7 +44,7 @@ import pytest
 import yaml
 from discover.filling import fill, placeholders
 
-from .helpers import GPULAB, REPO, VENV_BIN, RunningLab, lab_down, lab_up, need_root
+from .helpers import GPULAB, REPO, VENV_BIN, RunningLab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -55,19 +54,6 @@ RECAP = re.compile(
     r"failed=(?P<failed>\d+)",
     re.M,
 )
-
-
-@pytest.fixture(scope="module")
-def bare_homelab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    need_root()
-    root = tmp_path_factory.mktemp("onboarding")
-    fixture = root / "bare-homelab.yml"
-    fixture.write_text("extends: homelab\naccess:\n  bootstrap: false\n")
-    state = root / "lab"
-    try:
-        yield lab_up(state, fixture)
-    finally:
-        lab_down(state)
 
 
 def recaps(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, int]]:

@@ -103,47 +103,45 @@ class _NoFaults:
         return 0, None
 
 
-class NodeApiServer(socketserver.ThreadingUnixStreamServer):
-    """The same API as :class:`PveApiServer` (same simulator, access and request log) on a Unix socket."""
+class _UnixApiServer(socketserver.ThreadingUnixStreamServer):
+    """The API of a :class:`PveApiServer` (same simulator, access and request log) on a Unix socket at `path`
+    (mode 0600), served by `handler`; each request log line gets `mark` added."""
 
     daemon_threads = True
     request_queue_size = 64
 
-    def __init__(self, path: Path, main: PveApiServer):
+    def __init__(self, path: Path, main: PveApiServer, handler: type, faults: Any, mark: dict[str, str]):
         path.unlink(missing_ok=True)
-        super().__init__(str(path), NodeHandler)
+        super().__init__(str(path), handler)
         os.chmod(path, 0o600)
-        self.lab, self.access, self.faults = main.lab, main.access, _NoFaults()
-        self._main = main
+        self.lab, self.access, self.faults = main.lab, main.access, faults
+        self._main, self._mark = main, mark
 
     def log_request_line(self, record: dict[str, Any]) -> None:
-        """The main server's request log, each line marked as a call of the node's own tools."""
-        self._main.log_request_line({**record, "via": "node"})
+        self._main.log_request_line({**record, **self._mark})
 
 
-class ProxyApiServer(socketserver.ThreadingUnixStreamServer):
-    """The HTTPS API of :class:`PveApiServer` (its certificate, access, faults and request log) on a Unix
-    socket: what the node host's pveproxy forwards its port 8006 to."""
-
-    daemon_threads = True
-    request_queue_size = 64
+class NodeApiServer(_UnixApiServer):
+    """The plain-HTTP API for the node's own tools (pvesh, pveum, pvenode), without injected faults; its
+    request log lines are marked as calls of the node's own tools."""
 
     def __init__(self, path: Path, main: PveApiServer):
-        path.unlink(missing_ok=True)
-        super().__init__(str(path), ProxyHandler)
-        os.chmod(path, 0o600)
-        self.lab, self.access, self.faults = main.lab, main.access, main.faults
+        super().__init__(path, main, NodeHandler, _NoFaults(), {"via": "node"})
+
+
+class ProxyApiServer(_UnixApiServer):
+    """The HTTPS API of :class:`PveApiServer` (its certificate and faults too): what the node host's pveproxy
+    forwards its port 8006 to."""
+
+    def __init__(self, path: Path, main: PveApiServer):
+        super().__init__(path, main, ProxyHandler, main.faults, {"listener": "node:8006"})
         self.ssl_context = main.ssl_context
-        self._main = main
 
     def get_request(self):
         sock, addr = self.socket.accept()
         if self.ssl_context is not None:
             sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return sock, addr
-
-    def log_request_line(self, record: dict[str, Any]) -> None:
-        self._main.log_request_line({**record, "listener": "node:8006"})
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
+import readme
 
 from gpulab.pve import privileges
 
@@ -20,16 +20,6 @@ from .test_access import on_node, token_call
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-def readme_commands(tool: str = "pveum") -> list[str]:
-    """README's `# <tool> ...` lines of its console blocks (root's prompt on the node), prompt removed and
-    continued lines joined as the shell joins them."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = [b.replace("\\\n", "") for b in re.findall(r"```console\n(.*?)```", readme, re.S)]
-    return [
-        ln[2:].split("  #")[0].strip() for b in blocks for ln in b.splitlines() if ln.startswith(f"# {tool} ")
-    ]
-
-
 def _run(lab: RunningLab, command: str) -> str:
     done = on_node(lab, command)
     assert done.returncode == 0, f"`{command}` on the node: rc={done.returncode}\n{done.stdout}{done.stderr}"
@@ -37,7 +27,7 @@ def _run(lab: RunningLab, command: str) -> str:
 
 
 def test_readme_s_pveum_commands_make_a_token_that_works_only_with_both_acls(bare: RunningLab) -> None:
-    commands = readme_commands()
+    commands = readme.root_commands("pveum")
     user_acl = next(c for c in commands if c.startswith("pveum acl modify") and "--users" in c)
     secret = None
     for command in commands:
@@ -64,7 +54,7 @@ def test_readme_s_pveum_commands_make_a_token_that_works_only_with_both_acls(bar
 
 
 def test_readme_s_pvenode_command_prints_the_fingerprint_the_api_presents(bare: RunningLab) -> None:
-    assert "pvenode cert info" in readme_commands("pvenode")
+    assert "pvenode cert info" in readme.root_commands("pvenode")
     out = _run(bare, "pvenode cert info")
     fingerprints = re.findall(r"\b((?:[0-9A-F]{2}:){31}[0-9A-F]{2})\b", out)
     assert bare.info["fingerprint"] in fingerprints, out

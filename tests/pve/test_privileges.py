@@ -9,24 +9,16 @@ import re
 import shlex
 from pathlib import Path
 
+import readme
+
 from gpulab.pve import privileges
 from labsim import pve_auth
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_commands() -> list[str]:
-    """The `# pveum ...` commands (root's prompt on the node) of README's console blocks, prompt removed and
-    continued lines (a backslash before the line's end, as the shell reads it) joined."""
-    readme = (ROOT / "README.md").read_text()
-    blocks = [b.replace("\\\n", "") for b in re.findall(r"```console\n(.*?)```", readme, re.S)]
-    return [
-        ln[2:].split("  #")[0].strip() for b in blocks for ln in b.splitlines() if ln.startswith("# pveum ")
-    ]
-
-
 def test_readme_role_command_grants_exactly_the_privileges_of_the_product():
-    roles = [shlex.split(c) for c in readme_commands() if c.startswith("pveum role add ")]
+    roles = [shlex.split(c) for c in readme.root_commands("pveum") if c.startswith("pveum role add ")]
     assert len(roles) == 1, f"README must show one `pveum role add`: {roles}"
     args = roles[0]
     assert args[3] == privileges.ROLE
@@ -39,7 +31,7 @@ def test_readme_role_command_grants_exactly_the_privileges_of_the_product():
 
 
 def test_readme_creates_the_user_the_separated_token_and_both_acls():
-    commands = readme_commands()
+    commands = readme.root_commands("pveum")
     for command in privileges.pveum_commands()[1:]:  # the role: the test above
         assert command in commands, f"README lacks `{command}`"
     acls = [shlex.split(c) for c in commands if c.startswith("pveum acl modify ")]

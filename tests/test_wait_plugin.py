@@ -165,5 +165,6 @@ def test_a_host_that_does_not_answer_is_tried_again_until_retry_unreachable(tmp_
         tmp_path, "ssh: connect to host 192.0.2.7 port 22: No route to host", retry=3
     )
     assert proc.returncode != 0 and "UNREACHABLE" in proc.stdout, proc.stdout
+    assert "vm-x did not answer while waiting for vm-x to answer over SSH" in proc.stdout, proc.stdout
     assert "No route to host" in proc.stdout, proc.stdout
     assert "vm-x: waiting for vm-x to answer over SSH" in proc.stdout and took >= 3

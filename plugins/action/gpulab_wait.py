@@ -73,6 +73,12 @@ class ActionModule(ActionBase):
             **{k: v for k, v in extra.items() if v is not None},
         )
 
+        def gave_up(msg):
+            return (
+                f"{host} did not answer while waiting for {what} ({waiting.seconds(progress.elapsed())}; tried for "
+                f"{waiting.seconds(retry_unreachable)}): {msg}"
+            )
+
         def look():
             try:
                 return self._run_module(module, module_args, task_vars)
@@ -82,7 +88,7 @@ class ActionModule(ActionBase):
                 if problem is not None:
                     raise AnsibleConnectionFailure(problem) from exc
                 if progress.elapsed() >= retry_unreachable:
-                    raise
+                    raise AnsibleConnectionFailure(gave_up(str(exc))) from exc
                 return {"unreachable": True, "msg": str(exc)}
 
         def met(res):
@@ -97,11 +103,8 @@ class ActionModule(ActionBase):
 
         outcome = waiting.poll(look, met, progress, interval=interval, stop=stop)
         out = dict(outcome.result)
-        if out.get("unreachable") and progress.elapsed() >= retry_unreachable:
-            out["msg"] = (
-                f"{host} did not answer while waiting for {what} ({waiting.seconds(outcome.waited)}; tried for "
-                f"{waiting.seconds(retry_unreachable)}): {out.get('msg', '')}"
-            )
+        if out.get("unreachable"):
+            out["msg"] = gave_up(out.get("msg", ""))
         elif outcome.timed_out and until:
             out["failed"] = True
             out["msg"] = (

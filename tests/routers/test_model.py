@@ -72,6 +72,24 @@ def test_keep_mode_refuses_a_held_address_that_is_not_the_vms_vm_address():
     assert plan([Desired.make(A, "192.168.100.60", expect=None)], leases=lease).changes
 
 
+def test_keep_mode_names_every_vm_whose_held_address_is_not_its_vm_address():
+    leases = [Lease(A, IP("192.168.100.77")), Lease(B, IP("192.168.100.78")), Lease(C, IP("192.168.100.55"))]
+    desired = [
+        Desired.make(B, name="vm-2", expect="192.168.100.54"),
+        Desired.make(C, name="vm-3", expect="192.168.100.55"),
+        Desired.make(A, name="vm-1", expect="192.168.100.53"),
+    ]
+    with pytest.raises(ConflictError) as err:
+        plan(desired, leases=leases)
+    msg = str(err.value)
+    # both, in the order given, and not the VM whose lease agrees
+    assert msg.index("vm-2 (bc:24:11:00:00:0b) holds 192.168.100.78") < msg.index(
+        "vm-1 (bc:24:11:00:00:0a) holds"
+    )
+    assert "vm_address: 192.168.100.78 for vm-2" in msg and "vm_address: 192.168.100.77 for vm-1" in msg
+    assert "vm-3" not in msg
+
+
 def test_keep_reserves_the_leased_address():
     p = plan([Desired.make(A, name="vm-1")], leases=[Lease(A, IP("192.168.100.53"))])
     assert [c.action for c in p.changes] == ["create"]

@@ -67,7 +67,9 @@ def test_network_stage_keep_idempotent_check_and_planned(lan, dnsmasq_router, tm
     # keep mode keeps the address each VM holds, which must be the vm_address the rest of the run uses
     rc, changed, out = play(inventory(tmp_path, lan, dnsmasq_router))
     assert rc != 0 and changed == 0, out
-    assert f"holds {held['vm-1']} (its DHCP lease" in out and "its vm_address is 192.168.100.51" in out
+    for name in MACS:  # each VM is named, whichever comes first
+        assert f"{name} ({MACS[name].lower()}) holds {held[name]} (its DHCP lease" in out, out
+    assert "its vm_address is 192.168.100.51" in out and "its vm_address is 192.168.100.52" in out, out
     assert hosts.read_text() == untouched
 
     rc, changed, out = play(inventory(tmp_path, lan, dnsmasq_router, addresses=held))

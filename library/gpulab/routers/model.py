@@ -225,6 +225,7 @@ def make_plan(
             lease_by_mac.setdefault(lease.mac, lease)
 
     targets: dict[str, ipaddress.IPv4Address] = {}
+    moved: list[str] = []  # every VM whose held address is not its vm_address, in the order given
     for d in desired:
         mine = by_mac.get(d.mac, [])
         held = None
@@ -243,12 +244,14 @@ def make_plan(
                 "with vm_address and router_dhcp_reservation_mode: planned"
             )
         if held and d.expect is not None and targets[d.mac] != d.expect:
-            raise ConflictError(
+            moved.append(
                 f"{d.label()} holds {targets[d.mac]} ({held} on {router}), but its vm_address is {d.expect}, "
                 f"the address Ansible and the k3s agents use for it. Either keep the address it has: set "
                 f"vm_address: {targets[d.mac]} for {d.name or d.mac}; or move it to {d.expect}: set "
                 "router_dhcp_reservation_mode: planned (stage network reserves it and restarts the VM to take it)"
             )
+    if moved:
+        raise ConflictError(" ".join(moved))
 
     for d in desired:
         ip = targets[d.mac]

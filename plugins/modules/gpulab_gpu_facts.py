@@ -21,9 +21,10 @@ description:
     found for each one, read from the guest itself. That is whether an NVIDIA display controller is on the
     guest's PCI bus (PCI passthrough) and which driver owns it, the Secure Boot state from the EFI
     variables, and whether C(nouveau) or C(nvidia) is loaded.
-  - Runs on the managed host with the Python standard library only.
 version_added: "0.1.0"
 author: gpulab contributors
+extends_documentation_fragment:
+  - gpulab_reads
 options:
   nvidia_smi:
     description:
@@ -42,11 +43,6 @@ options:
     type: int
     default: 1
 attributes:
-  check_mode:
-    support: full
-    description: The module only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
   facts:
     support: full
 notes:

@@ -16,9 +16,10 @@ description:
     server's join token.
   - Changes nothing. Register the result with C(no_log) when O(server_dir) is given, since RV(token) is a
     secret.
-  - Runs on the managed host with the Python standard library only.
 version_added: "0.1.0"
 author: gpulab contributors
+extends_documentation_fragment:
+  - gpulab_reads
 options:
   bin_dir:
     description: Where the install script put C(k3s) (its C(INSTALL_K3S_BIN_DIR)).
@@ -38,12 +39,6 @@ options:
       - The server's data folder. When given, its C(token) file (which k3s writes at its first start) is read
         into RV(token).
     type: str
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

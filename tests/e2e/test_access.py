@@ -61,6 +61,18 @@ def access(lab: RunningLab, inv: Path, *extra: str) -> subprocess.CompletedProce
     )
 
 
+def refused(lab: RunningLab, inv: Path, *extra: str) -> str:
+    """Run access, which must fail having written nothing (no API write, no inventory file); its output on
+    one line, with "Nothing was changed." checked."""
+    before, since = snapshot(inv), len(lab.requests())
+    proc = access(lab, inv, *extra)
+    assert proc.returncode != 0, proc.stdout
+    out = " ".join(proc.stdout.split())
+    assert "Nothing was changed." in out
+    assert lab.writes(since) == [] and snapshot(inv) == before
+    return out
+
+
 def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
     m = re.search(r"^pve\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", proc.stdout, re.M)
     assert m, proc.stdout + proc.stderr
@@ -192,12 +204,8 @@ def test_a_rerun_changes_nothing_and_keeps_the_token(bare: RunningLab, inv: Path
 
 
 def test_a_login_that_is_not_root_is_refused_before_the_node_is_touched(bare: RunningLab, inv: Path) -> None:
-    before, since = snapshot(inv), len(bare.requests())
-    proc = access(bare, inv, "-e", "ansible_user=admin")
-    assert proc.returncode != 0
-    assert "host pve: access logs in as 'admin' (ansible_user), not root" in proc.stdout
-    assert "Nothing was changed." in proc.stdout
-    assert bare.writes(since) == [] and snapshot(inv) == before
+    out = refused(bare, inv, "-e", "ansible_user=admin")
+    assert "host pve: access logs in as 'admin' (ansible_user), not root" in out
 
 
 def test_a_role_without_a_privilege_gives_pve_s_403_and_access_refuses_it_naming_the_difference(
@@ -210,16 +218,11 @@ def test_a_role_without_a_privilege_gives_pve_s_403_and_access_refuses_it_naming
     denied = token_call(bare, secret, "POST", f"/nodes/{bare.info['node']}/qemu", vmid=990, name="scratch")
     assert denied.status_code == 403
     assert denied.json()["message"].startswith("Permission check failed (/vms/990, VM.Allocate)")
-    before, since = snapshot(inv), len(bare.requests())
-    proc = access(bare, inv)
-    assert proc.returncode != 0
-    out = " ".join(proc.stdout.split())
+    out = refused(bare, inv)
     assert (
         "role 'gpulab' exists on the node with other privileges than gpulab's: missing VM.Allocate; extra Sys.Modify"
         in out
     )
-    assert "Nothing was changed." in out
-    assert bare.writes(since) == [] and snapshot(inv) == before
     restored = on_node(bare, f"pveum role modify gpulab --privs {','.join(privileges.PRIVILEGES)}")
     assert restored.returncode == 0, restored.stderr
 
@@ -241,16 +244,12 @@ def test_a_token_the_vault_has_no_secret_for_is_refused_until_rotated(bare: Runn
     kept = vault.read_bytes()
     vault.unlink()  # as a user who lost the vault, or runs access on a node set up by hand
     try:
-        since = len(bare.requests())
-        proc = access(bare, inv)
-        assert proc.returncode != 0
-        out = " ".join(proc.stdout.split())
+        out = refused(bare, inv)
         assert (
             "token gpulab@pve!ansible exists on the node, but the inventory's vault holds no secret for it"
             in out
         )
-        assert "-e gpulab_access_rotate=true" in out and "Nothing was changed." in out
-        assert bare.writes(since) == [] and not vault.exists()
+        assert "-e gpulab_access_rotate=true" in out and not vault.exists()
     finally:
         vault.write_bytes(kept)
     secret = vault_values(inv)["vault_pve_api_token_secret"]

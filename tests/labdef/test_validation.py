@@ -408,11 +408,64 @@ def test_k3s_without_server(inv):
     ]
 
 
-def test_k3s_even_servers(inv):
+def test_two_servers_are_refused_with_the_quorum_reason(inv):
     inv.groups["k3s_server"] = ["vm-1", "vm-2"]
     inv.groups["k3s_agent"] = ["vm-gpu"]
+    [problem] = inv.check()[1]
+    assert (problem.host, problem.field, problem.value) == ("inventory", "group k3s_server", ["vm-1", "vm-2"])
+    assert "quorum is 2 of 2, so losing either server loses quorum" in problem.why
+    assert problem.fix == "use 1 server (SQLite) or 3 (quorum 2 of 3 survives losing one)"
+
+
+def _vm(inv, name, address, vm_id):
+    inv.groups["vms"].append(name)
+    inv.hosts[name] = {**inv.hosts["vm-2"], "vm_id": vm_id, "vm_address": address}
+
+
+def test_other_even_server_counts_are_refused_and_odd_ones_pass(inv):
+    for i, name in enumerate(("vm-3", "vm-4", "vm-5")):
+        _vm(inv, name, f"192.168.100.{60 + i}", 110 + i)
+    inv.hosts["pve"]["pve_memory_mib"] = 10**6
+    inv.groups["k3s_server"] = ["vm-1", "vm-3", "vm-4", "vm-5"]
+    [problem] = inv.check()[1]
+    assert problem.why.startswith("4 servers: embedded etcd needs an odd number for a quorum (3 of 4")
+    assert problem.fix == "use 3 or 5 servers"
+    inv.groups["k3s_server"] = ["vm-1", "vm-3", "vm-4"]
+    assert inv.messages() == []
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("10.0.0.7", "outside the router's subnet 192.168.100.0/24"),
+        ("192.168.100.200", "inside the router's DHCP pool 192.168.100.2-192.168.100.254 and no reservation"),
+        ("192.168.100.54", "that is the address of vm-2, which is not a k3s server (vm-1)"),
+        ("192.168.100.1", "the network, broadcast or router address"),
+        ("not a name!", "neither an IPv4 address nor a DNS name"),
+    ],
+)
+def test_a_registration_address_the_lan_cannot_hold_is_refused(inv, address, why):
+    inv.globals["k3s_registration_address"] = address
+    [problem] = inv.check()[1]
+    assert (problem.host, problem.field, problem.value) == ("all", "k3s_registration_address", address)
+    assert problem.why.startswith(why), problem.why
+    assert problem.fix
+
+
+@pytest.mark.parametrize("address", ["192.168.100.53", "k3s.home.arpa", "api", "192.168.100.1x.lan"])
+def test_a_reserved_server_address_a_vip_outside_the_pool_or_a_dns_name_passes(inv, address):
+    inv.globals["k3s_registration_address"] = address
+    assert inv.messages() == []
+
+
+def test_a_vip_outside_the_pool_passes(inv):
+    inv.hosts["isp-router"]["router_dhcp_pool"] = {"start": "192.168.100.100", "end": "192.168.100.199"}
+    inv.globals["k3s_registration_address"] = "192.168.100.250"
+    assert inv.messages() == []
+    inv.globals["k3s_registration_address"] = "192.168.100.150"
     [msg] = inv.messages()
-    assert "2 servers: embedded etcd needs an odd number" in msg
+    assert msg.startswith("all: k3s_registration_address='192.168.100.150': inside the router's DHCP pool")
+    assert "Fix: pick a free address of 192.168.100.0/24 outside 192.168.100.100-192.168.100.199" in msg
 
 
 def test_k3s_node_not_a_vm(inv):

@@ -302,15 +302,84 @@ def check_router(d: LabDefinition, out: Problems) -> None:
             out.add(vhost, "vm_address", str(addr), why, "pick another free address")
 
 
+# A DNS name: dot-separated labels (letters, digits, '-'), not all digits.
+_HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
+)
+
+
+def check_registration(d: LabDefinition, out: Problems) -> None:
+    """k3s_registration_address: the fixed address agents and joining servers register through. A DNS name
+    is the user's to resolve; an IPv4 address must be on the router's LAN and outside its DHCP pool unless
+    stage network reserves it (a VM's vm_address), else the router may lease it to another device."""
+    value = d.globals.get("k3s_registration_address")
+    if not value:
+        return  # the first server's vm_address, checked with the VMs
+    name = "k3s_registration_address"
+    try:
+        addr = ipaddress.IPv4Address(str(value))
+    except ValueError:
+        if not _HOSTNAME_RE.match(str(value)) or str(value).replace(".", "").isdigit():
+            why = "neither an IPv4 address nor a DNS name"
+            fix = "give a DNS name that resolves to the k3s servers, or a free IPv4 address on the LAN"
+            out.add("all", name, value, why, fix)
+        return
+    if d.router is None:
+        return  # reported by check_router
+    _host, r = d.router
+    try:
+        net = ipaddress.IPv4Network(str(r.get("router_subnet")), strict=True)
+    except ValueError:
+        return  # reported by check_router
+    owners = {str(vm.get("vm_address")): h for h, vm in d.vms.items() if vm.get("vm_address")}
+    pool = r.get("router_dhcp_pool") or {}
+    try:
+        start, end = (
+            ipaddress.IPv4Address(str(pool.get("start"))),
+            ipaddress.IPv4Address(str(pool.get("end"))),
+        )
+    except ValueError:
+        start = end = None
+    servers = ", ".join(d.k3s_servers) or "the servers"
+    if addr not in net:
+        why = f"outside the router's subnet {net}: agents on the LAN would not reach the servers through it"
+        fix = f"use a free address in {net} outside the DHCP pool, a server's vm_address, or a DNS name"
+        out.add("all", name, str(addr), why, fix)
+    elif addr in (net.network_address, net.broadcast_address) or str(addr) == str(r.get("router_address")):
+        why = f"the network, broadcast or router address of {net}"
+        out.add("all", name, str(addr), why, "pick a free host address outside the DHCP pool")
+    elif str(addr) in owners and owners[str(addr)] not in d.k3s_servers:
+        why = f"that is the address of {owners[str(addr)]}, which is not a k3s server ({servers})"
+        out.add("all", name, str(addr), why, "use a server's vm_address, a free address or a DNS name")
+    elif start and end and start <= addr <= end and str(addr) not in owners:
+        why = (
+            f"inside the router's DHCP pool {start}-{end} and no reservation holds it (stage network "
+            "reserves only the VMs' addresses): the router may lease it to another device"
+        )
+        fix = f"pick a free address of {net} outside {start}-{end}, or a server's vm_address, or a DNS name"
+        out.add("all", name, str(addr), why, fix)
+
+
 def check_k3s(d: LabDefinition, out: Problems) -> None:
     """The k3s groups, and the GPU engines of stage workloads against the VMs and their cards."""
     servers, agents = d.k3s_servers, d.k3s_agents
     if not servers:
         fix = "put one VM (e.g. vm-1) in group k3s_server"
         out.add("inventory", "group k3s_server", None, "k3s has no server", fix)
+    elif len(servers) == 2:
+        why = (
+            "2 servers: embedded etcd's quorum is 2 of 2, so losing either server loses quorum and the API "
+            "stops answering (less available than one server)"
+        )
+        fix = "use 1 server (SQLite) or 3 (quorum 2 of 3 survives losing one)"
+        out.add("inventory", "group k3s_server", servers, why, fix)
     elif len(servers) % 2 == 0:
-        why = f"{len(servers)} servers: embedded etcd needs an odd number for a quorum"
-        out.add("inventory", "group k3s_server", servers, why, "use 1 or 3 servers")
+        n = len(servers)
+        why = (
+            f"{n} servers: embedded etcd needs an odd number for a quorum ({n // 2 + 1} of {n} survives "
+            f"losing {n // 2 - 1} servers, no more than {n - 1} servers would)"
+        )
+        out.add("inventory", "group k3s_server", servers, why, f"use {n - 1} or {n + 1} servers")
     for h in set(servers) & set(agents):
         fix = "keep it in one of k3s_server or k3s_agent"
         out.add(h, "group k3s_agent", h, "the host is both k3s server and agent", fix)
@@ -389,6 +458,7 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_capacity(d, out)
     check_router(d, out)
     check_k3s(d, out)
+    check_registration(d, out)
     check_hami_values(d, out)
     check_names(d, out)
     # one message per (host, field, why): a missing value may be reported by two checks; a placeholder only

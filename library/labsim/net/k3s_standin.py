@@ -13,10 +13,18 @@ library only (PyYAML when the host has it, for config.yaml).
   ones) a moment after start and answers on ``https-listen-port`` (6443) of ``bind-address`` when
   config.yaml sets one, else of 127.0.0.1 and the node's lab address (plain HTTP: the stand-in's
   clients know). ``node-token`` is a symlink to ``token``, as k3s makes it.
+* With ``cluster-init: true`` the server runs embedded etcd, a cluster of one member; a server whose
+  config.yaml names ``server`` (the registration address) and the token joins it as a member (class
+  ``Etcd``: members, leader, term and revision, replicated data, quorum, leader election). Every server
+  answers the API; without a quorum (two of three servers down) the API answers ``etcdserver: request timed
+  out`` and kubectl fails. Server nodes carry ``node-role.kubernetes.io/etcd``. Each server's manifests
+  folder is applied, the first server's object winning where two place the same one.
 * ``k3s agent`` joins the server named by ``server``/``token``/``token-file`` (config.yaml) or
   ``K3S_URL``/``K3S_TOKEN`` and keeps its node Ready with a heartbeat; a wrong token (401) or an
   unreachable server leaves it unregistered and retrying, as with k3s. Like k3s, it looks for
-  ``nvidia-container-runtime`` once, when it starts.
+  ``nvidia-container-runtime`` once, when it starts. With etcd it learns every server's address from the
+  first it reaches and moves on to the next when one does not answer (k3s' agent load balancer). A node's
+  ``kubeletVersion`` is the release its k3s process started with, not the binary on disk now.
 * Deployments placed in the manifests folder get one pod each, placed on a node their GPU request fits
   (HAMi's vGPUs, the pinned UUIDs; not a cordoned node). A pod runs its init containers one after the other,
   then its container, which is Ready ``DEPLOY_READY_S`` after it started. The stand-in runs no images: an
@@ -458,23 +466,53 @@ def node_object(name, node):
 # --- server -------------------------------------------------------------------------------------------------
 
 
+def manifest_docs():
+    """The objects of this server's manifests folder (k3s' deploy controller reads it)."""
+    import yaml
+
+    docs = []
+    with contextlib.suppress(OSError):
+        for fname in sorted(os.listdir(MANIFESTS)):
+            if fname.endswith((".yaml", ".yml")):
+                with open(os.path.join(MANIFESTS, fname)) as f, contextlib.suppress(yaml.YAMLError):
+                    docs += [d for d in yaml.safe_load_all(f) if isinstance(d, dict)]
+    return docs
+
+
 class Cluster:
-    def __init__(self):
+    def __init__(self, path=None):
         self.lock = threading.Lock()
+        self.path = path or STATE
+        # embedded etcd (class Etcd) when the server runs with cluster-init or joined one; None on SQLite
+        self.etcd = None
         try:
-            with open(STATE) as f:
+            with open(self.path) as f:
                 self.state = json.load(f)
         except (OSError, ValueError):
             self.state = {"nodes": {}, "runtimeclasses": {}, "daemonsets": []}
 
     def save(self):
-        os.makedirs(os.path.dirname(STATE), exist_ok=True)
-        with open(STATE + ".tmp", "w") as f:
-            json.dump(self.state, f)
-        os.replace(STATE + ".tmp", STATE)
+        if self.etcd is not None:
+            # a write through etcd's leader: a new revision, sent to the other members at once
+            self.state["revision"] = self.state.get("revision", 0) + 1
+            self.etcd.wake.set()
+        self.write()
 
-    def apply_manifests(self):
-        """The HelmCharts in the manifests folder, as k3s' helm controller would leave them installed.
+    def write(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path + ".tmp", "w") as f:
+            json.dump(self.state, f)
+        os.replace(self.path + ".tmp", self.path)
+
+    def replace(self, state):
+        """A member's copy of the data, as its leader sent it."""
+        with self.lock:
+            self.state = state
+            self.write()
+
+    def apply_manifests(self, docs=None):
+        """The HelmCharts in the manifests folder (or `docs`: with etcd, every server's folder), as k3s' helm
+        controller would leave them installed.
 
         Only HAMi's shape is modelled: the install job completes, the device-plugin DaemonSet and the
         scheduler Deployment roll out, and every node that matches the device plugin's node selector, runs
@@ -482,12 +520,7 @@ class Cluster:
         """
         import yaml
 
-        docs = []
-        with contextlib.suppress(OSError):
-            for fname in sorted(os.listdir(MANIFESTS)):
-                if fname.endswith((".yaml", ".yml")):
-                    with open(os.path.join(MANIFESTS, fname)) as f, contextlib.suppress(yaml.YAMLError):
-                        docs += [d for d in yaml.safe_load_all(f) if isinstance(d, dict)]
+        docs = manifest_docs() if docs is None else docs
         charts = [d for d in docs if d.get("kind") == "HelmChart"]
         with self.lock:
             seen = self.state.setdefault("charts_seen", {})
@@ -942,7 +975,8 @@ class Cluster:
                 heartbeat=time.time(),
                 runtimes=info.get("runtimes", []),
                 boot_id=info.get("boot_id", ""),
-                version=version(),
+                # the release the node's k3s runs (read when it started), not the binary on disk now
+                version=info.get("version") or version(),
                 pod_cidr=f"10.42.{sorted(nodes).index(info['name'])}.0/24",
             )
             for k, v in info.get("role_labels", {}).items():
@@ -967,10 +1001,237 @@ def token_ok(given, token):
     return bool(given) and (given == token or given == token.split("::server:", 1)[-1])
 
 
+ETCD_META = "/var/lib/rancher/k3s/server/db/etcd/gpulab-member.json"
+ETCD_TICK_S = 1
+# etcd's election timeout (and its leader's CheckQuorum): a follower that has not heard its leader for this long
+# starts an election; a leader that has not reached a quorum of members for this long steps down
+ELECTION_S = 3
+NO_QUORUM = "etcdserver: request timed out"
+
+
+def http_send(peer, path, body=None, timeout=1.0):
+    """One request to another server (`http://host:port`): (status, JSON reply); OSError when it does not answer."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{peer}{path}", data, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read() or b"{}")
+        except ValueError:
+            return exc.code, {}
+
+
+class Etcd:
+    """k3s' embedded etcd, as far as the lab relies on it.
+
+    A server started with ``cluster-init`` makes a one-member cluster; a server whose config.yaml names
+    ``server`` (the registration address) and the cluster token joins through that address and is added as a
+    member (``/gpulab/etcd/join``; a wrong token is 401 and a server without etcd refuses, as k3s does). The
+    members' list and term live in ``ETCD_META``; every member keeps a copy of the data (``STATE``).
+
+    One member leads: only it writes, every change is a new ``revision`` sent to the others
+    (``/gpulab/etcd/append``, also every ``ETCD_TICK_S`` as raft's heartbeat). A follower answers the API by
+    asking its leader; without a leader (no quorum: fewer than ``len(members) // 2 + 1`` members answer) the
+    API answers ``etcdserver: request timed out`` and kubectl fails. A follower that has not heard its leader
+    for ``ELECTION_S`` holds an election among the members that answer, if they are a quorum: the one with
+    the newest revision (the first to have joined among equals) takes the next term, as raft elects a member
+    whose log is up to date. A leader that reaches no quorum for ``ELECTION_S`` steps down (CheckQuorum).
+    No partitions are modelled: a member either answers everyone or is down. ``/gpulab/etcd/status`` shows a
+    member's view (name, leader, term, revision, members), for the tests.
+
+    ``send(peer, path, body)`` and ``clock`` are the network and the time, so the tests can step it.
+    """
+
+    def __init__(self, name, peer, cluster, send=http_send, clock=time.time, meta=ETCD_META):
+        self.name, self.peer, self.cluster = name, peer, cluster
+        self.send, self.clock, self.meta = send, clock, meta
+        self.lock = threading.RLock()
+        self.wake = threading.Event()
+        try:
+            with open(meta) as f:
+                saved = json.load(f)
+        except (OSError, ValueError):
+            saved = {}
+        self.members = saved.get("members", [])
+        self.term = saved.get("term", 0)
+        self.leader = None
+        self.leader_seen = self.quorum_seen = 0.0
+
+    def persist(self):
+        os.makedirs(os.path.dirname(self.meta), exist_ok=True)
+        with open(self.meta + ".tmp", "w") as f:
+            json.dump({"name": self.name, "members": self.members, "term": self.term}, f)
+        os.replace(self.meta + ".tmp", self.meta)
+
+    def quorum(self):
+        return len(self.members) // 2 + 1
+
+    def revision(self):
+        return self.cluster.state.get("revision", 0)
+
+    def is_leader(self):
+        return self.leader == self.name
+
+    def peer_of(self, name):
+        return next((m["peer"] for m in self.members if m["name"] == name), None)
+
+    def leader_peer(self):
+        """The leader's API when another member leads, else None."""
+        return None if self.leader in (None, self.name) else self.peer_of(self.leader)
+
+    def others(self):
+        return [m for m in self.members if m["name"] != self.name]
+
+    def status(self):
+        # read without the lock: a member asked during its own round must still answer
+        return {"name": self.name, "leader": self.leader, "term": self.term, "revision": self.revision(),
+                "members": [m["name"] for m in self.members], "quorum": self.leader is not None}  # fmt: skip
+
+    def initialize(self):
+        """cluster-init on a server with no etcd data yet: a cluster of one member, which leads it."""
+        with self.lock:
+            self.members = [{"name": self.name, "peer": self.peer}]
+            self.term, self.leader = 1, self.name
+            self.quorum_seen = self.clock()
+            self.persist()
+
+    def add_member(self, name, peer):
+        """The leader adds a joining server (again, with its new address, when it joins once more)."""
+        with self.lock:
+            self.members = [m for m in self.members if m["name"] != name] + [{"name": name, "peer": peer}]
+            self.persist()
+            self.wake.set()
+            with self.cluster.lock:
+                state = json.loads(json.dumps(self.cluster.state))
+            return {"members": list(self.members), "term": self.term, "leader": self.leader, "state": state}
+
+    def joined(self, reply):
+        """This server's side of a join: the members, the leader and the data it answered with."""
+        with self.lock:
+            self.members, self.term, self.leader = reply["members"], reply["term"], reply["leader"]
+            self.leader_seen = self.clock()
+            self.cluster.replace(reply["state"])
+            self.persist()
+
+    def append(self, msg):
+        """The leader's heartbeat with the data: followed unless this member knows a newer term."""
+        with self.lock:
+            if msg["term"] < self.term:
+                return 409, {"error": "stale term", "term": self.term}
+            changed = (msg["term"], msg["members"]) != (self.term, self.members)
+            self.term, self.leader, self.members = msg["term"], msg["leader"], msg["members"]
+            self.leader_seen = self.clock()
+            if changed:
+                self.persist()
+        if msg["state"].get("revision", 0) != self.revision():
+            self.cluster.replace(msg["state"])
+        return 200, {"ok": True}
+
+    def tick(self):
+        """One round: the leader sends the data and checks its quorum; a follower without a leader elects one.
+        No lock is held while another member is asked (it may be asking this one at the same time)."""
+        now = self.clock()
+        with self.lock:
+            term, others = self.term, self.others()
+            leading = self.is_leader()
+            if not leading and self.leader is not None and now - self.leader_seen < ELECTION_S:
+                return
+        if leading:
+            self.lead(now, term, others)
+        else:
+            self.elect(now, term, others)
+
+    def lead(self, now, term, others):
+        with self.cluster.lock:
+            state = json.loads(json.dumps(self.cluster.state))
+        msg = {"term": term, "leader": self.name, "members": self.members, "state": state}
+        acks, newer = 1, False
+        for m in others:
+            try:
+                code, body = self.send(m["peer"], "/gpulab/etcd/append", msg)
+            except OSError:
+                continue
+            acks += code == 200
+            newer = newer or body.get("term", 0) > term
+        with self.lock:
+            if self.term != term or not self.is_leader():
+                return
+            if newer:
+                self.leader = None  # another member leads a newer term
+            elif acks >= self.quorum():
+                self.quorum_seen = now
+            elif now - self.quorum_seen >= ELECTION_S:
+                self.leader = None  # CheckQuorum: no quorum answers, so this member leads no more
+
+    def elect(self, now, term, others):
+        with self.lock:
+            self.leader = None
+        views = [self.status()]
+        for m in others:
+            try:
+                code, body = self.send(m["peer"], "/gpulab/etcd/status")
+            except OSError:
+                continue
+            if code == 200 and body.get("name") == m["name"]:
+                views.append(body)
+        with self.lock:
+            if self.leader is not None or self.term != term or len(views) < self.quorum():
+                return  # a leader was heard meanwhile, or no quorum: no leader, the API does not answer
+            leading = [v for v in views if v["leader"] == v["name"] and v["term"] >= term]
+            if leading:
+                best = max(leading, key=lambda v: v["term"])
+                self.leader, self.term, self.leader_seen = best["name"], best["term"], now
+                return
+            order = {m["name"]: i for i, m in enumerate(self.members)}
+            best = max(views, key=lambda v: (v["revision"], -order.get(v["name"], len(order))))
+            if best["name"] == self.name:
+                self.term = max(v["term"] for v in views) + 1
+                self.leader, self.quorum_seen = self.name, now
+                self.persist()
+                self.wake.set()
+
+    def run(self):
+        while True:
+            self.tick()
+            self.wake.wait(ETCD_TICK_S)
+            self.wake.clear()
+
+
 def make_handler(cluster, token):
+    """The server's API. `Handler.auth["token"]` is the cluster token (a joining server learns it on joining)."""
+    auth = {"token": token}
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
+
+        def raw(self):
+            if not hasattr(self, "_raw"):
+                self._raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            return self._raw
+
+        def forwarded(self, method):
+            """With etcd, a follower answers through its leader, and nothing answers without a quorum."""
+            etcd = cluster.etcd
+            if (
+                etcd is None
+                or self.path in ("/gpulab/etcd/status", "/gpulab/etcd/append")
+                or etcd.is_leader()
+            ):
+                return False
+            peer = etcd.leader_peer()
+            if peer is None:
+                self.reply(504, {"error": NO_QUORUM})
+                return True
+            body = json.loads(self.raw() or b"{}") if method == "POST" else None
+            try:
+                code, answer = http_send(peer, self.path, body, timeout=10)
+            except OSError:
+                code, answer = 504, {"error": NO_QUORUM}
+            self.reply(code, answer)
+            return True
 
         def reply(self, code, body):
             data = json.dumps(body).encode()
@@ -981,10 +1242,13 @@ def make_handler(cluster, token):
             self.wfile.write(data)
 
         def body(self):
-            n = int(self.headers.get("Content-Length") or 0)
-            return json.loads(self.rfile.read(n) or b"{}")
+            return json.loads(self.raw() or b"{}")
 
         def do_GET(self):
+            if self.forwarded("GET"):
+                return
+            if self.path == "/gpulab/etcd/status" and cluster.etcd is not None:
+                return self.reply(200, cluster.etcd.status())
             with cluster.lock:
                 state = json.loads(json.dumps(cluster.state))
             if self.path == "/gpulab/nodes":
@@ -1018,12 +1282,35 @@ def make_handler(cluster, token):
             return self.reply(404, {"error": "not found"})
 
         def do_POST(self):
+            if self.forwarded("POST"):
+                return
             info = self.body()
+            etcd = cluster.etcd
+            if self.path == "/gpulab/etcd/append" and etcd is not None:
+                return self.reply(*etcd.append(info))
+            if self.path == "/gpulab/etcd/join":
+                if not token_ok(info.get("token"), auth["token"]):
+                    return self.reply(401, {"error": "Unauthorized: the join token does not match"})
+                if etcd is None:
+                    why = "this server runs no embedded etcd (it was started without cluster-init), so no server can join it"
+                    return self.reply(400, {"error": why})
+                return self.reply(
+                    200, {**etcd.add_member(info["name"], info["peer"]), "token": auth["token"]}
+                )
+            if self.path == "/gpulab/etcd/addons" and etcd is not None:
+                # another server's manifests folder, as its deploy controller applies it
+                if not token_ok(info.get("token"), auth["token"]):
+                    return self.reply(401, {"error": "Unauthorized: the join token does not match"})
+                with cluster.lock:
+                    cluster.state.setdefault("addons", {})[info["name"]] = info["docs"]
+                return self.reply(200, {"ok": True})
             if self.path == "/gpulab/register":
-                if not token_ok(info.get("token"), token):
+                if not token_ok(info.get("token"), auth["token"]):
                     return self.reply(401, {"error": "Unauthorized: the join token does not match"})
                 cluster.register(info)
-                return self.reply(200, {"ok": True})
+                # k3s agents learn every server's address and fail over between them (their load balancer)
+                servers = [m["peer"].split("://", 1)[1] for m in etcd.members] if etcd is not None else []
+                return self.reply(200, {"ok": True, **({"servers": servers} if servers else {})})
             if self.path in ("/gpulab/pods/create", "/gpulab/pods/delete", "/gpulab/scale"):
                 with cluster.lock:
                     if self.path == "/gpulab/scale":
@@ -1049,6 +1336,7 @@ def make_handler(cluster, token):
                 return self.reply(code, answer)
             return self.reply(404, {"error": "not found"})
 
+    Handler.auth = auth
     return Handler
 
 
@@ -1092,19 +1380,65 @@ def sd_notify(message):
         sock.sendto(message.encode(), path)
 
 
-def run_server():
-    cfg = load_config()
-    name = str(cfg.get("node-name") or socket.gethostname())
-    address = str(cfg.get("node-ip") or own_address())
-    port = int(cfg.get("https-listen-port") or PORT)
-    bind = str(cfg.get("bind-address") or "")
-    token = server_token(cfg)
+def truthy(value):
+    return value is True or str(value).lower() == "true"
+
+
+def write_token(token):
     os.makedirs(os.path.dirname(TOKEN), exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         os.remove(TOKEN + ".tmp")
     with os.fdopen(os.open(TOKEN + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(token + "\n")  # never readable by others, not even for a moment
     os.replace(TOKEN + ".tmp", TOKEN)
+
+
+def given_token(cfg):
+    """The token config.yaml gives: `token`, else the file `token-file` names."""
+    token = str(cfg.get("token") or os.environ.get("K3S_TOKEN") or "")
+    path = cfg.get("token-file") or os.environ.get("K3S_TOKEN_FILE")
+    if not token and path:
+        with contextlib.suppress(OSError), open(path) as f:
+            token = f.read().strip()
+    return token
+
+
+def join_cluster(etcd, url, token, name):
+    """A server that names `server`: join etcd through that address with the token (again until it answers,
+    as systemd restarts k3s after a failed join); the cluster's token from then on."""
+    host = url.split("://", 1)[-1].split("/", 1)[0]
+    while True:
+        try:
+            code, body = http_send(f"http://{host}", "/gpulab/etcd/join",
+                                   {"token": token, "name": name, "peer": etcd.peer}, timeout=10)  # fmt: skip
+        except OSError as exc:
+            code, body = 0, {"error": f"failed to contact server {host}: {exc}"}
+        if code == 200:
+            etcd.joined(body)
+            return body["token"]
+        if code == 401:
+            body = {"error": f"failed to get CA certs: https://{host}/cacerts: 401 Unauthorized"}
+        print(f'level=error msg="starting kubernetes: preparing server: failed to join the cluster through {host}: '
+              f'{body.get("error")}"', file=sys.stderr, flush=True)  # fmt: skip
+        time.sleep(2)
+
+
+def run_server():
+    cfg = load_config()
+    name = str(cfg.get("node-name") or socket.gethostname())
+    address = str(cfg.get("node-ip") or own_address())
+    port = int(cfg.get("https-listen-port") or PORT)
+    bind = str(cfg.get("bind-address") or "")
+    join_url = str(cfg.get("server") or "")
+    # embedded etcd: cluster-init, a server to join, or etcd data from an earlier start; else SQLite
+    etcd_mode = truthy(cfg.get("cluster-init")) or bool(join_url) or os.path.exists(ETCD_META)
+    cluster = Cluster()
+    peer_host = bind if bind not in ("", "0.0.0.0", "::") else address
+    etcd = cluster.etcd = Etcd(name, f"http://{peer_host}:{port}", cluster) if etcd_mode else None
+    joining = etcd is not None and not etcd.members and bool(join_url)
+    token = given_token(cfg) if joining else server_token(cfg)
+    if not joining:
+        write_token(token)
     node_token = os.path.join(os.path.dirname(TOKEN), "node-token")
     if os.path.lexists(node_token) and not (os.path.islink(node_token) and os.readlink(node_token) == TOKEN):
         os.remove(node_token)  # a plain file from an older stand-in
@@ -1120,14 +1454,24 @@ def run_server():
             "current-context: default\nkind: Config\nusers:\n- name: default\n  user: {}\n"
         )
     os.chmod(KUBECONFIG, int(str(cfg.get("write-kubeconfig-mode") or "600"), 8))
-    cluster = Cluster()
     handler = make_handler(cluster, token)
     hosts = [bind] if bind else ["127.0.0.1", address]
     servers = [http.server.ThreadingHTTPServer((host, port), handler) for host in dict.fromkeys(hosts)]
     for srv in servers:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
+    if etcd is not None:
+        if joining:
+            # listening first: the leader sends the data to a new member as soon as it has added it
+            token = handler.auth["token"] = join_cluster(etcd, join_url, token, name)
+            write_token(token)  # a joined server holds the cluster's token
+        elif not etcd.members:
+            etcd.initialize()
+        threading.Thread(target=etcd.run, daemon=True).start()
     runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
     cards = gpu_cards()
+    role_labels = {"node-role.kubernetes.io/control-plane": "true", "node-role.kubernetes.io/master": "true"}
+    if etcd is not None:
+        role_labels["node-role.kubernetes.io/etcd"] = "true"
     me = {
         "gpus": len(cards),
         "gpu_uuids": [c["uuid"] for c in cards],
@@ -1137,10 +1481,8 @@ def run_server():
         "address": address,
         "labels": labels_from(cfg),
         "runtimes": runtimes,
-        "role_labels": {
-            "node-role.kubernetes.io/control-plane": "true",
-            "node-role.kubernetes.io/master": "true",
-        },
+        "version": version(),
+        "role_labels": role_labels,
     }
     started = time.time()
     os.makedirs(MANIFESTS, exist_ok=True)
@@ -1148,8 +1490,25 @@ def run_server():
         "READY=1"
     )  # Type=notify, as k3s: `systemctl start k3s` returns once the token and API are there
     while True:
-        cluster.register(me)
-        cluster.apply_manifests()
+        if etcd is None:
+            cluster.register(me)
+            cluster.apply_manifests()
+        elif etcd.is_leader():
+            cluster.register(me)
+            with cluster.lock:
+                cluster.state.setdefault("addons", {})[name] = manifest_docs()
+            cluster.apply_manifests(etcd_addons(cluster.state, etcd.members))
+        else:
+            # a follower's node and manifests reach the cluster through the leader (nothing without a quorum)
+            leader = etcd.leader_peer()
+            with contextlib.suppress(OSError):
+                if leader:
+                    http_send(leader, "/gpulab/register", {**me, "token": token})
+                    http_send(
+                        leader, "/gpulab/etcd/addons", {"name": name, "docs": manifest_docs(), "token": token}
+                    )
+            time.sleep(1 if time.time() - started < 5 else HEARTBEAT_S)
+            continue
         if time.time() - started > 2 and "nvidia" not in cluster.state["runtimeclasses"]:
             with cluster.lock:
                 for handler_name in RUNTIME_CLASSES:
@@ -1161,6 +1520,19 @@ def run_server():
                     }
                 cluster.save()
         time.sleep(1 if time.time() - started < 5 else HEARTBEAT_S)
+
+
+def etcd_addons(state, members):
+    """Every server's manifests, in the order the servers joined; an object two servers place is the first's."""
+    docs, seen = [], set()
+    for m in members:
+        for d in (state.get("addons") or {}).get(m["name"], []):
+            meta = d.get("metadata") or {}
+            key = (d.get("kind"), meta.get("namespace"), meta.get("name"))
+            if key not in seen:
+                seen.add(key)
+                docs.append(d)
+    return docs
 
 
 # --- agent --------------------------------------------------------------------------------------------------
@@ -1178,7 +1550,9 @@ def run_agent():
         print('level=fatal msg="--server is required"', file=sys.stderr)
         return 1
     host = url.split("://", 1)[-1].split("/", 1)[0]
-    api = f"http://{host}/gpulab/register"
+    # like k3s' agent load balancer: the address it was given, then every server the cluster names, and on to
+    # the next one when the one in use does not answer
+    endpoints = [host]
     name = str(cfg.get("node-name") or socket.gethostname())
     # like k3s, the agent looks for the NVIDIA runtime once, when it starts
     runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
@@ -1189,21 +1563,33 @@ def run_agent():
         "labels": labels_from(cfg),
         "runtimes": runtimes,
         "token": token,
+        "version": version(),  # the release this agent runs, read when it started
     }
     cards = gpu_cards()
     me.update(gpus=len(cards), gpu_uuids=[c["uuid"] for c in cards], gpu_cards=cards)
     while True:
-        req = urllib.request.Request(api, json.dumps(me).encode(), {"Content-Type": "application/json"})
+        current = endpoints[0]
+        req = urllib.request.Request(
+            f"http://{current}/gpulab/register", json.dumps(me).encode(), {"Content-Type": "application/json"}
+        )
         try:
-            urllib.request.urlopen(req, timeout=5).read()
+            reply = json.loads(urllib.request.urlopen(req, timeout=5).read() or b"{}")
+            servers = [a for a in reply.get("servers") or [] if a not in endpoints]
+            if servers:
+                print(f'level=info msg="Adding server to load balancer k3s-agent-load-balancer: {servers}"',
+                      file=sys.stderr, flush=True)  # fmt: skip
+                endpoints += servers
         except urllib.error.HTTPError as exc:
             print(
                 f'level=error msg="failed to get CA certs: {exc.code} {exc.reason}"',
                 file=sys.stderr,
                 flush=True,
             )
+            if exc.code >= 500:
+                endpoints.append(endpoints.pop(0))  # a server without a quorum: try the next
         except OSError as exc:
-            print(f'level=error msg="failed to contact server {host}: {exc}"', file=sys.stderr, flush=True)
+            print(f'level=error msg="failed to contact server {current}: {exc}"', file=sys.stderr, flush=True)
+            endpoints.append(endpoints.pop(0))
         time.sleep(HEARTBEAT_S)
 
 
@@ -1226,6 +1612,15 @@ def api_get(path):
     try:
         with urllib.request.urlopen(f"http://{server}{path}", timeout=5) as resp:
             return json.load(resp)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 504:  # etcd without a quorum: the API server answers nothing but this
+            print(f"Error from server: {NO_QUORUM}", file=sys.stderr)
+            sys.exit(1)
+        print(
+            f"The connection to the server {server} was refused - did you specify the right host or port?",
+            file=sys.stderr,
+        )
+        sys.exit(1)
     except OSError:
         print(
             f"The connection to the server {server} was refused - did you specify the right host or port?",
@@ -1291,6 +1686,8 @@ def post(path, body):
         with urllib.request.urlopen(req, timeout=5) as resp:
             return json.load(resp), None
     except urllib.error.HTTPError as exc:
+        if exc.code == 504:
+            return None, f"Error from server: {NO_QUORUM}"
         return None, f"Error from server (NotFound): {json.load(exc).get('error')}"
     except OSError:
         return api_get("/none"), "unreachable"

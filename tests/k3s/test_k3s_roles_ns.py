@@ -8,6 +8,7 @@ The server listens on 127.0.0.1 only, on a free port. Nothing outside the tempor
 import json
 import os
 import time
+import urllib.request
 
 import pytest
 import yaml
@@ -176,3 +177,111 @@ def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
 
     # This machine's own files were never touched: the overlays existed only in the namespaces.
     assert [os.path.exists(p) for p in OUTSIDE] == outside
+
+
+def etcd_status(port):
+    """A server's view of etcd (the stand-in's); a stopped or starting server has none."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/gpulab/etcd/status", timeout=5) as resp:
+            return json.load(resp)
+    except OSError:
+        return {"leader": None, "members": []}
+
+
+def heartbeat(server, node):
+    nodes = server.nodes()
+    return nodes.get(node, {}).get("status", {}).get("conditions", [{}])[0].get("lastHeartbeatTime")
+
+
+def wait_until(predicate, tries=150):
+    for _ in range(tries):
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    return predicate()
+
+
+def test_three_servers_form_one_etcd_cluster_that_keeps_answering_without_one(nshosts):
+    """k3s_server with cluster-init on the first server, the others joining through its address with the token
+    the first generated, an agent through the same address; re-runs change nothing. Two of three servers down:
+    the API stops answering; the leader down: another leads and the agent reaches a server that answers."""
+    ports = {name: free_port() for name in ("vm-1", "vm-2", "vm-3")}
+    url = f"https://127.0.0.1:{ports['vm-1']}"
+    servers, results = {}, {}
+    token = ""
+    for name, port in ports.items():
+        first = name == "vm-1"
+        host = servers[name] = nshosts(name, airgap=True)
+        server_vars = {
+            "k3s_server_version": VERSION,
+            "k3s_server_airgap": True,
+            "k3s_server_node_name": name,
+            "k3s_server_address": "127.0.0.1",
+            "k3s_server_tls_san": ["k3s.lab.example"],
+            "k3s_server_cluster_init": first,
+            "k3s_server_join_url": "" if first else url,
+            "k3s_server_token": token,
+            "k3s_server_config": {"bind-address": "127.0.0.1", "https-listen-port": port},
+            "k3s_server_poll_interval": 1,
+            "k3s_server_ready_timeout": 60,
+        }
+        results[name] = (host.play("k3s_server", server_vars), server_vars)
+        assert recap(results[name][0])["failed"] == 0, results[name][0].stdout[-4000:]
+        if first:
+            token = host.upper("/var/lib/rancher/k3s/server/token").read_text().strip()
+        config = yaml.safe_load(host.upper("/etc/rancher/k3s/config.yaml").read_text())
+        assert config["tls-san"] == ["127.0.0.1", "k3s.lab.example"]
+        if first:
+            assert config["cluster-init"] is True and "server" not in config and "token-file" not in config
+        else:
+            assert "cluster-init" not in config and config["server"] == url
+            assert config["token-file"] == "/etc/rancher/k3s/server-token"
+            # a joined server holds the cluster's token; it never shows in the output
+            assert host.upper("/var/lib/rancher/k3s/server/token").read_text().strip() == token
+            assert token.split(":")[-1] not in results[name][0].stdout
+    members = ["vm-1", "vm-2", "vm-3"]
+    assert wait_until(lambda: all(etcd_status(p)["members"] == members for p in ports.values()))
+    assert {etcd_status(p)["leader"] for p in ports.values()} == {"vm-1"}
+
+    agent = nshosts("vm-a", airgap=True)
+    agent_vars = {"k3s_agent_version": VERSION, "k3s_agent_token": token, "k3s_agent_server_url": url,
+                  "k3s_agent_node_name": "vm-a", "k3s_agent_airgap": True}  # fmt: skip
+    assert recap(agent.play("k3s_agent", agent_vars))["failed"] == 0
+    nodes = wait_nodes(servers["vm-3"], [*members, "vm-a"])
+    assert set(nodes) == {*members, "vm-a"}
+    assert all(nodes[n]["metadata"]["labels"]["node-role.kubernetes.io/etcd"] == "true" for n in members)
+    assert "node-role.kubernetes.io/etcd" not in nodes["vm-a"]["metadata"]["labels"]
+
+    # Again: nothing changes, nothing restarts.
+    for name in ("vm-1", "vm-2"):
+        again = servers[name].play("k3s_server", results[name][1])
+        assert recap(again)["changed"] == 0 and recap(again)["failed"] == 0, again.stdout[-4000:]
+        assert servers[name].systemctl_calls().count(["restart", "k3s"]) == 1
+    again = agent.play("k3s_agent", agent_vars)
+    assert recap(again)["changed"] == 0 and recap(again)["failed"] == 0, again.stdout[-4000:]
+
+    # Two of three servers down: no quorum, kubectl on the last one fails as k3s' does.
+    for name in ("vm-2", "vm-3"):
+        assert servers[name].run("systemctl", "stop", "k3s").returncode == 0
+    lost = wait_until(lambda: (r := servers["vm-1"].k3s("kubectl", "get", "nodes")).returncode != 0 and r)
+    assert lost and "etcdserver: request timed out" in lost.stderr, lost and lost.stdout
+    assert servers["vm-3"].k3s("kubectl", "get", "nodes").returncode == 1  # stopped: refused
+    assert servers["vm-3"].run("systemctl", "start", "k3s").returncode == 0
+    assert wait_until(lambda: servers["vm-1"].k3s("kubectl", "get", "nodes").returncode == 0)
+
+    # The leader down: another member leads and the agent, registered through vm-1's address, moves on.
+    assert servers["vm-2"].run("systemctl", "start", "k3s").returncode == 0
+    assert wait_until(
+        lambda: (
+            len(leaders := {etcd_status(p)["leader"] for p in ports.values()}) == 1 and None not in leaders
+        )
+    )
+    leader = etcd_status(ports["vm-1"])["leader"]
+    assert servers[leader].run("systemctl", "stop", "k3s").returncode == 0
+    rest = [n for n in members if n != leader]
+    new = wait_until(lambda: (s := etcd_status(ports[rest[0]]))["leader"] in rest and s["leader"])
+    assert new and etcd_status(ports[rest[1]])["leader"] == new
+    before = heartbeat(servers[new], "vm-a")
+    assert wait_until(lambda: heartbeat(servers[new], "vm-a") != before), "the agent found no server"
+    ready = servers[rest[1]].k3s("kubectl", "wait", "--for=condition=Ready", "node/vm-a", "--timeout=10s")
+    assert ready.returncode == 0, ready.stderr

@@ -1439,6 +1439,7 @@ def run_server():
     token = given_token(cfg) if joining else server_token(cfg)
     if not joining:
         write_token(token)
+    os.makedirs(os.path.dirname(TOKEN), exist_ok=True)
     node_token = os.path.join(os.path.dirname(TOKEN), "node-token")
     if os.path.lexists(node_token) and not (os.path.islink(node_token) and os.readlink(node_token) == TOKEN):
         os.remove(node_token)  # a plain file from an older stand-in

@@ -186,7 +186,7 @@ def test_seeding_runs_once_per_state_directory(tmp_path):
     try:
         assert {k: dict(v["config"]) for k, v in server.lab.state.data["vms"].items()} == first
         assert desc2["seed"]["guest_password"] == desc["seed"]["guest_password"]
-        assert len(server.lab.state.data["volumes"]["local"]) == 1
+        assert len(server.lab.state.data["volumes"]["pve/local"]) == 1
     finally:
         stop_lab(server, thread)
 

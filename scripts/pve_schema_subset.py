@@ -36,7 +36,6 @@ SERVED_PATHS = (
     "/access/users/{userid}/token/{tokenid}",
     "/access/acl",
     "/cluster/resources",
-    "/cluster/status",
     "/cluster/nextid",
     "/cluster/mapping/pci",
     "/cluster/mapping/pci/{id}",

@@ -19,6 +19,7 @@ from gpulab.constants import DOWNLOAD_EXTENSION_HINTS, DOWNLOAD_EXTENSIONS, PLAC
 from gpulab.labdef.catalogue import (
     BY_NAME,
     CHECKSUM_LENGTHS,
+    DNS_NAME_RE,
     DOWNLOAD_URL_RE,
     FILENAME_RE,
     OS_IMAGES,
@@ -302,10 +303,14 @@ def check_router(d: LabDefinition, out: Problems) -> None:
             out.add(vhost, "vm_address", str(addr), why, "pick another free address")
 
 
-# A DNS name: dot-separated labels (letters, digits, '-'), not all digits.
-_HOSTNAME_RE = re.compile(
-    r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
-)
+def _is_dns_name(value: str) -> bool:
+    """A DNS name: at most 253 characters of dot-separated labels (each a DNS_NAME_RE label), not all digits."""
+    labels = value.split(".")
+    return (
+        len(value) <= 253
+        and all(DNS_NAME_RE.match(label) for label in labels)
+        and not value.replace(".", "").isdigit()
+    )
 
 
 def check_registration(d: LabDefinition, out: Problems) -> None:
@@ -319,7 +324,7 @@ def check_registration(d: LabDefinition, out: Problems) -> None:
     try:
         addr = ipaddress.IPv4Address(str(value))
     except ValueError:
-        if not _HOSTNAME_RE.match(str(value)) or str(value).replace(".", "").isdigit():
+        if not _is_dns_name(str(value)):
             why = "neither an IPv4 address nor a DNS name"
             fix = "give a DNS name that resolves to the k3s servers, or a free IPv4 address on the LAN"
             out.add("all", name, value, why, fix)

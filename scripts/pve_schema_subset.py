@@ -36,6 +36,7 @@ SERVED_PATHS = (
     "/access/users/{userid}/token/{tokenid}",
     "/access/acl",
     "/cluster/resources",
+    "/cluster/status",
     "/cluster/nextid",
     "/cluster/mapping/pci",
     "/cluster/mapping/pci/{id}",

@@ -3,11 +3,13 @@
 Keys (see fixtures/reference.yml, the default):
 
 - ``pve``: ``version``, ``release``, ``repoid`` answered by GET /version.
-- ``nodes``: list of ``name``, ``cpu`` (``model``, ``sockets``, ``cores``, ``threads``), ``memory``
-  (``total``, ``host_used`` bytes), ``rootfs_total``, ``boot`` (``mode`` efi|legacy-bios, ``secureboot``,
-  ``loader``), ``kernel``, ``storages`` (``name``, ``type`` dir|zfspool|lvmthin, ``content`` list,
-  ``total`` bytes, ``path`` for dir), ``bridges``, ``pci`` (items shaped like PVE's hardware/pci answer,
-  plus ``boot_vga``).
+- ``nodes``: list of ``name``, ``address`` (optional: the node's address in /cluster/status; the lab
+  subnet's .5, .6, ... in list order when not given), ``cpu`` (``model``, ``sockets``, ``cores``,
+  ``threads``), ``memory`` (``total``, ``host_used`` bytes), ``rootfs_total``, ``boot`` (``mode``
+  efi|legacy-bios, ``secureboot``, ``loader``), ``kernel``, ``storages`` (``name``, ``type``
+  dir|zfspool|lvmthin, ``content`` list, ``total`` bytes, ``path`` for dir; local to the node, as no
+  storage is shared), ``bridges``, ``pci`` (items shaped like PVE's hardware/pci answer, plus
+  ``boot_vga``).
 - ``timings``: seconds per task type (``qmcreate``, ``qmconfig``, ``qmstart``, ``qmshutdown``, ``qmstop``,
   ``qmdestroy``, ``resize``), ``download_rate`` (bytes/s), ``download_max_s``, ``download_progress_s``,
   ``agent_delay`` (seconds after start before the guest agent answers).
@@ -16,7 +18,11 @@ Keys (see fixtures/reference.yml, the default):
 - ``network`` (optional; used by the network lab and by the API-only hooks): ``router`` (dnsmasq|kea|...),
   ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``).
 - ``extends`` (optional): a fixture this one builds on (a name such as ``reference``, or a path relative to
-  this file); its keys are merged under this file's (mappings key by key, anything else replaced).
+  this file); its keys are merged under this file's (mappings key by key, anything else replaced). A node
+  of ``nodes`` may name ``extends: NODE`` too: that node of the fixture it builds on, with the entry's keys
+  merged over it (fixtures/cluster.yml keeps the reference node so).
+- ``cluster`` (optional): ``name`` of the PVE cluster the nodes form (GET /cluster/status); a fixture with
+  several nodes is a cluster (named ``lab`` when no name is given), one node with no name is a lone node.
 - ``seed`` (optional): the lab as its user built it before gpulab ran (fixtures/homelab.yml;
   :mod:`labsim.seed` documents the keys): VMs that already exist, ISO volumes on storage, the guests'
   installation, DHCP leases the router already holds, the node's kernel command line.
@@ -108,8 +114,25 @@ def _read_fixture(src: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise FixtureError(f"lab fixture {src} is not a mapping of keys")
     parent = data.pop("extends", None)
+    base: dict[str, Any] = {}
     if parent:
-        data = _merge(_read_fixture(resolve_fixture(parent, src.parent), (*seen, src)), data)
+        base = _read_fixture(resolve_fixture(parent, src.parent), (*seen, src))
+        data = _merge(base, data)
+    base_nodes = {n.get("name"): n for n in base.get("nodes") or [] if isinstance(n, dict)}
+    nodes = []
+    for node in data.get("nodes") or []:
+        if isinstance(node, dict) and "extends" in node:
+            node = dict(node)
+            name = node.pop("extends")
+            if name not in base_nodes:
+                known = ", ".join(map(str, base_nodes)) or "none (the fixture extends no other)"
+                raise FixtureError(
+                    f"lab fixture {src}: a node extends node {name!r}, which is not one of {known}"
+                )
+            node = _merge(base_nodes[name], node)
+        nodes.append(node)
+    if nodes:
+        data["nodes"] = nodes
     return data
 
 
@@ -147,6 +170,18 @@ def download_digest(entry: dict[str, Any], algorithm: str) -> str:
     if entry.get(algorithm):
         return str(entry[algorithm]).lower()
     return hashlib.new(algorithm, f"gpulab-lab-content:{entry['url']}".encode()).hexdigest()
+
+
+def node_address(fixture: dict[str, Any], name: str) -> str:
+    """A node's address: its ``address``, else the lab subnet's .5, .6, ... in the order of ``nodes``
+    (the reference node is .5)."""
+    for i, node in enumerate(fixture["nodes"]):
+        if node["name"] == name:
+            if node.get("address"):
+                return str(node["address"])
+            net = ipaddress.ip_network(network_settings(fixture)["subnet"])
+            return str(net.network_address + 5 + i)
+    raise KeyError(name)
 
 
 def network_settings(fixture: dict[str, Any]) -> dict[str, Any]:

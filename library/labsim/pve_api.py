@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from labsim import wget_log
-from labsim.fixture import download_digest
+from labsim.fixture import download_digest, node_address
 from labsim.pve_access import AccessHandlers
 from labsim.pve_auth import PermissionDenied, Principal
 from labsim.pve_schema import ParamError, Schema
@@ -152,10 +152,14 @@ class PveApiSim(AccessHandlers):
         self.lock = self.state.lock
         d = self.state.data
         d.setdefault("vms", {})
-        d.setdefault("volumes", {})  # "storage" -> list of volume records (per node in volid owner)
+        d.setdefault("volumes", {})  # "node/storage" -> list of volume records
         d.setdefault("mappings", {})
         d.setdefault("tasks", {})
         self.nodes = {n["name"]: n for n in fixture["nodes"]}
+        # a state written before volumes were kept per node ("storage" keys) was a one-node lab's
+        first = fixture["nodes"][0]["name"]
+        for key in [k for k in d["volumes"] if "/" not in k]:
+            d["volumes"].setdefault(f"{first}/{key}", []).extend(d["volumes"].pop(key))
         self.tasks = TaskManager(d["tasks"], self.lock, self.state.mark)
         self.timings = fixture["timings"]
         self.downloads = {e["url"]: e for e in fixture.get("downloads", [])}
@@ -257,15 +261,25 @@ class PveApiSim(AccessHandlers):
                 return s
         raise ApiError(500, f"storage '{storeid}' does not exist")
 
-    def _volumes(self, storeid: str) -> list[dict]:
-        return self.state.data["volumes"].setdefault(storeid, [])
+    def _volumes(self, node: str, storeid: str) -> list[dict]:
+        """The volumes on one node's storage: the lab's storages are local to their node (none is shared),
+        so `local` of one node is not `local` of another."""
+        return self.state.data["volumes"].setdefault(f"{node}/{storeid}", [])
 
-    def _find_volume(self, volid: str) -> dict | None:
+    def _set_volumes(self, node: str, storeid: str, volumes: list[dict]) -> None:
+        self.state.data["volumes"][f"{node}/{storeid}"] = volumes
+
+    def _node_storages(self, node: str) -> list[str]:
+        """The storage ids of a node that hold volumes in the state."""
+        prefix = f"{node}/"
+        return [k[len(prefix) :] for k in self.state.data["volumes"] if k.startswith(prefix)]
+
+    def _find_volume(self, node: str, volid: str) -> dict | None:
         storeid = volid.split(":", 1)[0]
-        return next((v for v in self._volumes(storeid) if v["volid"] == volid), None)
+        return next((v for v in self._volumes(node, storeid) if v["volid"] == volid), None)
 
-    def _storage_used(self, storeid: str) -> int:
-        return sum(v["size"] for v in self._volumes(storeid))
+    def _storage_used(self, node: str, storeid: str) -> int:
+        return sum(v["size"] for v in self._volumes(node, storeid))
 
     @staticmethod
     def render_config(config: dict, pending: dict, pending_delete: list[str]) -> str:
@@ -429,7 +443,7 @@ class PveApiSim(AccessHandlers):
                             "plugintype": s["type"],
                             "content": ",".join(s["content"]),
                             "shared": 0,
-                            "disk": self._storage_used(s["name"]),
+                            "disk": self._storage_used(name, s["name"]),
                             "maxdisk": int(s["total"]),
                         }
                     )
@@ -439,6 +453,40 @@ class PveApiSim(AccessHandlers):
                     continue
                 entry = {"id": f"qemu/{vmid}", "type": "qemu", **self._vm_summary(int(vmid), vm)}
                 out.append(entry)
+        return out
+
+    def h_get_cluster_status(self, args, who):
+        """pvecm's view: a lone node answers only its own entry; nodes joined in a cluster (a fixture with
+        several nodes, or a ``cluster`` name) add the cluster's entry first. The listener answers as the
+        first node (``local``)."""
+        names = list(self.nodes)
+        cluster = self.fixture.get("cluster") or {}
+        clustered = len(names) > 1 or bool(cluster.get("name"))
+        out = []
+        if clustered:
+            out.append(
+                {
+                    "type": "cluster",
+                    "id": "cluster",
+                    "name": str(cluster.get("name") or "lab"),
+                    "nodes": len(names),
+                    "quorate": 1,
+                    "version": len(names),
+                }
+            )
+        for i, name in enumerate(names):
+            out.append(
+                {
+                    "type": "node",
+                    "id": f"node/{name}",
+                    "name": name,
+                    "ip": node_address(self.fixture, name),
+                    "local": int(i == 0),
+                    "nodeid": i + 1 if clustered else 0,
+                    "online": 1,
+                    "level": "",
+                }
+            )
         return out
 
     def _vm_summary(self, vmid: int, vm: dict) -> dict:
@@ -686,7 +734,7 @@ class PveApiSim(AccessHandlers):
 
     # ============================================================================ storage
     def _storage_entry(self, node: str, s: dict) -> dict:
-        used = self._storage_used(s["name"])
+        used = self._storage_used(node, s["name"])
         total = int(s["total"])
         return {
             "storage": s["name"],
@@ -720,7 +768,7 @@ class PveApiSim(AccessHandlers):
     def h_get_nodes_node_storage_storage_content(self, args, who):
         self._storage(args["node"], args["storage"])
         out = []
-        for v in self._volumes(args["storage"]):
+        for v in self._volumes(args["node"], args["storage"]):
             if "content" in args and v["content"] != args["content"]:
                 continue
             if "vmid" in args and v.get("vmid") != args["vmid"]:
@@ -770,7 +818,7 @@ class PveApiSim(AccessHandlers):
         def body(task):
             # pve-common PVE::Tools::download_file_from_url: the lines of library/labsim/wget_log.py
             task.log(f"downloading {url} to {fs_path}")
-            existing = self._find_volume(volid)
+            existing = self._find_volume(node, volid)
             if existing is not None:
                 if expect is None:
                     raise TaskFailed(f"refusing to override existing file '{fs_path}'")
@@ -792,7 +840,7 @@ class PveApiSim(AccessHandlers):
                     f"download failed: 500 Can't connect to {host}:443 (Name or service not known)"
                 )
             size = int(entry["size"])
-            free = int(s["total"]) - self._storage_used(storeid)
+            free = int(s["total"]) - self._storage_used(node, storeid)
             if size > free:
                 raise TaskFailed(
                     f"not enough space on storage '{storeid}' ({free} bytes free, {size} needed)"
@@ -830,7 +878,7 @@ class PveApiSim(AccessHandlers):
                 task.log("calculating checksum...OK, checksum verified")
             task.log("download of '" + url + "' to '" + fs_path + "' finished")
             with self.lock:
-                self._volumes(storeid).append(
+                self._volumes(node, storeid).append(
                     {
                         "volid": volid,
                         "content": content,
@@ -982,7 +1030,7 @@ class PveApiSim(AccessHandlers):
                             403, "Permission check failed (Only root can pass arbitrary filesystem paths.)"
                         )
                 else:
-                    vol = self._find_volume(src)
+                    vol = self._find_volume(node, src)
                     if vol is None:
                         raise ApiError(500, f"volume '{src}' does not exist")
                     if vol["content"] not in ("images", "import"):
@@ -1001,7 +1049,7 @@ class PveApiSim(AccessHandlers):
                     403, "Permission check failed (Only root can pass arbitrary filesystem paths.)"
                 )
             return None
-        vol = self._find_volume(file)
+        vol = self._find_volume(node, file)
         if vol is None:
             raise ApiError(500, f"volume '{file}' does not exist")
         if vol["content"] == "iso" and drive.get("media") != "cdrom":
@@ -1043,8 +1091,8 @@ class PveApiSim(AccessHandlers):
                 f"vm-{vmid}-cloudinit" if store["type"] != "dir" else f"{vmid}/vm-{vmid}-cloudinit.qcow2"
             )
             volid = f"{storeid}:{volname}"
-            if self._find_volume(volid) is None:
-                self._volumes(storeid).append(
+            if self._find_volume(node, volid) is None:
+                self._volumes(node, storeid).append(
                     {
                         "volid": volid,
                         "content": "images",
@@ -1058,7 +1106,7 @@ class PveApiSim(AccessHandlers):
             drive["media"] = "cdrom"
             return _print_drive(volid, drive)
         if drive.get("import-from"):
-            src = self._find_volume(drive.pop("import-from"))
+            src = self._find_volume(node, drive.pop("import-from"))
             size = int(src.get("virtual_size", src["size"])) if src else GiB
         elif key == "efidisk0":
             size = 528 * 1024 if drive.get("efitype") == "4m" else 128 * 1024
@@ -1066,12 +1114,12 @@ class PveApiSim(AccessHandlers):
             size = 4 * 2**20
         else:
             size = int(alloc["size_gib"] * GiB)
-        free = int(store["total"]) - self._storage_used(storeid)
+        free = int(store["total"]) - self._storage_used(node, storeid)
         if size > free:
             raise TaskFailed(
                 f"unable to create image: not enough space on storage '{storeid}' ({free} bytes free)"
             )
-        names = {v["volid"] for v in self._volumes(storeid)}
+        names = {v["volid"] for v in self._volumes(node, storeid)}
         n = 0
         while any(f"vm-{vmid}-disk-{n}" in v for v in names):
             n += 1
@@ -1079,7 +1127,7 @@ class PveApiSim(AccessHandlers):
         volid = f"{storeid}:{volname}"
         if store["type"] == "zfspool" and key == "efidisk0":
             size = 2**20  # ZFS rounds the EFI vars volume up to 1 MiB
-        self._volumes(storeid).append(
+        self._volumes(node, storeid).append(
             {
                 "volid": volid,
                 "content": "images",
@@ -1093,13 +1141,13 @@ class PveApiSim(AccessHandlers):
         drive["size"] = format_size(size)
         return _print_drive(volid, drive)
 
-    def _with_iso_size(self, key: str, value: str) -> str:
+    def _with_iso_size(self, node: str, key: str, value: str) -> str:
         drive = (
             self.schema.parse_property_string(self._drive_format(key), value, key)
             if DISK_RE.match(key)
             else {}
         )
-        vol = self._find_volume(drive.get("file", "")) if drive else None
+        vol = self._find_volume(node, drive.get("file", "")) if drive else None
         if vol is not None and vol["content"] == "iso" and "size" not in drive:
             drive["size"] = f"{vol['size'] // 1024}K"
             file = drive.pop("file")
@@ -1124,7 +1172,7 @@ class PveApiSim(AccessHandlers):
                     500, f"unable to create VM {vmid} - VM {vmid} already exists on node '{other}'"
                 )
             sets, allocations = self._prepare_changes(node, vmid, args, who, create=True, current={})
-            sets = {k: self._with_iso_size(k, str(v)) for k, v in sets.items()}
+            sets = {k: self._with_iso_size(node, k, str(v)) for k, v in sets.items()}
             sets.setdefault("smbios1", f"uuid={uuid.uuid4()}")
             sets.setdefault("vmgenid", str(uuid.uuid4()))
             sets.setdefault("meta", f"creation-qemu=10.1.2,ctime={int(time.time())}")
@@ -1154,10 +1202,10 @@ class PveApiSim(AccessHandlers):
 
         def on_error(task, error):
             self.state.data["vms"].pop(str(vmid), None)
-            for storeid in list(self.state.data["volumes"]):
-                self.state.data["volumes"][storeid] = [
-                    v for v in self._volumes(storeid) if v.get("vmid") != vmid
-                ]
+            for storeid in self._node_storages(node):
+                self._set_volumes(
+                    node, storeid, [v for v in self._volumes(node, storeid) if v.get("vmid") != vmid]
+                )
             self.state.mark()
 
         return self.tasks.start(node, "qmcreate", str(vmid), who.userid, body, on_error)
@@ -1223,7 +1271,7 @@ class PveApiSim(AccessHandlers):
                     self._check_hostpci(k, vm["config"][k], None, who, vmid, {})
             current = {**vm["config"], **vm["pending"]}
             sets, allocations = self._prepare_changes(node, vmid, args, who, create=False, current=current)
-            sets = {k: self._with_iso_size(k, str(v)) for k, v in sets.items()}
+            sets = {k: self._with_iso_size(node, k, str(v)) for k, v in sets.items()}
             for k in reverts:
                 vm["pending"].pop(k, None)
                 if k in vm["pending_delete"]:
@@ -1309,12 +1357,13 @@ class PveApiSim(AccessHandlers):
         cloudinit = volid.endswith("-cloudinit") or volid.endswith("-cloudinit.qcow2")
         if "media=cdrom" in value and not cloudinit:
             return
-        vol = self._find_volume(volid)
+        vol = self._find_volume(vm["node"], volid)
         if vol is None or vol.get("content") != "images":
             return
         if force or cloudinit or UNUSED_RE.match(key):
             storeid = volid.split(":")[0]
-            self.state.data["volumes"][storeid] = [v for v in self._volumes(storeid) if v["volid"] != volid]
+            keep = [v for v in self._volumes(vm["node"], storeid) if v["volid"] != volid]
+            self._set_volumes(vm["node"], storeid, keep)
             return
         n = 0
         while f"unused{n}" in vm["config"]:
@@ -1334,7 +1383,7 @@ class PveApiSim(AccessHandlers):
             if "media=cdrom" in value:
                 raise ApiError(500, "you can't resize a cdrom")
             volid = value.split(",")[0]
-            vol = self._find_volume(volid)
+            vol = self._find_volume(node, volid)
             if vol is None:
                 raise ApiError(500, f"volume '{volid}' does not exist")
             text = args["size"]
@@ -1399,9 +1448,11 @@ class PveApiSim(AccessHandlers):
             if dev.get("pcie") and "q35" not in cfg.get("machine", ""):
                 raise TaskFailed("q35 machine model is not enabled")
             if dev.get("mapping"):
+                # qemu-server takes the map entries of the node the VM starts on: none there (or no such
+                # mapping) is the same failure
                 mapping = self.state.data["mappings"].get(dev["mapping"])
-                if mapping is None:
-                    raise TaskFailed(f"PCI mapping '{dev['mapping']}' not found")
+                if mapping is None or not any(e["node"] == node for e in self._map_entries(mapping)):
+                    raise TaskFailed(f"PCI device mapping not found for '{dev['mapping']}'")
                 errors = [
                     c for c in self._mapping_checks(dev["mapping"], mapping, node) if c["severity"] == "error"
                 ]
@@ -1520,14 +1571,14 @@ class PveApiSim(AccessHandlers):
         def body(task):
             self._sleep("qmdestroy")
             with self.lock:
-                for storeid in list(self.state.data["volumes"]):
+                for storeid in self._node_storages(node):
                     keep = []
-                    for v in self._volumes(storeid):
+                    for v in self._volumes(node, storeid):
                         if v.get("vmid") == vmid:
                             task.log(f"Removing image: 100% complete...done. ({v['volid']})")
                         else:
                             keep.append(v)
-                    self.state.data["volumes"][storeid] = keep
+                    self._set_volumes(node, storeid, keep)
                 self.state.data["vms"].pop(str(vmid), None)
                 self.state.mark()
             forget_installation(self.state_dir, vmid)  # a seeded guest's disk is gone with it
@@ -1560,7 +1611,7 @@ class PveApiSim(AccessHandlers):
         if parse_upid(args["upid"]) is None:
             raise ApiError(400, "unable to parse worker upid")
         rec = self.state.data["tasks"].get(args["upid"])
-        if rec is None:
+        if rec is None or rec["node"] != args["node"]:  # a node knows only its own tasks
             raise ApiError(500, "no such task")
         if rec["user"] != who.userid and not who.has(f"/nodes/{args['node']}", ["Sys.Audit"]):
             raise ApiError(403, f"Permission check failed (/nodes/{args['node']}, Sys.Audit)")

@@ -151,7 +151,7 @@ def seed_state(lab: Any, creds: dict[str, Any]) -> bool:
     with lab.lock:
         password = guest_password(creds)
         for iso in seed["isos"]:
-            _add_iso(lab, iso)
+            _add_iso(lab, node, iso)
         lab.state.mark()
     upids = [
         lab.call("POST", f"/nodes/{node}/qemu", {**vm["create"], "vmid": vm["vmid"]}, root)[0]
@@ -173,14 +173,14 @@ def seed_state(lab: Any, creds: dict[str, Any]) -> bool:
     return True
 
 
-def _add_iso(lab: Any, iso: dict[str, Any]) -> None:
+def _add_iso(lab: Any, node: str, iso: dict[str, Any]) -> None:
     from labsim.fixture import download_digest
 
-    if lab._find_volume(iso["volid"]) is not None:
+    if lab._find_volume(node, iso["volid"]) is not None:
         return
     entry = lab.downloads[iso["url"]]
     size = int(entry["size"])
-    lab._volumes(iso["storage"]).append(
+    lab._volumes(node, iso["storage"]).append(
         {
             "volid": iso["volid"],
             "content": "iso",

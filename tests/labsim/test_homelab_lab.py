@@ -186,7 +186,7 @@ def test_seeding_runs_once_per_state_directory(tmp_path):
     try:
         assert {k: dict(v["config"]) for k, v in server.lab.state.data["vms"].items()} == first
         assert desc2["seed"]["guest_password"] == desc["seed"]["guest_password"]
-        assert len(server.lab.state.data["volumes"]["local"]) == 1
+        assert len(server.lab.state.data["volumes"]["pve/local"]) == 1
     finally:
         stop_lab(server, thread)
 
@@ -289,7 +289,14 @@ def disk(tmp_path, monkeypatch):
     layout, hw = tmp_path / "layout.json", tmp_path / "hw.json"
     layout.write_text(json.dumps(disk_standins.install_layout(60 * 2**30, efi=False)))
     hw.write_text(json.dumps({"sda": 60 * 2**30, "sr0": 3213064192}))
-    env = {**os.environ, "GPULAB_DISK_LAYOUT": str(layout), "GPULAB_DISK_HW": str(hw)}
+    # the stand-ins' call log too: by default /var/log of the machine running the tests, where a later
+    # node-host test (tests/host) would read this test's calls as its node's own
+    env = {
+        **os.environ,
+        "GPULAB_DISK_LAYOUT": str(layout),
+        "GPULAB_DISK_HW": str(hw),
+        "GPULAB_STANDINS_LOG": str(tmp_path / "standins.log"),
+    }
 
     def run(cmd, *args):
         return subprocess.run(

@@ -90,10 +90,13 @@ class PveSimProcess:
         f.inject(self.state, **faults)
 
 
-def start_lab(tmp: pathlib.Path, timings: dict | None = None) -> PveSimProcess:
+def start_lab(tmp: pathlib.Path, timings: dict | None = None, fixture: dict | None = None) -> PveSimProcess:
+    """The simulator on the reference machine, or on `fixture` (a whole fixture, e.g. `cluster_fixture()`),
+    with fast timings and the auditor's token."""
     from labsim.fixture import reference_fixture_path
 
-    fixture = yaml.safe_load(pathlib.Path(reference_fixture_path()).read_text())
+    if fixture is None:
+        fixture = yaml.safe_load(pathlib.Path(reference_fixture_path()).read_text())
     fixture["timings"] = {**(fixture.get("timings") or {}), **FAST, **(timings or {})}
     fixture.setdefault("access", {}).setdefault("tokens", []).append(AUDITOR)
     state = tmp / "lab"
@@ -113,6 +116,15 @@ def start_lab(tmp: pathlib.Path, timings: dict | None = None) -> PveSimProcess:
         proc.kill()
         pytest.fail(f"the PVE simulator did not start; see {state / 'server.log'}")
     return PveSimProcess(state, json.loads(line), proc)
+
+
+def cluster_fixture() -> dict:
+    """fixtures/cluster.yml as one file: nodes pve (RTX 3090) and pve2 (RTX 4090 at 0000:01:00)."""
+    from labsim.fixture import load_fixture
+
+    data = load_fixture("cluster")
+    data.pop("_path")
+    return data
 
 
 def stop_lab(lab: PveSimProcess) -> None:

@@ -9,7 +9,8 @@ and the names the inventory sets for each host.
 - ``catalogue``: the variables (:data:`CATALOGUE`), their formats, and the roles' declared options;
 - ``definition``: :class:`LabDefinition` as read from the inventory, :class:`Problem`;
 - ``rules``: the table of single-value rules;
-- ``checks`` and ``vm_checks``: everything that ties values together, and the inventory's own names;
+- ``checks``, ``vm_checks`` and ``node_checks``: everything that ties values together (``node_checks``: one
+  node to the others), and the inventory's own names;
 - ``plan``: :func:`plan_text`.
 
 Every message names the host, the field, the value, why it is wrong and how to fix it.

@@ -34,6 +34,7 @@ from gpulab.labdef.catalogue import (
 )
 from gpulab.labdef.definition import LabDefinition, Problem, load, pinned_mib
 from gpulab.labdef.hami_values import check_hami_values
+from gpulab.labdef.node_checks import check_cluster
 from gpulab.labdef.rules import first_failure
 from gpulab.labdef.vm_checks import check_vms
 
@@ -460,6 +461,7 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_images(d, out)
     gpus = check_nodes(d, out)
     check_vms(d, gpus, out)
+    check_cluster(d, out)
     check_capacity(d, out)
     check_router(d, out)
     check_k3s(d, out)

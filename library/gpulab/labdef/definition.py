@@ -48,6 +48,8 @@ class LabDefinition:
     # Every host of the groups, in inventory order: the variables with a gpulab or role prefix that the
     # inventory sets for it and the catalogue does not read (role options, and misspellings), with values.
     other_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Each node host's pve_host_reboot_allowed as the run sees it (extra vars too); None when not set.
+    node_reboot_allowed: dict[str, Any] = field(default_factory=dict)
 
     def node_by_name(self, pve_node: str) -> tuple[str, dict[str, Any]] | None:
         for host, node in self.nodes.items():
@@ -142,6 +144,7 @@ def load(
         h: {n: hostvar(h, n) for n in sorted(set(names(h))) if n.startswith(prefixes) and n not in BY_NAME}
         for h in everyone
     }
+    reboots = {h: hostvar(h, "pve_host_reboot_allowed") for h in groups["proxmox"]}
     return LabDefinition(
-        glob, nodes, vms, router, groups["k3s_server"], groups["k3s_agent"], problems, other_vars
+        glob, nodes, vms, router, groups["k3s_server"], groups["k3s_agent"], problems, other_vars, reboots
     )

@@ -1,0 +1,140 @@
+"""A lab of two Proxmox nodes: each node's own memory budget, storages and GPUs, one PCI resource mapping
+id per kind of card, and no reboot of the node that holds every k3s server."""
+
+from __future__ import annotations
+
+import pytest
+
+PVE2 = {
+    "ansible_host": "192.168.100.6",
+    "pve_node": "pve2",
+    "pve_memory_mib": 63488,
+    "pve_threads": 24,
+    "pve_storages": {
+        "local": {"type": "dir", "content": ["iso", "import"], "size_gb": 90},
+        "local-lvm": {"type": "lvmthin", "content": ["images", "rootdir"], "size_gb": 800},
+    },
+    "pve_gpus": [
+        {
+            "id": "rtx4090",
+            "pci": "0000:01:00",
+            "vendor_device": "10de:2684",
+            "functions": ["0000:01:00.0", "0000:01:00.1"],
+            "iommu_group": 9,
+        }
+    ],
+}
+VM_GPU2 = {
+    "vm_id": 103,
+    "vm_node": "pve2",
+    "vm_storage": "local-lvm",
+    "vm_cores": 8,
+    "vm_memory_mib": 24576,
+    "vm_balloon": False,
+    "vm_disk_gb": 200,
+    "vm_machine": "q35",
+    "vm_firmware": "ovmf",
+    "vm_cpu": "host",
+    "vm_gpu": "rtx4090",
+    "vm_onboot": True,
+    "vm_address": "192.168.100.56",
+    "vm_ssh_public_key": "ssh-ed25519 AAAAC3Nza test",
+}
+
+
+@pytest.fixture
+def two(inv):
+    """The reference lab plus node pve2 (RTX 4090, the CPU's graphics as its screen) and vm-gpu2 on it."""
+    inv.groups["proxmox"].append("pve2")
+    inv.groups["vms"].append("vm-gpu2")
+    inv.groups["k3s_agent"].append("vm-gpu2")
+    inv.hosts["pve2"] = dict(PVE2)
+    inv.hosts["vm-gpu2"] = dict(VM_GPU2)
+    return inv
+
+
+def problems(inv) -> list[tuple[str, str, object]]:
+    return [(p.host, p.field, p.value) for p in inv.check()[1]]
+
+
+def test_two_nodes_with_their_own_cards_are_a_valid_lab(two):
+    definition, found = two.check()
+    assert found == []
+    from gpulab import labdef, vmspec
+
+    plan = labdef.plan_text(definition)
+    assert "Node pve (pve): 31744 MiB RAM" in plan and "Node pve2 (pve2): 63488 MiB RAM" in plan
+    vms = vmspec.resolve(definition)
+    assert (vms["vm-gpu2"]["node"], vms["vm-gpu2"]["node_host"]) == ("pve2", "pve2")
+    assert vms["vm-gpu2"]["spec"]["hostpci"] == [{"mapping": "rtx4090", "host": "0000:01:00", "pcie": True}]
+    assert vms["vm-gpu"]["spec"]["hostpci"][0]["mapping"] == "rtx3090"
+
+
+def test_pinned_memory_is_budgeted_per_node(two):
+    # 24 GiB pinned on pve (vm-1, vm-2, vm-gpu) of 31 GiB; vm-gpu2's count on pve2 only
+    assert problems(two) == []
+    two.hosts["vm-gpu2"]["vm_memory_mib"] = 57344  # with the 4 GiB host reserve: fits pve2, not pve
+    assert problems(two) == []
+    two.hosts["vm-gpu2"]["vm_memory_mib"] = 61440
+    found = two.check()[1]
+    assert [(p.host, p.field, p.value) for p in found] == [("pve2", "pve_memory_mib", 63488)]
+    assert "pinned memory 65536 MiB (vm-gpu2 61440, host reserve 4096)" in found[0].why
+    # and pve's own VMs against pve's memory only
+    two.hosts["vm-gpu2"]["vm_memory_mib"] = 24576
+    two.hosts["vm-gpu"]["vm_memory_mib"] = 24576
+    assert problems(two) == [("pve", "pve_memory_mib", 31744)]
+
+
+def test_a_vm_gets_only_a_gpu_and_a_storage_of_its_own_node(two):
+    two.hosts["vm-gpu2"]["vm_gpu"] = "rtx3090"
+    two.hosts["vm-gpu2"]["vm_onboot"] = False
+    found = two.check()[1]
+    assert [(p.host, p.field, p.value) for p in found] == [("vm-gpu2", "vm_gpu", "rtx3090")]
+    assert found[0].why == "node pve2 has no GPU with that id"
+    assert found[0].fix == "use an id from its pve_gpus (rtx4090)"
+    two.hosts["vm-gpu2"]["vm_gpu"] = "rtx4090"
+    two.hosts["vm-gpu2"]["vm_storage"] = "local-zfs"  # pve's
+    found = two.check()[1]
+    assert [(p.host, p.field, p.value, p.why) for p in found] == [
+        ("vm-gpu2", "vm_storage", "local-zfs", "node pve2 has no such storage")
+    ]
+
+
+def test_one_gpu_id_on_two_nodes_names_one_kind_of_card(two):
+    # two RTX 3090s, one on each node: one mapping with an entry per node, and each card to its own VM
+    two.hosts["pve2"]["pve_gpus"] = [
+        {**PVE2["pve_gpus"][0], "id": "rtx3090", "vendor_device": "10de:2204", "pci": "0000:01:00"}
+    ]
+    two.hosts["vm-gpu2"]["vm_gpu"] = "rtx3090"
+    assert problems(two) == []
+    # the 4090 under the 3090's id: the mapping rtx3090 would be used on pve2, which has no RTX 3090
+    two.hosts["pve2"]["pve_gpus"][0]["vendor_device"] = "10de:2684"
+    found = two.check()[1]
+    assert [(p.host, p.field, p.value) for p in found] == [("pve2", "pve_gpus[0].id", "rtx3090")]
+    assert "node pve's card 10de:2204; this card is 10de:2684" in found[0].why
+    assert found[0].fix.startswith("give this card an id of its own")
+
+
+def test_a_node_stage_host_may_reboot_does_not_hold_every_k3s_server(two):
+    # vm-1, the only server, is on pve
+    two.hosts["pve2"]["pve_host_reboot_allowed"] = True
+    assert problems(two) == []
+    two.hosts["pve"]["pve_host_reboot_allowed"] = True
+    found = two.check()[1]
+    assert [(p.host, p.field, p.value) for p in found] == [("pve", "pve_host_reboot_allowed", True)]
+    assert "its VMs hold the only k3s server (vm-1)" in found[0].why
+    assert "set pve_host_reboot_allowed: false for pve" in found[0].fix
+    # as `-e pve_host_reboot_allowed=true` gives it
+    two.hosts["pve"]["pve_host_reboot_allowed"] = "true"
+    assert problems(two) == [("pve", "pve_host_reboot_allowed", True)]
+    # a server on the other node as well: rebooting pve leaves one
+    two.groups["k3s_agent"].remove("vm-gpu2")
+    two.groups["k3s_server"] += ["vm-gpu2", "vm-2"]
+    two.groups["k3s_agent"].remove("vm-2")
+    assert ("pve", "pve_host_reboot_allowed", True) not in problems(two)
+
+
+def test_one_node_may_reboot_with_its_only_server(inv):
+    """One node goes down with every VM whatever runs where: its reboot is the user's call, as before."""
+    inv.hosts["pve"]["pve_host_reboot_allowed"] = True
+    assert problems(inv) == []

@@ -1,0 +1,159 @@
+"""Role pve_vms through playbooks/vms.yml on two nodes: inventory/demo plus node pve2 (a second RTX 3090 at
+another slot and IOMMU group) with two VMs of its own, against the simulated two-node cluster."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pytest
+import yaml
+
+from .conftest import ROOT, cluster_fixture, start_lab, stop_lab
+from .test_role import play, results
+
+PVE2 = {
+    "ansible_host": "{{ labsim_prefix }}.6",
+    "ansible_user": "root",
+    "pve_node": "pve2",
+    "pve_memory_mib": 63488,
+    "pve_threads": 24,
+    "pve_storages": {
+        "local": {"type": "dir", "content": ["iso", "vztmpl", "import", "snippets"], "size_gb": 90},
+        "local-lvm": {"type": "lvmthin", "content": ["images", "rootdir"], "size_gb": 790},
+    },
+    # the same kind of card as pve's, so the same mapping id: one mapping, an entry for each node
+    "pve_gpus": [
+        {
+            "id": "rtx3090",
+            "pci": "0000:01:00",
+            "vendor_device": "10de:2204",
+            "functions": ["0000:01:00.0", "0000:01:00.1"],
+            "iommu_group": 9,
+        }
+    ],
+}
+ON_PVE2 = {"vm_node": "pve2", "vm_storage": "local-lvm"}
+VM_3 = {**ON_PVE2, "vm_id": 103, "vm_cores": 2, "vm_memory_mib": 2048, "vm_disk_gb": 20}
+VM_GPU2 = {
+    **ON_PVE2,
+    "vm_id": 104,
+    "vm_cores": 8,
+    "vm_memory_mib": 8192,
+    "vm_balloon": False,
+    "vm_disk_gb": 100,
+    "vm_machine": "q35",
+    "vm_firmware": "ovmf",
+    "vm_efi_pre_enrolled_keys": False,
+    "vm_cpu": "host",
+    "vm_gpu": "rtx3090",
+    # pve2's screen is the CPU's graphics: its GPU VM may start at boot
+    "vm_onboot": True,
+}
+
+
+def two_node_inventory(tmp_path: pathlib.Path) -> str:
+    inv = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventory" / "demo", inv)
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    children = hosts["all"]["children"]
+    children["proxmox"]["hosts"]["pve2"] = None
+    children["vms"]["hosts"].update({"vm-3": None, "vm-gpu2": None})
+    children["k3s_cluster"]["children"]["k3s_agent"]["hosts"].update({"vm-3": None, "vm-gpu2": None})
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    pve = yaml.safe_load((inv / "host_vars" / "pve.yml").read_text())
+    # vm-1, the only k3s server, is on pve: with two nodes, stage host may not reboot it (preflight)
+    pve.pop("pve_host_reboot_allowed")
+    (inv / "host_vars" / "pve.yml").write_text(yaml.safe_dump(pve))
+    prefix = "{{ labsim_prefix }}"
+    for host, data in (("pve2", PVE2), ("vm-3", {**VM_3, "vm_address": f"{prefix}.56"})):
+        (inv / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(data))
+    (inv / "host_vars" / "vm-gpu2.yml").write_text(yaml.safe_dump({**VM_GPU2, "vm_address": f"{prefix}.57"}))
+    return str(inv)
+
+
+def second_3090() -> dict:
+    """The cluster fixture with an RTX 3090 (and its audio function) in pve2's slot 0000:01:00."""
+    fixture = cluster_fixture()
+    for dev in fixture["nodes"][1]["pci"]:
+        if dev["id"] == "0000:01:00.0":
+            dev.update(device="0x2204", device_name="GA102 [GeForce RTX 3090]")
+        elif dev["id"] == "0000:01:00.1":
+            dev.update(device="0x1aef", device_name="GA102 High Definition Audio Controller")
+    return fixture
+
+
+@pytest.fixture
+def cluster_lab(tmp_path):
+    lab = start_lab(tmp_path, fixture=second_3090())
+    (lab.state / "lab.json").write_text(json.dumps(lab.desc))
+    (lab.state / "ssh").mkdir()
+    (lab.state / "ssh" / "id_ed25519.pub").write_text(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly test@lab\n"
+    )
+    yield lab
+    stop_lab(lab)
+
+
+@pytest.mark.slow
+def test_two_nodes_each_vm_on_its_node_one_download_per_node_one_mapping_entry_per_node(
+    cluster_lab, tmp_path
+):
+    lab = cluster_lab
+    inventory = two_node_inventory(tmp_path)
+    out = play(lab.state, inventory=inventory)
+    assert out["rc"] == 0, out["stdout"]
+    assert lab.rejected() == []
+    client = lab.client()
+    on = {vm["name"]: (vm["node"], vm["status"]) for vm in client.get("cluster/resources", type="vm")}
+    assert on == {
+        "vm-1": ("pve", "running"),
+        "vm-2": ("pve", "running"),
+        "vm-gpu": ("pve", "running"),
+        "vm-3": ("pve2", "running"),
+        "vm-gpu2": ("pve2", "running"),
+    }
+    # the image once per node (pve2's two VMs share its download), not once per VM nor on pve only
+    downloads = [
+        r["path"].split("/api2/json")[1] for r in lab.writes() if r["path"].endswith("/download-url")
+    ]
+    assert sorted(downloads) == [
+        "/nodes/pve/storage/local/download-url",
+        "/nodes/pve2/storage/local/download-url",
+    ]
+    for node in ("pve", "pve2"):
+        images = [v["volid"] for v in client.get(f"nodes/{node}/storage/local/content")]
+        assert images == ["local:import/noble-server-cloudimg-amd64.qcow2"], node
+    # one mapping for the card's id, with each node's own slot, IOMMU group and subsystem
+    assert [(m["id"], m["map"]) for m in client.get("cluster/mapping/pci")] == [
+        (
+            "rtx3090",
+            [
+                "node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881",
+                "node=pve2,path=0000:01:00,id=10de:2204,iommugroup=9,subsystem-id=1043:88e2",
+            ],
+        )
+    ]
+    gpu2 = client.get("nodes/pve2/qemu/104/config")
+    assert gpu2["hostpci0"] == "mapping=rtx3090,pcie=1" and int(gpu2["onboot"]) == 1
+    assert gpu2["scsi0"].startswith("local-lvm:vm-104-disk-")
+
+    # a second run: nothing to do, and each VM still costs two reads, on its own node
+    mark = lab.mark()
+    out = play(lab.state, inventory=inventory)
+    assert out["rc"] == 0, out["stdout"]
+    assert all(s["changed"] == 0 and s["failures"] == 0 for s in out["stats"].values()), out["stats"]
+    assert lab.writes(mark) == []
+    reads = [r["path"].split("/api2/json")[1] for r in lab.requests(mark)]
+    for node, vmid in (("pve", 100), ("pve", 101), ("pve", 102), ("pve2", 103), ("pve2", 104)):
+        assert [p for p in reads if f"/qemu/{vmid}/" in p] == [
+            f"/nodes/{node}/qemu/{vmid}/pending",
+            f"/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces",
+        ]
+    assert reads.count("/cluster/mapping/pci") == 1
+    assert sorted(p for p in reads if p.endswith("/hardware/pci")) == [
+        "/nodes/pve/hardware/pci",
+        "/nodes/pve2/hardware/pci",
+    ]
+    assert results(out, "gpulab_pve_vm").keys() == {"vm-1", "vm-2", "vm-gpu", "vm-3", "vm-gpu2"}

@@ -714,8 +714,8 @@ def _vm(
         put("vm_cpu", cputype)
     if len(cpu) > 1:
         notes.append(f"its cpu has options ({cfg.get('cpu')}): vm_cpu names the type only")
-    gpu = None
-    for key in sorted(k for k in cfg if re.fullmatch(r"hostpci\d+", k)):
+    cards: list[Any] = []  # the node's cards in hostpci order (hostpci0, hostpci1, ...)
+    for key in sorted((k for k in cfg if re.fullmatch(r"hostpci\d+", k)), key=lambda k: int(k[7:])):
         props = _props(cfg[key], "host")
         if props.get("mapping") in mapping_ids:
             gpu = mapping_ids[props["mapping"]]
@@ -731,14 +731,16 @@ def _vm(
             gpu = hit
             if any(_slot_of(p) != p for p in paths):
                 notes.append(f"{key} ({cfg[key]}) attaches one function; gpulab attaches all of {gpu.pci}")
+        if gpu not in cards:
+            cards.append(gpu)
         if props.get("pcie") != "1" and "q35" in machine:
             notes.append(f"{key} ({cfg[key]}) is not PCI-Express: gpulab sets pcie=1 on a q35 VM")
-    if gpu is not None:
-        put("vm_gpu", gpu.id)
+    if cards:
+        put("vm_gpu", cards[0].id if len(cards) == 1 else [g.id for g in cards])
     onboot = cfg.get("onboot")
     if onboot is not None:
         put("vm_onboot", str(onboot) == "1")
-    elif gpu is not None and gpu.boot_display:
+    elif any(g.boot_display for g in cards):
         put("vm_onboot", False, "Off: the GPU is the host's only screen.")
     net = _props(cfg.get("net0"), "model", key_alias_values=NET_MODELS, key_alias_target=("model", "macaddr"))
     bridge = net.get("bridge")

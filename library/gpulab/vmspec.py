@@ -3,15 +3,17 @@
 `resolve(lab)` is pure: it takes a validated lab definition (defaults applied, see gpulab.labdef) and
 returns, for each VM in the order stage "vms" brings them up (GPU VMs last), where it lives, how it is
 installed, and the options of gpulab_pve_vm (`gpulab.pve.vmoptions`) with every decision made: the
-defaults, the GPU and whether it goes through its resource mapping or its raw address, start at boot,
-the balloon and its floor, the name, the install kind. Preflight publishes the result as the fact
-`gpulab_vms`; roles/pve_vms passes it through and decides nothing.
+defaults, the GPUs (one hostpci entry per card of vm_gpu, hostpci0, hostpci1, ... in its order) and whether
+each goes through its resource mapping or its raw address, start at boot, the balloon and its floor, the
+name, the install kind. Preflight publishes the result as the fact `gpulab_vms`; roles/pve_vms passes it
+through and decides nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpulab.labdef.definition import gpu_ids
 from gpulab.pve.client import raw_pci_login
 
 # Hardware every VM gets.
@@ -45,13 +47,25 @@ def image_download(image: dict[str, Any], content: str) -> dict[str, Any]:
     }
 
 
+def _device(gpu: dict[str, Any], raw: bool, passthrough: str | None) -> dict[str, str]:
+    """How one card is attached: its raw address with a root@pam login, else its resource mapping, together
+    with the address (a VM that has the card attached raw keeps it) unless the inventory asks for the
+    mapping alone."""
+    if raw:
+        return {"host": gpu["pci"].lower()}
+    if passthrough == "mapping":
+        return {"mapping": gpu["id"]}
+    return {"mapping": gpu["id"], "host": gpu["pci"].lower()}
+
+
 def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
     """One VM's plan: identity, install kind, the image its node downloads, address, and the gpulab_pve_vm
     options (`spec`)."""
     g = lab.globals
     vm = lab.vms[host]
     node_host, node = lab.node_by_name(vm["vm_node"])
-    gpu = next((x for x in node.get("pve_gpus") or () if x.get("id") == vm.get("vm_gpu")), None)
+    by_id = {x.get("id"): x for x in node.get("pve_gpus") or ()}
+    cards = [by_id[gid] for gid in gpu_ids(vm) if gid in by_id]
     cloud = vm["vm_os_install"] == "cloud_image"
     spec: dict[str, Any] = {
         "cores": vm["vm_cores"],
@@ -82,15 +96,12 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
             "storage": vm["vm_storage"],
             "pre_enrolled_keys": bool(vm["vm_efi_pre_enrolled_keys"]),
         }
-    if gpu is not None:
+    if cards:
         raw = raw_pci_login(g.get("pve_api_token_id"), g.get("pve_api_user"))
-        if raw:
-            device = {"host": gpu["pci"].lower()}
-        elif vm.get("vm_gpu_passthrough") == "mapping":
-            device = {"mapping": gpu["id"]}
-        else:  # the mapping, or the same card attached raw already
-            device = {"mapping": gpu["id"], "host": gpu["pci"].lower()}
-        spec["hostpci"] = [{**device, "pcie": vm["vm_machine"] == "q35"}]
+        spec["hostpci"] = [
+            {**_device(gpu, raw, vm.get("vm_gpu_passthrough")), "pcie": vm["vm_machine"] == "q35"}
+            for gpu in cards
+        ]
     snippet = None
     image = (
         image_download(g["gpulab_os_image"], "import") if cloud else image_download(g["gpulab_os_iso"], "iso")
@@ -118,7 +129,7 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
         "vmid": vm["vm_id"],
         "name": vm["vm_name"],
         "install": vm["vm_os_install"],
-        "gpu": gpu["id"] if gpu else None,
+        "gpus": [gpu["id"] for gpu in cards],
         "address": vm["vm_address"],
         "ssh_user": vm["vm_ssh_user"],
         "image": image,
@@ -130,4 +141,4 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
 def resolve(lab: Any) -> dict[str, dict[str, Any]]:
     """Every VM's plan by inventory host, plain VMs first, then GPU VMs (each in inventory order)."""
     plans = [resolve_vm(lab, host) for host in lab.vms]
-    return {p["host"]: p for p in sorted(plans, key=lambda p: p["gpu"] is not None)}
+    return {p["host"]: p for p in sorted(plans, key=lambda p: bool(p["gpus"]))}

@@ -17,7 +17,7 @@ def plans(inv):
 def test_the_reference_gpu_vm_is_resolved_whole(inv):
     gpu = plans(inv)["vm-gpu"]
     assert (gpu["node"], gpu["node_host"], gpu["vmid"], gpu["name"]) == ("pve", "pve", 102, "vm-gpu")
-    assert gpu["install"] == "cloud_image" and gpu["gpu"] == "rtx3090"
+    assert gpu["install"] == "cloud_image" and gpu["gpus"] == ["rtx3090"]
     spec = gpu["spec"]
     assert spec["machine"] == "q35" and spec["bios"] == "ovmf" and spec["cpu"] == "host"
     assert spec["balloon"] == 0 and spec["onboot"] is False

@@ -18,7 +18,7 @@ Every message names the host, the field, the value, why it is wrong and how to f
 
 from gpulab.labdef.catalogue import BY_NAME, CATALOGUE, GROUPS, Var, known_names, role_options
 from gpulab.labdef.checks import check, validate
-from gpulab.labdef.definition import LabDefinition, LabDefinitionError, Problem, load, pinned_mib
+from gpulab.labdef.definition import LabDefinition, LabDefinitionError, Problem, gpu_ids, load, pinned_mib
 from gpulab.labdef.plan import plan_text
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "Problem",
     "Var",
     "check",
+    "gpu_ids",
     "known_names",
     "load",
     "pinned_mib",

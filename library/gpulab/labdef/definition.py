@@ -58,6 +58,14 @@ class LabDefinition:
         return None
 
 
+def gpu_ids(vm: dict[str, Any]) -> list[str]:
+    """The card ids a VM's ``vm_gpu`` names, in hostpci order: none, the one id, or each id of its list."""
+    value = vm.get("vm_gpu")
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
 def pinned_mib(vm: dict[str, Any]) -> int:
     """Memory PVE cannot take back from a VM: all of it with a GPU or without ballooning,
     else its balloon floor (which defaults to all of it)."""
@@ -75,6 +83,8 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "bool": lambda v: isinstance(v, bool),
     "list": lambda v: isinstance(v, list),
     "dict": lambda v: isinstance(v, dict),
+    # one value or several (vm_gpu: one card id, or a list of them)
+    "str or list": lambda v: isinstance(v, str | list),
 }
 
 
@@ -88,10 +98,11 @@ def _coerce(host: str, var: Var, value: Any, problems: list[Problem]) -> Any:
         return float(value)
     if var.type == "bool" and isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    if var.type == "str" and isinstance(value, int | float) and not isinstance(value, bool):
+    if var.type in ("str", "str or list") and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
-    why = f"expected a {var.type}, got {type(value).__name__}"
-    problems.append(Problem(host, var.name, value, why, f"write it as a {var.type} ({var.doc})"))
+    kind = var.type.replace(" or ", " or a ")
+    why = f"expected a {kind}, got {type(value).__name__}"
+    problems.append(Problem(host, var.name, value, why, f"write it as a {kind} ({var.doc})"))
     return var.default
 
 

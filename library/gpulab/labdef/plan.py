@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpulab.labdef.definition import LabDefinition, pinned_mib
+from gpulab.labdef.definition import LabDefinition, gpu_ids, pinned_mib
 from gpulab.labdef.hami_values import image_lines
 
 
@@ -37,7 +37,7 @@ def plan_text(definition: LabDefinition) -> str:
                     mem,
                     f"{vm.get('vm_disk_gb')} GB {vm.get('vm_storage')}",
                     f"{vm.get('vm_machine')}/{vm.get('vm_firmware')}",
-                    vm.get("vm_gpu") or "-",
+                    "+".join(gpu_ids(vm)) or "-",
                     {True: "yes", False: "no"}.get(vm.get("vm_onboot"), "-"),
                     str(vm.get("vm_address")),
                     role.get(h, "-"),
@@ -55,7 +55,7 @@ def plan_text(definition: LabDefinition) -> str:
         for gpu in node.get("pve_gpus") or []:
             if not isinstance(gpu, dict):
                 continue
-            users = [h for h, vm in mine if vm.get("vm_gpu") == gpu.get("id")]
+            users = [h for h, vm in mine if gpu.get("id") in gpu_ids(vm)]
             disp = ", boot display" if gpu.get("boot_display") else ""
             lines.append(
                 f"  GPU {gpu.get('id')} {gpu.get('pci')} ({gpu.get('vendor_device', '?')}, "

@@ -1,5 +1,5 @@
 """The VM checks of the lab definition: what ties a VM to the others (ids, names, MACs, GPUs), to its
-node (storage, threads, the GPU's card) and to the OS image it installs from.
+node (storage, threads, the cards of vm_gpu) and to the OS image it installs from.
 
 Each VM's single values (ranges, names, choices) are checked by the rules table (gpulab.labdef.rules)
 before these run; a value that broke its rule is not compared with the others here.
@@ -119,25 +119,64 @@ def check_vms(d: LabDefinition, gpus: dict[str, tuple[str, dict]], out: Problems
             why = f"node {node['pve_node']} has {threads} threads"
             out.add(host, "vm_cores", vm["vm_cores"], why, f"give at most {threads} vCPUs")
 
-        # GPU rules
-        gpu_id = vm.get("vm_gpu")
-        if gpu_id is None:
+        # GPU rules: vm_gpu names one card id or a list of them, each a card of this node given to no other VM
+        value = vm.get("vm_gpu")
+        if value is None:
             continue
-        key = f"{node['pve_node']}/{gpu_id}"
-        if key not in gpus:
-            have = ", ".join(g.get("id") for g in node.get("pve_gpus") or [] if isinstance(g, dict)) or "none"
-            why = f"node {node['pve_node']} has no GPU with that id"
-            out.add(host, "vm_gpu", gpu_id, why, f"use an id from its pve_gpus ({have})")
-            continue
-        if key in gpu_users:
-            fix = "a card can be passed through to one VM only; share it inside k3s with HAMi"
-            out.add(host, "vm_gpu", gpu_id, f"already given to {gpu_users[key]}", fix)
-        gpu_users.setdefault(key, host)
+        cards = _gpu_cards(host, value, out)
+        found_cards = 0
+        for gpu_field, gpu_id in cards:
+            key = f"{node['pve_node']}/{gpu_id}"
+            if key not in gpus:
+                have = (
+                    ", ".join(g.get("id") for g in node.get("pve_gpus") or [] if isinstance(g, dict))
+                    or "none"
+                )
+                why = f"node {node['pve_node']} has no GPU with that id"
+                out.add(host, gpu_field, gpu_id, why, f"use an id from its pve_gpus ({have})")
+                continue
+            found_cards += 1
+            if key in gpu_users:
+                fix = "a card can be passed through to one VM only; share it inside k3s with HAMi"
+                out.add(host, gpu_field, gpu_id, f"already given to {gpu_users[key]}", fix)
+            gpu_users.setdefault(key, host)
+            gpu = gpus[key][1]
+            if (
+                vm.get("vm_onboot")
+                and gpu.get("boot_display")
+                and not vm.get("vm_onboot_override_boot_display")
+            ):
+                why = f"GPU {gpu_id} is the host's boot display: starting the VM at boot takes the host's only screen"
+                fix = "set vm_onboot: false, or vm_onboot_override_boot_display: true if you accept it"
+                out.add(host, "vm_onboot", True, why, fix)
+        if not found_cards:
+            continue  # no card of this node: what a GPU VM needs follows once it names one
         for field, right, why, fix in GPU_VM_RULES:
             if not right(vm):
                 out.add(host, field, vm.get(field), why, fix)
-        gpu = gpus[key][1]
-        if vm.get("vm_onboot") and gpu.get("boot_display") and not vm.get("vm_onboot_override_boot_display"):
-            why = f"GPU {gpu_id} is the host's boot display: starting the VM at boot takes the host's only screen"
-            fix = "set vm_onboot: false, or vm_onboot_override_boot_display: true if you accept it"
-            out.add(host, "vm_onboot", True, why, fix)
+
+
+def _gpu_cards(host: str, value: Any, out: Problems) -> list[tuple[str, str]]:
+    """The (field, card id) pairs of a VM's vm_gpu: (`vm_gpu`, id) for one id, (`vm_gpu[i]`, id) for each
+    id of a list. An empty list, an entry that is not an id, and an id listed twice are reported here."""
+    if not isinstance(value, list):
+        return [("vm_gpu", str(value))]
+    if not value:
+        fix = "name at least one id from the node's pve_gpus, or remove vm_gpu for a VM without a GPU"
+        out.add(host, "vm_gpu", value, "an empty list passes no card through", fix)
+        return []
+    cards: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    for i, entry in enumerate(value):
+        where = f"vm_gpu[{i}]"
+        if not isinstance(entry, str | int) or isinstance(entry, bool) or str(entry) == "":
+            fix = "write each card as the id of a GPU in the node's pve_gpus, e.g. [rtx3090, rtx3060]"
+            out.add(host, where, entry, "not a GPU id", fix)
+            continue
+        gpu_id = str(entry)
+        if gpu_id in seen:
+            out.add(host, where, gpu_id, f"the same card as {seen[gpu_id]}", "list each card once")
+            continue
+        seen[gpu_id] = where
+        cards.append((where, gpu_id))
+    return cards

@@ -48,7 +48,7 @@ def test_every_demo_path_names_its_inventory():
         args = yaml.safe_load(scenario.read_text())["ansible"]["executor"]["args"]["ansible_playbook"]
         assert any(a.startswith(("--inventory=", "-i")) for a in args), f"{scenario}: no --inventory"
     bench = (ROOT / "scripts" / "benchmark.py").read_text()
-    assert '"-i", "inventory/demo"' in bench
+    assert 'DEFAULT_INVENTORY = "inventory/demo"' in bench and '"-i", inventory' in bench
 
 
 def test_every_readme_ansible_playbook_command_names_its_inventory():

@@ -20,7 +20,9 @@ Keys (see fixtures/reference.yml, the default):
 - ``extends`` (optional): a fixture this one builds on (a name such as ``reference``, or a path relative to
   this file); its keys are merged under this file's (mappings key by key, anything else replaced). A node
   of ``nodes`` may name ``extends: NODE`` too: that node of the fixture it builds on, with the entry's keys
-  merged over it (fixtures/cluster.yml keeps the reference node so).
+  merged over it (fixtures/cluster.yml keeps the reference node so). Such an entry may add PCI devices
+  to that node's ``pci`` with ``pci_add`` (same items; the list is kept in address order) instead of
+  repeating the whole list (fixtures/two-gpus.yml adds a second card so).
 - ``cluster`` (optional): ``name`` of the PVE cluster the nodes form (GET /cluster/status); a fixture with
   several nodes is a cluster (named ``lab`` when no name is given), one node with no name is a lone node.
 - ``seed`` (optional): the lab as its user built it before gpulab ran (fixtures/homelab.yml;
@@ -28,7 +30,7 @@ Keys (see fixtures/reference.yml, the default):
   installation, DHCP leases the router already holds, the node's kernel command line.
 
 ``--fixture`` takes a path or the name of a fixture in ``fixtures/`` (``reference``, ``homelab``,
-``homelab-blacklisted``): :func:`resolve_fixture`.
+``homelab-blacklisted``, ``cluster``, ``two-gpus``): :func:`resolve_fixture`.
 """
 
 from __future__ import annotations
@@ -130,6 +132,10 @@ def _read_fixture(src: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
                     f"lab fixture {src}: a node extends node {name!r}, which is not one of {known}"
                 )
             node = _merge(base_nodes[name], node)
+        if isinstance(node, dict) and "pci_add" in node:
+            node = dict(node)
+            added = node.pop("pci_add") or []
+            node["pci"] = sorted([*(node.get("pci") or []), *added], key=lambda d: str(d.get("id", "")))
         nodes.append(node)
     if nodes:
         data["nodes"] = nodes

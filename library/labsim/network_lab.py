@@ -1664,27 +1664,41 @@ def vm_firmware(config: dict[str, Any]) -> dict[str, bool]:
     return {"efi": efi, "secure_boot": efi and enrolled}
 
 
-GPU_MEMORY_MIB = {"0x2204": 24576, "0x2230": 49140, "0x2684": 24564, "0x20b5": 81920}
+GPU_MEMORY_MIB = {"0x2204": 24576, "0x2230": 49140, "0x2684": 24564, "0x20b5": 81920, "0x2504": 12288}
 
 
 def vm_gpus(config: dict[str, Any], fixture: dict[str, Any], node: str) -> list[dict[str, Any]]:
-    """The GPUs a VM's ``hostpciN`` entries pass through, as the guest's nvidia-smi sees them."""
+    """The GPUs a VM's ``hostpciN`` entries pass through, as the guest's nvidia-smi sees them: one card per
+    entry that holds one of the node's NVIDIA display devices, in hostpci0, hostpci1, ... order, each with a
+    UUID of its own (stable per node and card address). An entry names its card by address (``0000:02:00``,
+    ``host=...``; the hooks get mapped entries with the address their mapping gives on the node, see
+    ``PveApiSim.hook_config``); a mapped entry without an address takes the node's next NVIDIA card."""
     import uuid
 
-    wanted = [str(v) for k, v in sorted(config.items()) if k.startswith("hostpci")]
-    if not wanted:
+    keys = sorted(
+        (k for k in config if k.startswith("hostpci") and k[7:].isdigit()), key=lambda k: int(k[7:])
+    )
+    if not keys:
         return []
     nodes = {n["name"]: n for n in fixture.get("nodes", [])}
     pci = (nodes.get(node) or fixture["nodes"][0]).get("pci", [])
+    cards = [
+        d for d in pci if str(d.get("vendor")) == "0x10de" and str(d.get("class", "")).startswith("0x03")
+    ]
+    chosen: list[dict[str, Any]] = []
+    for key in keys:
+        parts = str(config[key]).split(",")
+        host = next((p.removeprefix("host=") for p in parts if p.startswith("host=") or "=" not in p), None)
+        if host:
+            paths = [p if p.count(":") == 2 else "0000:" + p for p in host.split(";")]
+            hit = [d for d in cards if any(p in (d["id"], d["id"].rsplit(".", 1)[0]) for p in paths)]
+        elif any(p.startswith("mapping=") for p in parts):
+            hit = [d for d in cards if d not in chosen][:1]
+        else:
+            hit = []
+        chosen += [d for d in hit[:1] if d not in chosen]
     gpus = []
-    for dev in pci:
-        if str(dev.get("vendor")) != "0x10de" or not str(dev.get("class", "")).startswith("0x03"):
-            continue
-        base = dev["id"].rsplit(".", 1)[0]
-        by_address = any(w.split(",")[0].removeprefix("host=") in (dev["id"], base, base[5:]) for w in wanted)
-        by_mapping = any("mapping=" in w for w in wanted)
-        if not (by_address or by_mapping):
-            continue
+    for dev in chosen:
         name = str(dev.get("device_name", "GPU"))
         if "[" in name:
             name = name[name.index("[") + 1 : name.rindex("]")]

@@ -580,6 +580,25 @@ class PveApiSim(AccessHandlers):
             return [d for d in devs if d["id"] == full]
         return [d for d in devs if d["id"].rsplit(".", 1)[0] == full]
 
+    def hook_config(self, node: str, config: dict) -> dict:
+        """A copy of a VM's config as the VM hooks see it start: each ``hostpciN`` through a resource mapping
+        is spelt with the device path of the map entry for this node in front (``host=0000:05:00,mapping=
+        rtx3060,pcie=1``), the device QEMU gets once qemu-server resolved the mapping; an entry with no such
+        entry stays as it is. Call with the lock held."""
+        out = dict(config)
+        for key, value in config.items():
+            if not re.fullmatch(r"hostpci\d+", key):
+                continue
+            parts = str(value).split(",")
+            mid = next((p.removeprefix("mapping=") for p in parts if p.startswith("mapping=")), None)
+            mapping = self.state.data["mappings"].get(mid) if mid else None
+            entry = (
+                next((e for e in self._map_entries(mapping) if e["node"] == node), None) if mapping else None
+            )
+            if entry is not None:
+                out[key] = ",".join([f"host={entry['path']}", *parts])
+        return out
+
     # ============================================================================ mappings
     def _render_mappings(self) -> str:
         lines = []
@@ -1497,7 +1516,7 @@ class PveApiSim(AccessHandlers):
             vm["started_at"] = time.time()
             vm["pid"] = random.randint(2000, 4_000_000)
             vm["pci_in_use"] = pci
-            config = dict(vm["config"])
+            config = self.hook_config(node, vm["config"])
             self.state.mark()
         try:
             self.hooks.vm_started(node, vmid, config)

@@ -392,7 +392,7 @@ def resume_guests(lab: PveApiSim, state_dir: Path, timeout: float = 60.0) -> lis
         return []  # API-only lab: there is no host to boot
     with lab.lock:
         running = [
-            (vm["node"], int(vmid), dict(vm["config"]))
+            (vm["node"], int(vmid), lab.hook_config(vm["node"], vm["config"]))
             for vmid, vm in lab.state.data["vms"].items()
             if vm.get("status") == "running"
         ]

@@ -45,7 +45,8 @@ class VmHooks:
         self.fixture = fixture
 
     def vm_started(self, node: str, vmid: int, config: dict) -> None:
-        """Called once the start task has succeeded."""
+        """Called once the start task has succeeded, with the config the VM starts with (``hostpciN`` through a
+        resource mapping spelt with the node's device address in front: ``PveApiSim.hook_config``)."""
 
     def vm_stopped(self, node: str, vmid: int) -> None:
         """Called once a stop or shutdown task has succeeded."""

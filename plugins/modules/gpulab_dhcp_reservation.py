@@ -15,7 +15,8 @@ description:
     once and verifies it by re-reading the router's reservations.
   - Reservations are keyed on the normalised MAC (lower case, colon separated).
   - Refusals, all before the first write, are the router's own address, an address outside O(subnet), an address reserved for or
-    currently leased to another MAC, the same MAC twice (in O(reservations) or on the router),
+    currently leased to another MAC, an address of O(keep_free) that a MAC holds or has reserved,
+    the same MAC twice (in O(reservations) or on the router),
     an address inside the DHCP pool on a router that refuses it (pfSense), the router's reservation
     limit (16 on the Huawei ONT), and authentication failures.
   - Runs on the controller and needs the C(gpulab) Python package (the project's virtualenv). SSH
@@ -157,6 +158,29 @@ options:
       name:
         description: The inventory name, for messages.
         type: str
+  keep_free:
+    description:
+      - Addresses no device may lease or have reserved, because the lab holds them without DHCP (the kube-vip
+        VIP of the k3s servers). The module fails before any write when the router reserves one for a MAC,
+        leases one to a MAC right now, or O(reservations) would reserve one, naming O(keep_free[].host),
+        O(keep_free[].field), the address and the fix.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      address:
+        description: The address.
+        type: str
+        required: true
+      host:
+        description: The inventory host (or V(all) for group_vars/all) that sets it, for messages.
+        type: str
+      field:
+        description: The inventory variable that sets it, for messages.
+        type: str
+      what:
+        description: What holds the address, for messages.
+        type: str
   state:
     description: V(present) ensures the reservations; V(absent) removes every reservation of each MAC.
     type: str
@@ -283,6 +307,17 @@ ARGUMENT_SPEC = dict(
             name=dict(type="str"),
         ),
     ),
+    keep_free=dict(
+        type="list",
+        elements="dict",
+        default=[],
+        options=dict(
+            address=dict(type="str", required=True),
+            host=dict(type="str"),
+            field=dict(type="str"),
+            what=dict(type="str"),
+        ),
+    ),
     state=dict(type="str", choices=["present", "absent"], default="present"),
 )
 
@@ -295,6 +330,8 @@ def run(params: dict, check_mode: bool) -> dict:
     cfg["options"] = params.get("options") or {}
     cfg["name"] = f"the {params['kind']} router at {params['address']}"
     with make_backend(cfg) as router:
+        for f in params.get("keep_free") or []:
+            router.keep_free(f["address"], f.get("host"), f.get("field"), f.get("what"))
         for r in params["reservations"]:
             if params.get("state", "present") == "absent":
                 router.remove(r["mac"])

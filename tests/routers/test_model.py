@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from gpulab.routers.model import (
     ConflictError,
     Desired,
+    Free,
     Lease,
     LimitError,
     PolicyError,
@@ -202,3 +203,38 @@ def test_plan_then_replan_is_idempotent(hosts):
 def test_the_routers_own_address_is_refused():
     with pytest.raises(PolicyError, match="router's own address"):
         plan([Desired.make(A, "192.168.100.1")], own_address=IP("192.168.100.1"))
+
+
+VIP = Free.make("192.168.100.60", "all", "k3s_registration_address", "the kube-vip VIP of the k3s servers")
+
+
+def test_a_vip_reserved_for_another_mac_is_refused_with_host_field_value_and_fix():
+    res = [Reservation(A, IP("192.168.100.53")), Reservation(B, IP("192.168.100.60"), "printer")]
+    with pytest.raises(ConflictError) as err:
+        plan([Desired.make(A, "192.168.100.53")], res, free=[VIP])
+    text = str(err.value)
+    assert text.startswith("all: k3s_registration_address = 192.168.100.60 (the kube-vip VIP")
+    assert f"is reserved for {B} (printer)" in text
+    assert "Fix: remove that reservation" in text and "another free address" in text
+
+
+def test_a_vip_leased_right_now_is_refused_and_an_expired_lease_is_not():
+    lease = Lease(B, IP("192.168.100.60"), expires=300)
+    with pytest.raises(ConflictError, match=f"is leased to {B}"):
+        plan([Desired.make(A, "192.168.100.53")], leases=[lease], free=[VIP], now=200)
+    p = plan([Desired.make(A, "192.168.100.53")], leases=[lease], free=[VIP], now=400)
+    assert [c.action for c in p.changes] == ["create"]
+
+
+def test_a_vm_planned_or_kept_on_the_vip_is_refused():
+    with pytest.raises(ConflictError, match="would be reserved for vm-1"):
+        plan([Desired.make(A, "192.168.100.60", name="vm-1")], free=[VIP])
+    held = [Lease(A, IP("192.168.100.60"))]
+    with pytest.raises(ConflictError, match=f"is leased to vm-1 \\({A}\\)"):
+        plan([Desired.make(A, "192.168.100.53", name="vm-1")], leases=held, free=[VIP])
+
+
+def test_a_free_vip_changes_nothing_in_the_plan():
+    res = [Reservation(A, IP("192.168.100.53"), "vm-1")]
+    p = plan([Desired.make(A, None, "vm-1")], res, free=[VIP])
+    assert p.changes == [] and p.resolved[A].ip == IP("192.168.100.53")

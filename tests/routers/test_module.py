@@ -62,3 +62,21 @@ def test_module_process_hides_the_password_on_failure(tmp_path):
     result = json.loads(proc.stdout)
     assert result["failed"] and result["error_code"] == "auth_failed"
     assert PW not in proc.stdout and PW not in proc.stderr
+
+
+def test_run_refuses_a_kept_free_vip_that_another_mac_holds_and_writes_nothing():
+    vip = {"address": "192.168.88.60", "host": "all", "field": "k3s_registration_address",
+           "what": "the kube-vip VIP the k3s servers hold"}  # fmt: skip
+    with MikroTikSim(password=PW) as sim:
+        # free: the reservation goes through in check mode and for real, and a re-run changes nothing
+        assert mod.run(params(sim, keep_free=[vip]), check_mode=True)["changed"]
+        assert mod.run(params(sim, keep_free=[vip]), check_mode=False)["changed"]
+        assert mod.run(params(sim, keep_free=[vip]), check_mode=False)["changed"] is False
+        sim.add_dynamic("bc:24:11:00:0b:02", "192.168.88.60", "laptop")
+        before = [dict(x) for x in sim.leases]
+        for check in (True, False):
+            with pytest.raises(RouterError) as err:
+                mod.run(params(sim, keep_free=[vip]), check_mode=check)
+            assert str(err.value).startswith("all: k3s_registration_address = 192.168.88.60")
+            assert "is leased to bc:24:11:00:0b:02 (laptop)" in str(err.value) and "Fix:" in str(err.value)
+            assert err.value.code == "conflict" and sim.leases == before

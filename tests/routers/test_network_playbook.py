@@ -110,3 +110,53 @@ def test_network_stage_refusal_names_the_vm_and_changes_nothing(tmp_path):
     assert "cannot reserve 10.1.2.3 for vm-1" in out and "outside the router's subnet" in out
     assert '"error_code": "policy"' in out
     assert Path(paths["hostsfile"]).read_text() == ""
+
+
+@pytest.mark.slow
+def test_network_stage_refuses_a_kube_vip_vip_another_mac_holds_or_has_reserved(tmp_path):
+    """k3s_registration_address, an IPv4 address that is no VM's vm_address, is the kube-vip VIP of the k3s servers:
+    a reservation or a live lease of it for any MAC stops the stage before any write, in check mode too, naming
+    the host, the field, the value and the fix. A server's vm_address is no VIP and is reserved as usual."""
+    paths = {
+        "hostsfile": str(tmp_path / "hosts"),
+        "leasefile": str(tmp_path / "leases"),
+        "pidfile": str(tmp_path / "pid"),
+        # no dnsmasq here: the plan refuses before any write, and the free case is a dry run
+        "reload_command": "true",
+        "check_wiring": False,
+    }
+    hosts, leases = Path(paths["hostsfile"]), Path(paths["leasefile"])
+    lan = SimpleNamespace(
+        subnet="192.168.100.0/24", pool={"start": "192.168.100.100", "end": "192.168.100.200"}
+    )
+    inv = inventory(tmp_path, lan, paths, "planned")
+    vip = ("-e", "k3s_registration_address=192.168.100.60")
+
+    hosts.write_text("")
+    rc, changed, out = play(inv, "--check", *vip)
+    assert (rc, changed) == (0, 1), out  # free: both VMs would be reserved
+
+    printer = "bc:24:11:00:09:99"
+    for reserved, leased in (
+        (f"{printer},192.168.100.60,printer\n", ""),
+        ("", f"0 {printer} 192.168.100.60 tv *\n"),
+    ):
+        hosts.write_text(reserved)
+        leases.write_text(leased)
+        for check in (["--check"], []):
+            rc, changed, out = play(inv, *check, *vip)
+            assert rc != 0 and changed == 0, out
+            assert (
+                "all: k3s_registration_address = 192.168.100.60 (the kube-vip VIP the k3s servers hold)"
+                in out
+            )
+            assert ("is reserved for " if reserved else "is leased to ") + printer in out, out
+            assert (
+                "Fix: remove that reservation or release that lease" in out
+                and '"error_code": "conflict"' in out
+            )
+            assert hosts.read_text() == reserved
+
+    # a server's vm_address is what agents register through, reserved for its MAC: nothing to keep free
+    rc, changed, out = play(inv, "--check", "-e", "k3s_registration_address=192.168.100.51")
+    assert (rc, changed) == (0, 1) and "kube-vip" not in out, out

@@ -17,6 +17,7 @@ import time
 from .model import (
     Change,
     Desired,
+    Free,
     Lease,
     Plan,
     Reservation,
@@ -82,6 +83,7 @@ class Backend(abc.ABC):
         self.name = name or self.kind
         self._present: list[Desired] = []
         self._absent: list[str] = []
+        self._free: list[Free] = []
 
     # --- what the router holds ---------------------------------------------------------------
     @abc.abstractmethod
@@ -97,6 +99,13 @@ class Backend(abc.ABC):
         """Stage a reservation for `mac`: `ip` None keeps the address it holds, which must then be `expect`
         when given (see Desired)."""
         self._present.append(Desired.make(mac, ip, hostname, hint, name, expect))
+
+    def keep_free(
+        self, ip, host: str | None = None, field: str | None = None, what: str | None = None
+    ) -> None:
+        """Stage an address no device may lease or have reserved (a VIP the lab holds): the plan refuses
+        when the router gives it to a MAC (see Free)."""
+        self._free.append(Free.make(ip, host, field, what))
 
     def remove(self, mac: str) -> None:
         """Stage the removal of every reservation of `mac`."""
@@ -117,6 +126,7 @@ class Backend(abc.ABC):
             router=self.name,
             own_address=self.address,
             now=time.time(),
+            free=self._free,
         )
 
     def apply(self, check_mode: bool = False) -> Result:
@@ -129,7 +139,7 @@ class Backend(abc.ABC):
                 self.write(plan)
                 self.verify(plan)
         finally:
-            self._present, self._absent = [], []
+            self._present, self._absent, self._free = [], [], []
         return Result(bool(plan.changes), plan.changes, plan.before, plan.after, plan.resolved)
 
     def dry_run(self, plan: Plan) -> None:

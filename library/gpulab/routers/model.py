@@ -105,6 +105,36 @@ class Desired:
 
 
 @dataclasses.dataclass(frozen=True)
+class Free:
+    """An address no device may lease or have reserved, because the lab holds it another way (a VIP).
+
+    `host` and `field` name where the inventory sets it (for messages), `what` says what holds it.
+    """
+
+    ip: ipaddress.IPv4Address
+    host: str = "all"
+    field: str = "address"
+    what: str = "an address the lab holds without DHCP"
+
+    @classmethod
+    def make(cls, ip, host=None, field=None, what=None) -> Free:
+        defaults = cls.__dataclass_fields__
+        return cls(
+            ip=ip4(ip),
+            host=host or defaults["host"].default,
+            field=field or defaults["field"].default,
+            what=what or defaults["what"].default,
+        )
+
+    def refuse(self, router: str, holder: str) -> ConflictError:
+        return ConflictError(
+            f"{self.host}: {self.field} = {self.ip} ({self.what}) {holder} on {router}, so the router may hand "
+            f"it to that device while the lab holds it. Fix: remove that reservation or release that lease on "
+            f"the router, or choose another free address outside the DHCP pool for {self.field}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Change:
     action: str  # "create" | "update" | "delete"
     before: Reservation | None
@@ -178,13 +208,15 @@ def make_plan(
     router: str = "router",
     own_address: ipaddress.IPv4Address | None = None,
     now: float | None = None,
+    free: Sequence[Free] = (),
 ) -> Plan:
     """Compare the lab's wishes with the router's tables; return the changes or raise a RouterError.
 
     `present` are the reservations to ensure, `absent` the MACs whose reservations go. All refusals
     happen here, before any write: address outside the subnet, address reserved for or leased to
     another MAC, duplicate MAC (in the request or on the router), in-pool address on a router that
-    refuses it, reservation limit.
+    refuses it, reservation limit, and an address of `free` (a VIP the lab holds without DHCP) that a
+    reservation or a live lease gives to a device.
     """
     current = list(reservations)
     leases = list(leases)
@@ -296,6 +328,23 @@ def make_plan(
                 f"{router} would not hand it out; release that lease (or wait until it expires) or "
                 "choose another address"
             )
+
+    # Addresses the lab holds without DHCP (a VIP): no reservation, planned or on the router, and no live lease.
+    for f in free:
+        for d in desired:
+            if targets[d.mac] == f.ip:
+                raise f.refuse(router, f"would be reserved for {d.label()} by this run")
+        for r in current_kept:
+            if r.ip == f.ip and r.mac not in seen:
+                raise f.refuse(
+                    router, f"is reserved for {r.mac}" + (f" ({r.hostname})" if r.hostname else "")
+                )
+        for lease in lease_by_mac.values():
+            if lease.ip == f.ip:
+                who = seen[lease.mac].label() if lease.mac in seen else lease.mac
+                raise f.refuse(
+                    router, f"is leased to {who}" + (f" ({lease.hostname})" if lease.hostname else "")
+                )
 
     after = list(current_kept)
     for d in desired:

@@ -77,7 +77,7 @@ def rows(
     k8s_nodes: list[Mapping[str, Any]],
     k8s_pods: list[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, str]]:
-    """One row per VM. `vms`: {name, vmid, address, gpu}; `pve`: read_vm_configs(); `gpus`: GPU facts
+    """One row per VM. `vms`: {name, vmid, address, gpu (a card id, a list of them, or None)}; `pve`: read_vm_configs(); `gpus`: GPU facts
     per VM name; `k8s_nodes`: items of `kubectl get nodes -o json` (node name = inventory name); `k8s_pods`:
     items of `kubectl get pods -A -o json`, whose HAMi annotations say who holds what on each card."""
     nodes = {n.get("metadata", {}).get("name"): n for n in k8s_nodes}
@@ -89,7 +89,6 @@ def rows(
         config = found.get("config") or {}
         memory = config.get("memory", "?")
         balloon = " fixed" if str(config.get("balloon", "")) == "0" else ""
-        hostpci = config.get("hostpci0", "")
         cards = gpus.get(name) or []
         node = nodes.get(name)
         alloc = (node or {}).get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
@@ -104,19 +103,36 @@ def rows(
                 "platform": f"{config.get('machine', 'i440fx')} / {config.get('bios', 'seabios')}"
                 if config
                 else "",
-                "gpu": f"{vm.get('gpu')} ({hostpci})" if vm.get("gpu") else "-",
+                "gpu": gpu_text(vm.get("gpu"), config),
                 "onboot": ("yes" if str(config.get("onboot", "0")) == "1" else "no") if config else "",
-                "driver": "; ".join(
-                    f"{c.get('name')}, {c.get('memory_total_mib')} MiB, {c.get('driver_version')}"
-                    for c in cards
-                )
-                or "-",
+                "driver": driver_text(cards),
                 "k3s": _node_status(node) if node else "-",
                 "hami": str(alloc) if alloc is not None else "-",
                 "shares": shares_text([c for c in usage if c["node"] == name]),
             }
         )
     return table
+
+
+def gpu_text(gpu: Any, config: Mapping[str, Any]) -> str:
+    """The VM's cards as the inventory names them (vm_gpu: an id or a list of ids), each with the hostpci
+    entry PVE holds for it (hostpci0 for the first, hostpci1 for the second, ...): `rtx3090 (mapping=...)`."""
+    ids = [] if gpu in (None, "") else [str(g) for g in gpu] if isinstance(gpu, list | tuple) else [str(gpu)]
+    return "; ".join(f"{gid} ({config.get(f'hostpci{i}', '')})" for i, gid in enumerate(ids)) or "-"
+
+
+def driver_text(cards: list[Mapping[str, Any]]) -> str:
+    """What nvidia-smi reports of each card: name, memory and driver; with several cards each one's UUID first
+    (the UUID that pods pin and the shares column names)."""
+    several = len(cards) > 1
+    return (
+        "; ".join(
+            (f"{str(c.get('uuid', '?'))[:12]}: " if several else "")
+            + f"{c.get('name')}, {c.get('memory_total_mib')} MiB, {c.get('driver_version')}"
+            for c in cards
+        )
+        or "-"
+    )
 
 
 def shares_text(cards: list[Mapping[str, Any]]) -> str:

@@ -22,7 +22,8 @@ extends_documentation_fragment:
 options:
   vms:
     description:
-      - The lab's VMs, each with C(name), C(node), C(vmid), and optionally C(address) and C(gpu).
+      - The lab's VMs, each with C(name), C(node), C(vmid), and optionally C(address) and C(gpu) (its
+        C(vm_gpu), a card id or a list of them for a VM with several cards).
       - Optionally C(config), the VM's config as the API returned it earlier in the same run (the
         C(current) result of gpulab_pve_vm); that VM's config is then not read again.
     type: list

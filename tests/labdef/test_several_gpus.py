@@ -185,3 +185,15 @@ def test_a_gpu_vm_with_a_list_still_needs_what_a_gpu_vm_needs(cards):
     cards.hosts["vm-gpu"]["vm_gpu"] = ["rtx3090", "rtx3060"]
     cards.hosts["vm-gpu"]["vm_machine"] = "i440fx"
     assert found(cards) == [("vm-gpu", "vm_machine", "i440fx")]
+
+
+def test_an_engine_picks_a_card_of_its_vm_by_index(cards):
+    cards.hosts["vm-gpu"]["vm_gpu"] = ["rtx3090", "rtx3060"]
+    engine = {"name": "vllm", "node": "vm-gpu", "gpus": [0, 1], "gpu_memory_percent": 45}
+    cards.globals["workloads_engines"] = [engine]
+    assert cards.messages() == []
+    engine["gpus"] = [2]
+    assert cards.messages() == [
+        "all: workloads_engines[0].gpus=2: vm-gpu has 2 card(s) (vm_gpu), card indexes 0-1. Fix: use the index "
+        "of one of its cards (in vm_gpu's order) or a GPU UUID."
+    ]

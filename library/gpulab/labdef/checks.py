@@ -32,7 +32,7 @@ from gpulab.labdef.catalogue import (
     known_names,
     role_options,
 )
-from gpulab.labdef.definition import LabDefinition, Problem, load, pinned_mib
+from gpulab.labdef.definition import LabDefinition, Problem, gpu_ids, load, pinned_mib
 from gpulab.labdef.hami_values import check_hami_values
 from gpulab.labdef.node_checks import check_cluster
 from gpulab.labdef.rules import first_failure
@@ -409,7 +409,13 @@ def check_k3s(d: LabDefinition, out: Problems) -> None:
             fix = "give the percentage of each card's memory the engine may use"
             out.add("all", f"{where}.gpu_memory_percent", pct, "a share of a card is 1-100 percent", fix)
             continue
+        cards = len(gpu_ids(d.vms[node])) if node in d.vms else 0
         for card in engine.get("gpus") or [0]:
+            if isinstance(card, int) and not isinstance(card, bool) and cards and not 0 <= card < cards:
+                why = f"{node} has {cards} card(s) (vm_gpu), card indexes 0-{cards - 1}"
+                fix = "use the index of one of its cards (in vm_gpu's order) or a GPU UUID"
+                out.add("all", f"{where}.gpus", card, why, fix)
+                continue
             shares.setdefault((node, str(card)), []).append((engine["name"], pct))
     for (node, card), users in shares.items():
         total = sum(p for _, p in users)

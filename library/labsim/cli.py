@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         help="lab fixture: a YAML file or a name in labsim/fixtures (reference, the default; homelab: "
         "the user's lab before gpulab ran; homelab-blacklisted: the same with the GPU blacklist on "
         "the node's kernel command line; cluster: the reference node and a second PC with an RTX 4090, "
-        "of which the network lab builds the first node's host only)",
+        "each a node host of its own)",
     )
     parser.add_argument(
         "--api-only",

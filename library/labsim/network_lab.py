@@ -12,7 +12,8 @@ Run as root, :func:`up` builds, on this machine but apart from it:
   handing out the pool with 2-minute leases renewed every ``network.dhcp_renew_s``; it also
   serves the lab's package archive and file server (:mod:`labsim.net.package_archive`: stand-in
   NVIDIA driver, container toolkit in a signed repository, k3s and its install script);
-* the Proxmox node host (the range's ``.5``): its own namespace, copy-on-write root (its writes
+* a Proxmox node host for each node of the fixture (the first at the range's ``.5``, the next ones at
+  ``.6``, ``.7`` ...; STATE/net/hosts/node0, node1 ...): its own namespace, copy-on-write root (its writes
   land in its own upper directory), hostname, sshd and the node files and stand-ins stage "host"
   works on, with a hardware view that follows each simulated boot (:mod:`labsim.net.node_host`);
   its ``pveproxy`` (:mod:`labsim.net.pveproxy`) makes ``https://<node>:8006`` the PVE API, as on a
@@ -1116,9 +1117,6 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
     hosts = list(subnet.hosts())
     bridge_ip = hosts[-1]
     rs = _router_settings(fixture, subnet)
-    node_ip = hosts[min(4, len(hosts) - 3)]
-    if node_ip in (rs["address"], bridge_ip):
-        node_ip = next(h for h in hosts if h not in (rs["address"], bridge_ip))
     with lab.locked():
         rec = lab.load() or lab.new_record()
         rec.update(subnet=str(subnet), bridge=lab.bridge, bridge_address=str(bridge_ip))
@@ -1152,65 +1150,98 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
     facts["vm_init"] = "simple" if wanted_init == "simple" or why_not else "systemd"
     if why_not and wanted_init == "auto":
         facts["vm_init_note"] = f"VM hosts run without systemd: {why_not}"
-    node = fixture["nodes"][0]
     lab_key = (lab.ssh_dir / "id_ed25519.pub").read_text().strip()
-    spec = node_host.node_host_spec(
-        node, lab.hosts_dir / "node0", api_dir=lab.state_dir / "node-api", address=str(node_ip)
-    )
+    nodes = fixture["nodes"]
+    node_ips = _node_addresses(hosts, len(nodes), taken=(rs["address"], bridge_ip))
     _seed_node_vms(lab, fixture)
-    # the router and the node boot side by side (each waits for its own sshd)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        from labsim import seed
+    from labsim import seed
 
-        leases = seed.leases(fixture, subnet)
-        if leases and rs["server"] != "dnsmasq":
-            raise LabNetError(
-                "a seeded lab's DHCP leases are written for dnsmasq: set network.router: dnsmasq"
+    leases = seed.leases(fixture, subnet)
+    if leases and rs["server"] != "dnsmasq":
+        raise LabNetError("a seeded lab's DHCP leases are written for dnsmasq: set network.router: dnsmasq")
+    # the router and every node boot side by side (each waits for its own sshd)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1 + len(nodes)) as pool:
+        router = pool.submit(_start_router, lab, facts, rs, [rs["address"], bridge_ip, *node_ips], leases)
+        boots = []
+        for i, (node, node_ip) in enumerate(zip(nodes, node_ips, strict=True)):
+            name = node_dir_name(i)
+            spec = node_host.node_host_spec(
+                node, lab.hosts_dir / name, api_dir=lab.state_dir / "node-api", address=str(node_ip)
             )
-        router = pool.submit(_start_router, lab, facts, rs, [rs["address"], bridge_ip, node_ip], leases)
-        node_boot = pool.submit(
-            _start_host,
-            lab,
-            facts,
-            name="node0",
-            hostname=node["name"],
-            tag="n0",
-            iface="vmbr0",
-            mac="02:00:00:00:00:05",
-            address=str(node_ip),
-            users=[{"name": "root", "keys": [lab_key]}],
-            files=spec["files"],
-            tools=spec["tools"],
-            extra=spec["init"],
-            lower=str(image_root),
-        )
+            boots.append(
+                pool.submit(
+                    _start_host,
+                    lab,
+                    facts,
+                    name=name,
+                    hostname=node["name"],
+                    tag=_tag_of(name),
+                    iface="vmbr0",
+                    mac=f"02:00:00:00:00:{5 + i:02x}",
+                    address=str(node_ip),
+                    users=[{"name": "root", "keys": [lab_key]}],
+                    files=spec["files"],
+                    tools=spec["tools"],
+                    extra=spec["init"],
+                    lower=str(image_root),
+                )
+            )
         facts["router"] = router.result()
-        st = node_boot.result()
-    # the node's pveproxy forwards its port 8006 to the API server (what a user's inventory names)
-    _wait_port(
-        st["address"], node_host.API_PORT, f"the node's pveproxy (see {lab.hosts_dir / 'node0' / 'state'})"
-    )
-    facts["node_host"] = {
-        "name": node["name"],
-        "address": st["address"],
-        "pve_api_url": f"https://{st['address']}:{node_host.API_PORT}",
-        "ssh_user": "root",
-        "netns": st["netns"],
-        "upper_dir": str(lab.hosts_dir / "node0" / "upper"),
-        "standins_log": str(lab.hosts_dir / "node0" / "upper" / node_host.STANDINS_LOG.lstrip("/")),
-        # inside the node: sys/, proc/ and lib/modules/ of its simulated hardware in one tree
-        "hardware_root": node_host.HW_ROOT,
-        "views_skipped": st.get("views_skipped", []),
-    }
+        booted = [b.result() for b in boots]
+    node_hosts = {}
+    for i, (node, st) in enumerate(zip(nodes, booted, strict=True)):
+        hdir = lab.hosts_dir / node_dir_name(i)
+        # the node's pveproxy forwards its port 8006 to the API server (what a user's inventory names)
+        _wait_port(
+            st["address"], node_host.API_PORT, f"node {node['name']}'s pveproxy (see {hdir / 'state'})"
+        )
+        node_hosts[node["name"]] = {
+            "name": node["name"],
+            "address": st["address"],
+            "pve_api_url": f"https://{st['address']}:{node_host.API_PORT}",
+            "ssh_user": "root",
+            "netns": st["netns"],
+            "upper_dir": str(hdir / "upper"),
+            "standins_log": str(hdir / "upper" / node_host.STANDINS_LOG.lstrip("/")),
+            # inside the node: sys/, proc/ and lib/modules/ of its simulated hardware in one tree
+            "hardware_root": node_host.HW_ROOT,
+            "views_skipped": st.get("views_skipped", []),
+        }
+    # every node of the cluster by its PVE name; node_host is the first (the one a one-node lab has)
+    facts["node_hosts"] = node_hosts
+    facts["node_host"] = node_hosts[nodes[0]["name"]]
     if leases:
         facts["seed_leases"] = {x["hostname"]: x["address"] for x in leases}
     return facts
 
 
+def node_dir_name(index: int) -> str:
+    """The folder (under STATE/net/hosts) and host name of the fixture's ``index``-th node: node0, node1, ..."""
+    return f"node{index}"
+
+
+def _node_addresses(hosts: list, count: int, taken: tuple) -> list:
+    """The nodes' static addresses: the 5th host address of the range and the ones after it (the reference
+    node's .5), skipping the router's and the bridge's."""
+    start = min(4, len(hosts) - 2 - count)
+    free = [h for h in hosts[start:] if h not in taken]
+    if len(free) < count:
+        raise LabNetError(
+            f"the lab's range has no room for {count} node hosts: give network.subnet a larger one"
+        )
+    return free[:count]
+
+
+def node_host_dir(lab: NetworkLab, fixture: dict[str, Any], node: str) -> Path:
+    """The host folder of the node named ``node`` (the first node's for a name the fixture lacks)."""
+    names = [n["name"] for n in fixture.get("nodes", [])]
+    return lab.hosts_dir / node_dir_name(names.index(node) if node in names else 0)
+
+
 def _seed_node_vms(lab: NetworkLab, fixture: dict[str, Any]) -> None:
     """A seeded lab's VMs in the node's ``qm list`` from its first boot (the VM hooks keep it up to date)."""
     vms = (fixture.get("seed") or {}).get("vms") or []
-    path = lab.hosts_dir / "node0" / "state" / "pve" / "vms.json"
+    path = lab.hosts_dir / node_dir_name(0) / "state" / "pve" / "vms.json"  # seed.py seeds the first node
     if not vms or path.exists():
         return
     entries = {}
@@ -1273,12 +1304,16 @@ def _kill_netns_pids(ns: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
-def node_boot_state(state_dir: Path) -> dict[str, Any] | None:
-    """The node host's last simulated boot: ``{"boot", "state" (stock|blacklisted|vfio), "cmdline"}``, or None.
+def node_boot_state(state_dir: Path, index: int = 0) -> dict[str, Any] | None:
+    """The ``index``-th node host's last simulated boot: ``{"boot", "state" (stock|blacklisted|vfio), "cmdline"}``, or None.
 
     For the PVE simulator, e.g. to refuse starting a VM with a passed-through GPU that vfio-pci does not hold.
     """
-    path = NetworkLab(state_dir).hosts_dir / "node0" / "upper" / "var/lib/gpulab-sim/boot/last-boot.json"
+    path = (
+        NetworkLab(state_dir).hosts_dir
+        / node_dir_name(index)
+        / "upper/var/lib/gpulab-sim/boot/last-boot.json"
+    )
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
@@ -1385,7 +1420,7 @@ class NetVmHooks(VmHooks):
             extra=extra,
             lower=facts["guest_image"],
         )
-        self._node_vm(vmid, config, status="running")
+        self._node_vm(node, vmid, config, status="running")
 
     def _installation(self, vmid: int, config: dict) -> dict[str, Any] | None:
         """The seeded ISO installation on this VM's disk, while the VM still boots from that disk."""
@@ -1421,17 +1456,19 @@ class NetVmHooks(VmHooks):
 
     def vm_stopped(self, node: str, vmid: int) -> None:
         self._stop(f"vm{int(vmid)}")
-        self._node_vm(vmid, status="stopped")
+        self._node_vm(node, vmid, status="stopped")
 
     def vm_destroyed(self, node: str, vmid: int) -> None:
         name = f"vm{int(vmid)}"
         self._stop(name)
         shutil.rmtree(self.lab.hosts_dir / name, ignore_errors=True)  # its disk goes with it
-        self._node_vm(vmid, remove=True)
+        self._node_vm(node, vmid, remove=True)
 
-    def _node_vm(self, vmid: int, config: dict | None = None, status: str = "", remove: bool = False) -> None:
-        """Keep the node host's view of its VMs (``qm list``) in step with the simulator."""
-        path = self.lab.hosts_dir / "node0" / "state" / "pve" / "vms.json"
+    def _node_vm(
+        self, node: str, vmid: int, config: dict | None = None, status: str = "", remove: bool = False
+    ) -> None:
+        """Keep the VM's node host's view of its VMs (``qm list``) in step with the simulator."""
+        path = node_host_dir(self.lab, self.fixture, node) / "state" / "pve" / "vms.json"
         if not path.parent.is_dir():
             return
         with self.lab.locked():

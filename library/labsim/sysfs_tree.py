@@ -36,6 +36,7 @@ import os
 import posixpath
 import re
 import shutil
+import struct
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -245,14 +246,19 @@ def build_tree(
     iommu: bool = True,
     share_group_with: str | None = None,
     cmdline: str | None = None,
+    pci: list[dict] | None = None,
 ) -> Tree:
     """The tree for `state`, with the test variants applied.
 
+    `pci`: another node's PCI functions (a fixture node's ``pci`` list): its devices replace the reference
+    PC's (:func:`node_pci_tree`); the modules, the command line and the rest stay the reference's.
     `iommu=False`: no IOMMU groups and no `iommu_group` links (firmware VT-d/AMD-Vi off).
     `share_group_with`: a PCI address moved into the GPU's IOMMU group (e.g. "0000:03:00.0").
     `cmdline`: the running kernel command line for /proc/cmdline (a newline is added when missing).
     """
     tree = _base_tree(state)
+    if pci:
+        tree = node_pci_tree(tree, state, pci)
     if share_group_with:
         tree = _share_group(tree, share_group_with)
     if not iommu:
@@ -269,6 +275,7 @@ def materialise(
     iommu: bool = True,
     share_group_with: str | None = None,
     cmdline: str | None = None,
+    pci: list[dict] | None = None,
 ) -> Path:
     """Write the tree for `state` under `root` (replacing an earlier one there) and return `root`.
 
@@ -278,7 +285,7 @@ def materialise(
     root = Path(root)
     if root.resolve() == Path("/"):
         raise ValueError("materialise() refuses to write into / (give a separate directory)")
-    tree = build_tree(state, iommu=iommu, share_group_with=share_group_with, cmdline=cmdline)
+    tree = build_tree(state, iommu=iommu, share_group_with=share_group_with, cmdline=cmdline, pci=pci)
     for top in ("sys", "proc", "lib/modules"):
         target = root / top
         if target.is_symlink() or target.is_file():
@@ -300,6 +307,130 @@ def materialise(
             if dest.name in _WRITE_ONLY:
                 dest.chmod(0o200)
     return root
+
+
+# --- another node's devices ---------------------------------------------------------------------------
+
+#: The driver a device of another node binds, by PCI class (base class and subclass), where the reference
+#: tree has that driver; other devices bind none. The NVIDIA card's functions follow the boot state.
+CLASS_DRIVERS = {
+    "0x0604": "pcieport",
+    "0x0108": "nvme",
+    "0x0106": "ahci",
+    "0x0c03": "xhci_hcd",
+    "0x0403": "snd_hda_intel",
+    "0x0200": "igc",
+    "0x0780": "mei_me",
+    "0x0c05": "i801_smbus",
+}
+#: The drivers of the card's display function and of its other functions in each state.
+GPU_STATE_DRIVERS = {
+    "stock": ("nouveau", "snd_hda_intel"),
+    "blacklisted": (None, "snd_hda_intel"),
+    "vfio": ("vfio-pci", "vfio-pci"),
+}
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_PCI_PREFIXES = ("/sys/devices/pci0000:00/", "/sys/bus/pci/devices/", "/sys/kernel/iommu_groups/")
+
+
+def reference_addresses() -> set[str]:
+    """The PCI addresses of the reference PC's recorded tree."""
+    tree = parse_tree(_data("pve-fixture-vfio.txt"))
+    prefix = "/sys/bus/pci/devices/"
+    return {k[len(prefix) :] for k in tree if k.startswith(prefix)}
+
+
+def gpu_functions_of(pci: list[dict]) -> dict[str, str]:
+    """A node's NVIDIA card: its first NVIDIA display controller and the other functions of that slot, as
+    {address: vendor:device} (empty without one)."""
+
+    def hex4(value: str) -> str:
+        return f"{int(str(value), 16):04x}"
+
+    display = next(
+        (d for d in pci if hex4(d["vendor"]) == "10de" and str(d.get("class", "")).startswith("0x03")), None
+    )
+    if display is None:
+        return {}
+    slot = display["id"].rsplit(".", 1)[0]
+    return {
+        d["id"]: f"{hex4(d['vendor'])}:{hex4(d['device'])}" for d in pci if d["id"].rsplit(".", 1)[0] == slot
+    }
+
+
+def _config_space(vendor: int, device: int, cls: int, sub_vendor: int, sub_device: int) -> bytes:
+    """A type-0 header (vendor, device, command, status, revision, class, header type, subsystem ids)."""
+    head = struct.pack("<HHHHB", vendor, device, 0x0406, 0x0010, 0xA1) + cls.to_bytes(3, "little")
+    head += bytes([0, 0, 0x80 if cls >> 16 == 0x03 else 0, 0])
+    head += b"\0" * (0x2C - len(head)) + struct.pack("<HH", sub_vendor, sub_device)
+    return head + b"\0" * (256 - len(head))
+
+
+def node_pci_tree(tree: Tree, state: str, pci: list[dict]) -> Tree:
+    """`tree` with its PCI devices, IOMMU groups and driver bindings replaced by those of ``pci`` (a fixture
+    node's list: ``id``, ``class``, ``vendor``, ``device``, ``subsystem_vendor``, ``subsystem_device``,
+    ``iommugroup``, ``boot_vga``), every device directly on the root bus. The node's NVIDIA card
+    (:func:`gpu_functions_of`) binds the drivers of ``state``; other devices their class's driver
+    (:data:`CLASS_DRIVERS`) where the reference tree has it."""
+    group_type = tree.get("/sys/kernel/iommu_groups/0/type", Entry("file", b"DMA-FQ\n"))
+    out: Tree = {}
+    for path, entry in tree.items():
+        if path.startswith(_PCI_PREFIXES):
+            continue
+        parts = path.split("/")
+        if path.startswith("/sys/bus/pci/drivers/") and len(parts) == 7 and _PCI_ADDRESS.match(parts[6]):
+            continue
+        out[path] = entry
+    drivers = {
+        p.split("/")[5] for p in out if p.startswith("/sys/bus/pci/drivers/") and len(p.split("/")) > 5
+    }
+    gpu = gpu_functions_of(pci)
+    display = min(gpu) if gpu else None
+    for dev in pci:
+        addr = str(dev["id"]).lower()
+        cls = int(str(dev["class"]), 16)
+        vendor, device = int(str(dev["vendor"]), 16), int(str(dev["device"]), 16)
+        sv = int(str(dev.get("subsystem_vendor") or "0"), 16)
+        sd = int(str(dev.get("subsystem_device") or "0"), 16)
+        if addr in gpu:
+            driver = GPU_STATE_DRIVERS[state][0 if addr == display else 1]
+        else:
+            driver = CLASS_DRIVERS.get(f"0x{cls >> 8:04x}")
+        if driver not in drivers:
+            driver = None
+        d = f"/sys/devices/pci0000:00/{addr}"
+        files = {
+            "vendor": f"0x{vendor:04x}\n",
+            "device": f"0x{device:04x}\n",
+            "subsystem_vendor": f"0x{sv:04x}\n",
+            "subsystem_device": f"0x{sd:04x}\n",
+            "class": f"0x{cls:06x}\n",
+            "revision": "0xa1\n",
+            "irq": "16\n",
+            "driver_override": "(null)\n",
+            "enable": "1\n" if driver not in (None, "vfio-pci") else "0\n",
+            "modalias": f"pci:v{vendor:08X}d{device:08X}sv{sv:08X}sd{sd:08X}"
+            f"bc{cls >> 16:02X}sc{(cls >> 8) & 0xFF:02X}i{cls & 0xFF:02X}\n",
+        }
+        if cls >> 16 == 0x03:
+            files["boot_vga"] = "1\n" if dev.get("boot_vga") else "0\n"
+        for name, text in files.items():
+            out[f"{d}/{name}"] = Entry("file", text.encode())
+        out[f"{d}/config"] = Entry("file", _config_space(vendor, device, cls, sv, sd))
+        out[f"/sys/bus/pci/devices/{addr}"] = Entry("symlink", f"../../../devices/pci0000:00/{addr}")
+        if driver:
+            out[f"{d}/driver"] = Entry("symlink", f"../../../bus/pci/drivers/{driver}")
+            out[f"/sys/bus/pci/drivers/{driver}/{addr}"] = Entry(
+                "symlink", f"../../../../devices/pci0000:00/{addr}"
+            )
+        if dev.get("iommugroup") is not None:
+            group = int(dev["iommugroup"])
+            out[f"{d}/iommu_group"] = Entry("symlink", f"../../../kernel/iommu_groups/{group}")
+            out[f"/sys/kernel/iommu_groups/{group}/devices/{addr}"] = Entry(
+                "symlink", f"../../../../devices/pci0000:00/{addr}"
+            )
+            out[f"/sys/kernel/iommu_groups/{group}/type"] = group_type
+    return out
 
 
 # --- boot outcome -------------------------------------------------------------------------------------
@@ -366,8 +497,13 @@ def _vfio_ids(options: list[str]) -> set[str]:
     return ids
 
 
-def boot_state(cmdline: str, modprobe_d: dict[str, str], modules_load: str = "") -> str:
-    """Which state ("stock", "blacklisted" or "vfio") the reference node reaches when it boots.
+def boot_state(
+    cmdline: str,
+    modprobe_d: dict[str, str],
+    modules_load: str = "",
+    gpu_functions: dict[str, str] | None = None,
+) -> str:
+    """Which state ("stock", "blacklisted" or "vfio") the node reaches when it boots.
 
     `cmdline`: the kernel command line the boot loader passes (the first line of /etc/kernel/cmdline, or
     what GRUB builds); `modprobe_d`: {file name: content} of /etc/modprobe.d; `modules_load`: the text of
@@ -385,7 +521,11 @@ def boot_state(cmdline: str, modprobe_d: dict[str, str], modules_load: str = "")
       from the initramfs, binds first).
     The result is "vfio" when vfio-pci holds both functions; "stock" when a host driver holds 02:00.0;
     otherwise "blacklisted" (02:00.0 on no driver).
+    `gpu_functions` ({address: vendor:device}, :func:`gpu_functions_of`): another node's card instead of
+    the reference's 02:00 (its first function is the display controller, the others its audio).
     """
+    functions = gpu_functions or GPU_FUNCTIONS
+    display, *others = sorted(functions)
     cfg = _parse_modprobe_d(modprobe_d)
     words = split_cmdline(cmdline)
     kernel_blacklist: set[str] = set()
@@ -406,7 +546,7 @@ def boot_state(cmdline: str, modprobe_d: dict[str, str], modules_load: str = "")
             return True
         return nomodeset and module in ("nouveau", "nvidiafb")
 
-    candidates = {"0000:02:00.0": ["nvidiafb", "nouveau", "nova_core"], "0000:02:00.1": ["snd_hda_intel"]}
+    candidates = {display: ["nvidiafb", "nouveau", "nova_core"], **{a: ["snd_hda_intel"] for a in others}}
     # Modules that load at boot through some device's alias (snd_hda_intel also drives the board audio).
     loading = {m for mods in candidates.values() for m in mods if not kept_off(m)}
     listed = {_norm(line.split()[0]) for line in modules_load.splitlines() if line.split() and line[0] != "#"}
@@ -418,12 +558,12 @@ def boot_state(cmdline: str, modprobe_d: dict[str, str], modules_load: str = "")
     def driver_of(address: str) -> str | None:
         native = [m for m in candidates[address] if not kept_off(m)]
         wins = not native or any("vfio_pci" in cfg.softdep_pre.get(m, []) for m in native)
-        if vfio_loads and GPU_FUNCTIONS[address] in ids and wins:
+        if vfio_loads and functions[address] in ids and wins:
             return "vfio-pci"
         return native[0] if native else None
 
-    gpu, audio = driver_of("0000:02:00.0"), driver_of("0000:02:00.1")
-    if gpu == "vfio-pci" and audio == "vfio-pci":
+    gpu, audio = driver_of(display), [driver_of(a) for a in others]
+    if gpu == "vfio-pci" and all(a == "vfio-pci" for a in audio):
         return "vfio"
     if gpu is not None and gpu != "vfio-pci":
         return "stock"

@@ -114,7 +114,12 @@ def node_host_spec(
     (:mod:`labsim.net.pveproxy`): ``https://ADDRESS:8006`` is the API, as on a real node."""
     loader = loader_of(node)
     kernel = str(node.get("kernel") or sysfs_tree.KERNEL_RELEASE)
-    conf = {"loader": loader, "kernel": kernel, "esp_uuid": "1A2B-3C4D"}
+    conf: dict[str, Any] = {"loader": loader, "kernel": kernel, "esp_uuid": "1A2B-3C4D"}
+    pci = node.get("pci") or []
+    if pci and {str(d["id"]).lower() for d in pci} != sysfs_tree.reference_addresses():
+        # another PC than the reference (a second cluster node): its hardware view is made from its own
+        # devices, and its boot decides on its own card
+        conf.update(pci=pci, gpu_functions=sysfs_tree.gpu_functions_of(pci))
     files = {
         "/etc/default/grub": DEBIAN_DEFAULT_GRUB,
         "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
@@ -218,13 +223,14 @@ def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
     mld = root / "etc/modules-load.d"
     if mld.is_dir():
         modules_load += "".join(p.read_text() for p in sorted(mld.glob("*.conf")) if p.is_file())
-    state = sysfs_tree.boot_state(cmdline, modprobe_d, modules_load)
+    state = sysfs_tree.boot_state(cmdline, modprobe_d, modules_load, conf.get("gpu_functions"))
     sysfs_tree.materialise(
         view,
         state,
         iommu=options.get("iommu", True),
         share_group_with=options.get("share_group_with"),
         cmdline=cmdline,
+        pci=conf.get("pci"),
     )
     result = {"boot": int(os.environ.get("GPULAB_BOOT", "0")), "state": state, "cmdline": cmdline}
     (sim / "boot" / "last-boot.json").write_text(json.dumps(result) + "\n")

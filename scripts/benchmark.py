@@ -561,8 +561,8 @@ def main() -> int:
         print("\n" + reads_verdict(rows))
         for line in growth_verdicts(rows):
             print(line)
-        for inventory, err in failed:
-            print(f"{inventory}: no figures ({err})")
+    for inventory, err in failed:
+        print(f"{inventory}: no figures ({err})")
     if args.json:
         out = {
             "date": datetime.date.today().isoformat(),

@@ -45,9 +45,10 @@ e2e: venv
 	$(BIN)/pytest tests/e2e
 
 # The whole site.yml on the simulated lab: check run on a fresh lab, converge, idempotence, verify; first on
-# the demo lab (default), then adopting the user's hand-made lab (homelab, about 3 minutes).
+# the demo lab (default), then adopting the user's hand-made lab (homelab, about 3 minutes), then the
+# two-node cluster with three k3s servers, a server VM stopped and the upgrade (cluster, about 8 minutes).
 molecule: venv
-	@if [ "$$(id -u)" = 0 ]; then $(BIN)/molecule test && $(BIN)/molecule test -s homelab; \
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/molecule test && $(BIN)/molecule test -s homelab && $(BIN)/molecule test -s cluster; \
 	else echo "molecule: skipped: the simulated lab's hosts need root (network namespaces)"; fi
 
 clean:

@@ -60,3 +60,75 @@ def test_a_vm_with_both_cards_sees_both_and_one_with_a_card_sees_that_one(lab):
     assert len({g["uuid"] for g in both}) == 2
     (one,) = guest_gpus(lab, 198, "one-card", "bc:24:11:00:10:18", {"hostpci0": "0000:05:00,pcie=1"})
     assert one["uuid"] == both[1]["uuid"] and one["host_address"] == "0000:05:00.0"
+
+
+def test_a_start_through_the_api_and_the_resume_after_down_and_up_pass_both_mapped_cards(
+    tmp_path, capsys, monkeypatch
+):
+    from pve_sim_client import Api
+    from test_netlab_resume import wait_address
+
+    from labsim import cli
+    from labsim.fixture import fixtures_dir
+
+    monkeypatch.delenv(cli.API_ONLY_ENV, raising=False)
+    state = tmp_path / "state"
+    fixture = tmp_path / "fixture.yml"
+    fixture.write_text(
+        json.dumps({"extends": str(fixtures_dir() / "two-gpus.yml"), "network": {"vm_init": "simple"}})
+    )
+
+    def api_of(desc):
+        return Api(
+            desc["pve_url"],
+            headers={"Authorization": f"PVEAPIToken={desc['token_id']}={desc['token_secret']}"},
+        )
+
+    def guest_file():
+        path = (
+            network_lab.NetworkLab(state).hosts_dir / "vm100" / "upper" / "etc" / "gpulab-sim" / "gpus.json"
+        )
+        return json.loads(path.read_text())
+
+    try:
+        assert cli.main(["up", "--state", str(state), "--fixture", str(fixture)]) == 0
+        api = api_of(json.loads(capsys.readouterr().out))
+        for mid, path, vd, group, sub in (
+            ("rtx3090", "0000:02:00", "10de:2204", 13, "1462:3881"),
+            ("rtx3060", "0000:05:00", "10de:2504", 16, "1462:397d"),
+        ):
+            api.data(
+                "POST",
+                "/cluster/mapping/pci",
+                id=mid,
+                map=f"node=pve,path={path},id={vd},iommugroup={group},subsystem-id={sub}",
+            )
+        st = api.run(
+            "POST",
+            "/nodes/pve/qemu",
+            vmid=100,
+            name="vm-gpu",
+            agent="1",
+            machine="q35",
+            memory="4096",
+            scsi0="local-zfs:4",
+            net0="virtio=BC:24:11:00:01:00,bridge=vmbr0",
+            ipconfig0="ip=dhcp",
+            ciuser="ubuntu",
+            ide2="local-zfs:cloudinit",
+            hostpci0="mapping=rtx3090,pcie=1",
+            hostpci1="mapping=rtx3060,pcie=1",
+        )
+        assert st["exitstatus"] == "OK", st
+        assert api.run("POST", "/nodes/pve/qemu/100/status/start")["exitstatus"] == "OK"
+        assert wait_address(api, 100), "the VM's host never reported an address"
+        first = guest_file()
+        assert [g["host_address"] for g in first] == ["0000:02:00.0", "0000:05:00.0"]
+
+        assert cli.main(["down", "--state", str(state)]) == 0
+        assert cli.main(["up", "--state", str(state), "--fixture", str(fixture)]) == 0
+        api = api_of(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+        assert wait_address(api, 100), "after down and up the running VM's host did not boot again"
+        assert guest_file() == first  # the same two cards, the same UUIDs
+    finally:
+        cli.down(state)

@@ -46,7 +46,8 @@ reached:
 vms:
   description:
     - Each VM by inventory host, plain VMs first and GPU VMs last, with C(host), C(node), C(node_host), C(vmid),
-      C(name), C(install), C(gpu), C(address), C(ssh_user), C(snippet) and C(spec), the options of gpulab_pve_vm.
+      C(name), C(install), C(gpus) (the card ids of vm_gpu, empty for a VM without one), C(address),
+      C(ssh_user), C(snippet) and C(spec), the options of gpulab_pve_vm.
   returned: when the lab definition is valid
   type: dict
 stages:

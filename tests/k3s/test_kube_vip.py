@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from gpulab.labdef import catalogue
+from labsim.net import k3s_standin
 
 from .test_roles_local import JSON_CALLBACK, FakeK3sFolder, stats
 
@@ -67,6 +68,11 @@ def test_the_manifest_holds_the_vip_on_the_interface_with_arp_and_leader_electio
 
     rc, out = lab.play([kube_vip()])
     assert rc == 0 and stats(out)["changed"] == 0, lab.failures(out)
+    # the lab's k3s reads the VIP from this manifest as kube-vip would (tests/k3s/test_kube_vip_ns.py runs it)
+    docs = list(yaml.safe_load_all((lab.root / "manifests" / "server" / "kube-vip.yaml").read_text()))
+    assert k3s_standin.kube_vip_spec(docs) == {"address": "192.168.100.60", "interface": "ens18",
+                                               "leader_election": True}  # fmt: skip
+    assert k3s_standin.kube_vip_spec([{**docs[3], "spec": {}}]) is None
 
     # another VIP rewrites the file; no interface given: the default route's
     rc, out = lab.play([kube_vip("192.168.100.61", "")])
@@ -114,3 +120,30 @@ def test_only_an_ipv4_registration_address_that_is_no_vms_is_a_vip(tmp_path):
     assert results[0]["msg"][1] == [{"address": "192.168.100.60", "host": "all", "field": "k3s_registration_address",
                                      "what": "the kube-vip VIP the k3s servers hold"}]  # fmt: skip
     assert [r["msg"][1] for r in results[1:]] == [[], [], []]
+
+
+def test_the_lab_k3s_holds_the_vip_on_the_etcd_leader_only(tmp_path):
+    """The stand-in's kube-vip: the VIP of kube-vip's DaemonSet (any server's manifests, as etcd holds them) is
+    wanted by the etcd leader, on the DaemonSet's interface, and by no follower; no DaemonSet, no VIP."""
+    docs = [{"kind": "DaemonSet", "metadata": {"name": "kube-vip-ds", "namespace": "kube-system"},
+             "spec": {"template": {"spec": {"hostNetwork": True, "containers": [{
+                 "image": "ghcr.io/kube-vip/kube-vip:v0.8.9",
+                 "env": [{"name": "vip_arp", "value": "true"}, {"name": "cp_enable", "value": "true"},
+                         {"name": "address", "value": "10.77.0.100"}, {"name": "vip_interface", "value": "ens18"}]}]}}}}]  # fmt: skip
+
+    class Etcd:
+        members = ({"name": "vm-1"}, {"name": "vm-2"})
+        leader = "vm-2"
+
+        def is_leader(self):
+            return self.leader == "vm-2"
+
+    cluster = k3s_standin.Cluster(str(tmp_path / "state.json"))
+    cluster.etcd = Etcd()
+    cluster.state["addons"] = {"vm-1": docs, "vm-2": []}
+    vip = k3s_standin.KubeVip(cluster, 6443, None, log=lambda msg: None)
+    assert vip.wanted() == ("10.77.0.100", "ens18")
+    Etcd.leader = "vm-1"
+    assert vip.wanted() is None
+    Etcd.leader, cluster.state["addons"] = "vm-2", {"vm-1": [], "vm-2": []}
+    assert vip.wanted() is None

@@ -1,7 +1,8 @@
 """A lab host as a mount namespace of its own: copy-on-write /etc, /var, /usr and /run, no sshd, no init.
 
 The light host for the k3s stand-in and the k3s roles: every command runs inside with ``nsenter``, the
-host shares the machine's network (servers bind 127.0.0.1 on a free port), and one ``sleep`` process
+host shares the machine's network (servers bind 127.0.0.1 on a free port), or lives in the network namespace
+``netns`` names (a LAN of veths and a bridge the caller made, for kube-vip's VIP), and one ``sleep`` process
 holds the namespace open. Its /etc, /var, /usr and /run are overlays whose upper folders lie in
 ``BASE/NAME/``; nothing outside them changes (the overlays exist only inside the namespace). It runs no
 systemd: :mod:`labsim.net.systemctl_standin` answers ``systemctl`` and runs the units itself.
@@ -65,8 +66,10 @@ class MountNsHost:
         toolkit: bool = False,
         airgap: bool = False,
         env: dict[str, str] | None = None,
+        netns: str | None = None,
     ):
         self.base, self.name, self.files = Path(base) / name, name, files
+        self.netns = netns
         self.env = {"PATH": PATH, "HOME": str(self.base / "tmp"), "LANG": "C.UTF-8", **(env or {})}
         for d in LAYERS:
             (self.base / d / "upper").mkdir(parents=True)
@@ -88,8 +91,10 @@ class MountNsHost:
             f"workdir={self.base}/{d}/work /{d}"
             for d in LAYERS
         )
+        # in a network namespace of its own (`ip netns exec`, which also mounts that namespace's /sys) when given
+        inside = ["ip", "netns", "exec", netns] if netns else []
         self.holder = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+            [*inside, "unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
              f"{mounts} && echo ready && exec sleep infinity"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -117,7 +122,15 @@ class MountNsHost:
 
     # --- commands inside --------------------------------------------------------------------------
     def run(self, *argv: Any, env: dict[str, str] | None = None, timeout: float = 120):
-        cmd = ["nsenter", "-t", str(self.holder.pid), "-m", "--", *map(str, argv)]
+        cmd = [
+            "nsenter",
+            "-t",
+            str(self.holder.pid),
+            "-m",
+            *(["-n"] if self.netns else []),
+            "--",
+            *map(str, argv),
+        ]
         return subprocess.run(
             cmd, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout, check=False
         )

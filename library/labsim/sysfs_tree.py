@@ -247,6 +247,7 @@ def build_tree(
     share_group_with: str | None = None,
     cmdline: str | None = None,
     pci: list[dict] | None = None,
+    card_states: dict[str, str] | None = None,
 ) -> Tree:
     """The tree for `state`, with the test variants applied.
 
@@ -258,7 +259,7 @@ def build_tree(
     """
     tree = _base_tree(state)
     if pci:
-        tree = node_pci_tree(tree, state, pci)
+        tree = node_pci_tree(tree, state, pci, card_states)
     if share_group_with:
         tree = _share_group(tree, share_group_with)
     if not iommu:
@@ -276,6 +277,7 @@ def materialise(
     share_group_with: str | None = None,
     cmdline: str | None = None,
     pci: list[dict] | None = None,
+    card_states: dict[str, str] | None = None,
 ) -> Path:
     """Write the tree for `state` under `root` (replacing an earlier one there) and return `root`.
 
@@ -285,7 +287,14 @@ def materialise(
     root = Path(root)
     if root.resolve() == Path("/"):
         raise ValueError("materialise() refuses to write into / (give a separate directory)")
-    tree = build_tree(state, iommu=iommu, share_group_with=share_group_with, cmdline=cmdline, pci=pci)
+    tree = build_tree(
+        state,
+        iommu=iommu,
+        share_group_with=share_group_with,
+        cmdline=cmdline,
+        pci=pci,
+        card_states=card_states,
+    )
     for top in ("sys", "proc", "lib/modules"):
         target = root / top
         if target.is_symlink() or target.is_file():
@@ -340,22 +349,34 @@ def reference_addresses() -> set[str]:
     return {k[len(prefix) :] for k in tree if k.startswith(prefix)}
 
 
-def gpu_functions_of(pci: list[dict]) -> dict[str, str]:
-    """A node's NVIDIA card: its first NVIDIA display controller and the other functions of that slot, as
-    {address: vendor:device} (empty without one)."""
+def gpu_cards_of(pci: list[dict]) -> list[dict[str, str]]:
+    """A node's NVIDIA cards, in address order: for each NVIDIA display controller, every function of its slot
+    as {address: vendor:device}."""
 
     def hex4(value: str) -> str:
         return f"{int(str(value), 16):04x}"
 
-    display = next(
-        (d for d in pci if hex4(d["vendor"]) == "10de" and str(d.get("class", "")).startswith("0x03")), None
+    slots = sorted(
+        {
+            str(d["id"]).lower().rsplit(".", 1)[0]
+            for d in pci
+            if hex4(d["vendor"]) == "10de" and str(d.get("class", "")).startswith("0x03")
+        }
     )
-    if display is None:
-        return {}
-    slot = display["id"].rsplit(".", 1)[0]
-    return {
-        d["id"]: f"{hex4(d['vendor'])}:{hex4(d['device'])}" for d in pci if d["id"].rsplit(".", 1)[0] == slot
-    }
+    return [
+        {
+            str(d["id"]).lower(): f"{hex4(d['vendor'])}:{hex4(d['device'])}"
+            for d in pci
+            if str(d["id"]).lower().rsplit(".", 1)[0] == slot
+        }
+        for slot in slots
+    ]
+
+
+def gpu_functions_of(pci: list[dict]) -> dict[str, str]:
+    """A node's first NVIDIA card (:func:`gpu_cards_of`), {address: vendor:device}; empty without one."""
+    cards = gpu_cards_of(pci)
+    return cards[0] if cards else {}
 
 
 def _config_space(vendor: int, device: int, cls: int, sub_vendor: int, sub_device: int) -> bytes:
@@ -366,11 +387,12 @@ def _config_space(vendor: int, device: int, cls: int, sub_vendor: int, sub_devic
     return head + b"\0" * (256 - len(head))
 
 
-def node_pci_tree(tree: Tree, state: str, pci: list[dict]) -> Tree:
+def node_pci_tree(tree: Tree, state: str, pci: list[dict], card_states: dict[str, str] | None = None) -> Tree:
     """`tree` with its PCI devices, IOMMU groups and driver bindings replaced by those of ``pci`` (a fixture
     node's list: ``id``, ``class``, ``vendor``, ``device``, ``subsystem_vendor``, ``subsystem_device``,
-    ``iommugroup``, ``boot_vga``), every device directly on the root bus. The node's NVIDIA card
-    (:func:`gpu_functions_of`) binds the drivers of ``state``; other devices their class's driver
+    ``iommugroup``, ``boot_vga``), every device directly on the root bus. Each NVIDIA card
+    (:func:`gpu_cards_of`) binds the drivers of its own state (``card_states``, by the card's first
+    address; ``state`` for a card it does not name); other devices their class's driver
     (:data:`CLASS_DRIVERS`) where the reference tree has it."""
     group_type = tree.get("/sys/kernel/iommu_groups/0/type", Entry("file", b"DMA-FQ\n"))
     out: Tree = {}
@@ -384,16 +406,24 @@ def node_pci_tree(tree: Tree, state: str, pci: list[dict]) -> Tree:
     drivers = {
         p.split("/")[5] for p in out if p.startswith("/sys/bus/pci/drivers/") and len(p.split("/")) > 5
     }
-    gpu = gpu_functions_of(pci)
-    display = min(gpu) if gpu else None
+    card_of: dict[str, tuple[str, bool]] = {}  # function -> (its card's state, is the display function)
+    for card in gpu_cards_of(pci):
+        display = min(card)
+        for addr in card:
+            card_of[addr] = ((card_states or {}).get(display, state), addr == display)
     for dev in pci:
         addr = str(dev["id"]).lower()
         cls = int(str(dev["class"]), 16)
         vendor, device = int(str(dev["vendor"]), 16), int(str(dev["device"]), 16)
         sv = int(str(dev.get("subsystem_vendor") or "0"), 16)
         sd = int(str(dev.get("subsystem_device") or "0"), 16)
-        if addr in gpu:
-            driver = GPU_STATE_DRIVERS[state][0 if addr == display else 1]
+        if addr in card_of:
+            card_state, is_display = card_of[addr]
+            driver = GPU_STATE_DRIVERS[card_state][0 if is_display else 1]
+            if driver and driver not in drivers:  # a card in another state than the node's first one
+                for name in ("bind", "unbind", "new_id", "remove_id"):
+                    out[f"/sys/bus/pci/drivers/{driver}/{name}"] = Entry("file", b"")
+                drivers.add(driver)
         else:
             driver = CLASS_DRIVERS.get(f"0x{cls >> 8:04x}")
         if driver not in drivers:

@@ -81,9 +81,9 @@ def test_only_a_node_that_is_not_the_reference_pc_gets_a_tree_of_its_own(tmp_pat
     second = node_host.node_host_spec(PVE2, tmp_path / "node1")
     ref_conf = json.loads(ref["tools"]["/etc/gpulab-sim/node.json"])
     conf = json.loads(second["tools"]["/etc/gpulab-sim/node.json"])
-    assert "pci" not in ref_conf and "gpu_functions" not in ref_conf
+    assert "pci" not in ref_conf and "gpu_cards" not in ref_conf
     assert conf["pci"] == PVE2["pci"] and conf["loader"] == "grub"
-    assert conf["gpu_functions"] == {"0000:01:00.0": "10de:2684", "0000:01:00.1": "10de:22ba"}
+    assert conf["gpu_cards"] == [{"0000:01:00.0": "10de:2684", "0000:01:00.1": "10de:22ba"}]
 
 
 def test_a_booted_second_node_writes_its_own_view(tmp_path):
@@ -125,3 +125,35 @@ def test_each_vm_is_listed_on_its_own_nodes_host(tmp_path):
     assert network_lab.node_host_dir(lab, CLUSTER, "pve2") == lab.hosts_dir / "node1"
     assert network_lab.node_host_dir(lab, CLUSTER, "pve") == lab.hosts_dir / "node0"
     assert isinstance(network_lab.node_host_dir(lab, CLUSTER, "elsewhere"), Path)
+
+
+TWO = load_fixture(str(resolve_fixture("two-gpus")))["nodes"][0]
+
+
+def _drivers(tree, *addresses):
+    out = []
+    for addr in addresses:
+        link = f"/sys/devices/pci0000:00/{addr}/driver"
+        out.append(posixpath.basename(str(tree[link].data)) if link in tree else None)
+    return out
+
+
+def test_each_card_of_a_two_card_node_boots_to_its_own_state(tmp_path):
+    cards = sysfs_tree.gpu_cards_of(TWO["pci"])
+    assert [sorted(c) for c in cards] == [["0000:02:00.0", "0000:02:00.1"], ["0000:05:00.0", "0000:05:00.1"]]
+    both = BLACKLIST + SOFTDEPS + "options vfio-pci ids=10de:2204,10de:1aef,10de:2504,10de:228e\n"
+    first = BLACKLIST + SOFTDEPS + "options vfio-pci ids=10de:2204,10de:1aef\n"
+    for conf, want in ((both, ["vfio", "vfio"]), (first, ["vfio", "blacklisted"])):
+        states = [sysfs_tree.boot_state("quiet", {"gpulab.conf": conf}, "vfio_pci\n", c) for c in cards]
+        assert states == want
+    # the tree of a boot where only the RTX 3090's ids were given: the RTX 3060 is on no driver, its audio
+    # on snd_hda_intel; with both cards' ids vfio-pci holds all four functions
+    card_states = {"0000:02:00.0": "vfio", "0000:05:00.0": "blacklisted"}
+    tree = sysfs_tree.build_tree("vfio", pci=TWO["pci"], card_states=card_states)
+    funcs = ("0000:02:00.0", "0000:02:00.1", "0000:05:00.0", "0000:05:00.1")
+    assert _drivers(tree, *funcs) == ["vfio-pci", "vfio-pci", None, "snd_hda_intel"]
+    tree = sysfs_tree.build_tree("vfio", pci=TWO["pci"], card_states=dict.fromkeys(card_states, "vfio"))
+    assert _drivers(tree, *funcs) == ["vfio-pci"] * 4
+    # a stock second card beside a vfio first one still finds its driver's folder
+    tree = sysfs_tree.build_tree("vfio", pci=TWO["pci"], card_states={"0000:05:00.0": "stock"})
+    assert _drivers(tree, "0000:05:00.0") == ["nouveau"] and "/sys/bus/pci/drivers/nouveau/bind" in tree

@@ -119,7 +119,7 @@ def node_host_spec(
     if pci and {str(d["id"]).lower() for d in pci} != sysfs_tree.reference_addresses():
         # another PC than the reference (a second cluster node): its hardware view is made from its own
         # devices, and its boot decides on its own card
-        conf.update(pci=pci, gpu_functions=sysfs_tree.gpu_functions_of(pci))
+        conf.update(pci=pci, gpu_cards=sysfs_tree.gpu_cards_of(pci))
     files = {
         "/etc/default/grub": DEBIAN_DEFAULT_GRUB,
         "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
@@ -223,7 +223,15 @@ def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
     mld = root / "etc/modules-load.d"
     if mld.is_dir():
         modules_load += "".join(p.read_text() for p in sorted(mld.glob("*.conf")) if p.is_file())
-    state = sysfs_tree.boot_state(cmdline, modprobe_d, modules_load, conf.get("gpu_functions"))
+    # each card reaches its own state; the node's is its first card's (the reference card on the reference PC)
+    cards = conf.get("gpu_cards") or [None]
+    states = {
+        (min(card) if card else "0000:02:00.0"): sysfs_tree.boot_state(
+            cmdline, modprobe_d, modules_load, card
+        )
+        for card in cards
+    }
+    state = next(iter(states.values()))
     sysfs_tree.materialise(
         view,
         state,
@@ -231,8 +239,11 @@ def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
         share_group_with=options.get("share_group_with"),
         cmdline=cmdline,
         pci=conf.get("pci"),
+        card_states=states,
     )
     result = {"boot": int(os.environ.get("GPULAB_BOOT", "0")), "state": state, "cmdline": cmdline}
+    if len(states) > 1:
+        result["cards"] = states
     (sim / "boot" / "last-boot.json").write_text(json.dumps(result) + "\n")
     with open(sim / "boot" / "boots.jsonl", "a") as history:  # every boot, for readers that count them
         history.write(json.dumps({"time": time.time(), **result}) + "\n")

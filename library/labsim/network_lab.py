@@ -1244,6 +1244,7 @@ def _seed_node_vms(lab: NetworkLab, fixture: dict[str, Any]) -> None:
     path = lab.hosts_dir / node_dir_name(0) / "state" / "pve" / "vms.json"  # seed.py seeds the first node
     if not vms or path.exists():
         return
+    path.parent.mkdir(parents=True, exist_ok=True)  # before the node's first boot
     entries = {}
     for vm in vms:
         create = vm["create"]

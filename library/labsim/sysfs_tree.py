@@ -373,12 +373,6 @@ def gpu_cards_of(pci: list[dict]) -> list[dict[str, str]]:
     ]
 
 
-def gpu_functions_of(pci: list[dict]) -> dict[str, str]:
-    """A node's first NVIDIA card (:func:`gpu_cards_of`), {address: vendor:device}; empty without one."""
-    cards = gpu_cards_of(pci)
-    return cards[0] if cards else {}
-
-
 def _config_space(vendor: int, device: int, cls: int, sub_vendor: int, sub_device: int) -> bytes:
     """A type-0 header (vendor, device, command, status, revision, class, header type, subsystem ids)."""
     head = struct.pack("<HHHHB", vendor, device, 0x0406, 0x0010, 0xA1) + cls.to_bytes(3, "little")
@@ -551,7 +545,7 @@ def boot_state(
       from the initramfs, binds first).
     The result is "vfio" when vfio-pci holds both functions; "stock" when a host driver holds 02:00.0;
     otherwise "blacklisted" (02:00.0 on no driver).
-    `gpu_functions` ({address: vendor:device}, :func:`gpu_functions_of`): another node's card instead of
+    `gpu_functions` ({address: vendor:device}, one of :func:`gpu_cards_of`): another node's card instead of
     the reference's 02:00 (its first function is the display controller, the others its audio).
     """
     functions = gpu_functions or GPU_FUNCTIONS

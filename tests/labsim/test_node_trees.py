@@ -65,7 +65,7 @@ def test_the_second_nodes_card_binds_the_drivers_of_the_boot_state(state, displa
 
 
 def test_the_boot_state_is_decided_on_the_nodes_own_card():
-    functions = sysfs_tree.gpu_functions_of(PVE2["pci"])
+    (functions,) = sysfs_tree.gpu_cards_of(PVE2["pci"])
     assert functions == {"0000:01:00.0": "10de:2684", "0000:01:00.1": "10de:22ba"}
     mine = {"gpulab.conf": BLACKLIST + SOFTDEPS + "options vfio-pci ids=10de:2684,10de:22ba\n"}
     other = {"gpulab.conf": BLACKLIST + SOFTDEPS + "options vfio-pci ids=10de:2204,10de:1aef\n"}

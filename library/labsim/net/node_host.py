@@ -226,9 +226,7 @@ def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
     # each card reaches its own state; the node's is its first card's (the reference card on the reference PC)
     cards = conf.get("gpu_cards") or [None]
     states = {
-        (min(card) if card else "0000:02:00.0"): sysfs_tree.boot_state(
-            cmdline, modprobe_d, modules_load, card
-        )
+        min(card or sysfs_tree.GPU_FUNCTIONS): sysfs_tree.boot_state(cmdline, modprobe_d, modules_load, card)
         for card in cards
     }
     state = next(iter(states.values()))

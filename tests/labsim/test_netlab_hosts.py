@@ -650,14 +650,19 @@ def test_k3s_from_the_lab_file_server_forms_a_cluster(sd_lab):
         assert nodes["k3s-2"]["metadata"]["labels"]["gpu"] == "on"
         assert nodes["k3s-2"]["status"]["addresses"][0]["address"] == addrs["k3s-2"]
         out = ssh(facts, "ubuntu", server, "sudo -n k3s kubectl label node k3s-1 gpu=on --overwrite; "
-                  "sudo -n k3s kubectl label node k3s-1 gpu=on --overwrite; "
-                  "k3s kubectl get runtimeclass nvidia -o jsonpath={.handler}; echo; k3s --version | head -1")  # fmt: skip
+                  "sudo -n k3s kubectl label node k3s-1 gpu=on --overwrite; k3s --version | head -1")  # fmt: skip
         assert out.stdout.splitlines() == [
             "node/k3s-1 labeled",
             "node/k3s-1 not labeled",
-            "nvidia",
             "k3s version v1.33.5+k3s1 (0000000a)",
         ]
+        # k3s places its packaged RuntimeClasses a little after it starts, not with the node: wait as a client would
+        deadline, handler = time.monotonic() + 20, ""
+        while time.monotonic() < deadline and handler != "nvidia":
+            time.sleep(0.5)
+            cmd = "k3s kubectl get runtimeclass nvidia -o jsonpath={.handler}"
+            handler = ssh(facts, "ubuntu", server, cmd, check=False).stdout.strip()
+        assert handler == "nvidia"
         listening = ssh(facts, "ubuntu", server, "ss -Hltn").stdout
         assert f"{server}:6443" in listening and "*:6443" not in listening and "0.0.0.0:6443" not in listening
     finally:

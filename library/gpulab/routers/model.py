@@ -370,3 +370,45 @@ def make_plan(
             f"would add {len(after) - len(current)}: delete unused reservations on the router first"
         )
     return Plan(changes, current, after, resolved)
+
+
+@dataclasses.dataclass(frozen=True)
+class Move:
+    """A VM that may have to restart to take its reservation: the address it holds now (None: not running,
+    or no lease yet) and the address reserved for it (None: nothing reserved this run)."""
+
+    name: str
+    holds: str | None
+    reserved: str | None
+
+
+def move_order(vms: Sequence[Move]) -> dict[str, list[str]]:
+    """The order in which stage network restarts the VMs that hold another address than their reservation.
+
+    The router hands a VM its reservation only once no other VM holds that address (its lease from before
+    the reservations), so a VM can land only after the VM holding its address has moved. Returns
+    `{"first": [...], "cycle": [...]}`, names in the order given otherwise:
+
+    - `first`: each VM whose reservation is free, then each whose reservation is held by a VM already in
+      `first` (a chain: A holds B's reservation, B holds C's...); each lands at its first restart.
+    - `cycle`: the rest, whose reservation is held by a VM of a cycle (two VMs holding each other's
+      reservations) or by a VM that does not move. Each restarts once in order (the first of a cycle gets a
+      free address, which lets the next one land) and then once more: only that second try must land.
+
+    A VM that holds no address takes its reservation when it starts, and one that holds its reservation
+    stays: neither is in the result.
+    """
+    holder = {v.holds: v.name for v in vms if v.holds is not None}
+    movers = [v for v in vms if v.holds is not None and v.reserved is not None and v.holds != v.reserved]
+    first: list[str] = []
+    placed: set[str] = set()
+    left = list(movers)
+    while True:
+        ready = [v for v in left if holder.get(v.reserved, v.name) in placed | {v.name}]
+        if not ready:
+            break
+        for v in ready:
+            first.append(v.name)
+            placed.add(v.name)
+        left = [v for v in left if v.name not in placed]
+    return {"first": first, "cycle": [v.name for v in left]}

@@ -1,0 +1,24 @@
+"""Filters of stage network.
+
+`router_dhcp_vm_hosts | gpulab_dhcp_move_order(hostvars)` reads each VM's held address (gpulab_vm_address,
+stage vms) and its reservation (router_dhcp_reserved_address, set by roles/router_dhcp) and returns
+gpulab.routers.model.move_order: `{"first": [...], "cycle": [...]}`, the order the VMs restart in.
+"""
+
+from __future__ import annotations
+
+from gpulab.routers.model import Move, move_order
+
+
+def gpulab_dhcp_move_order(hosts, hostvars):
+    moves = []
+    for host in hosts or []:
+        vm = hostvars[host]
+        holds, reserved = vm.get("gpulab_vm_address"), vm.get("router_dhcp_reserved_address")
+        moves.append(Move(host, str(holds) if holds else None, str(reserved) if reserved else None))
+    return move_order(moves)
+
+
+class FilterModule:
+    def filters(self):
+        return {"gpulab_dhcp_move_order": gpulab_dhcp_move_order}

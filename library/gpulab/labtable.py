@@ -21,6 +21,7 @@ from gpulab.pve.client import PveClient
 COLUMNS = (
     ("vm", "VM"),
     ("vmid", "id"),
+    ("node", "PVE node"),
     ("address", "address"),
     ("shape", "vCPU / RAM / disk"),
     ("platform", "machine / firmware"),
@@ -35,8 +36,9 @@ _DISK_KEYS = re.compile(r"^(scsi|virtio|sata|ide)\d+$")
 
 
 def read_vm_configs(client: PveClient, vms: list[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Config and power state of each VM ({name, node, vmid}, and its `config` when the caller read it
-    already in this run: then it is not read again); absent VMs map to {}."""
+    """Config, power state and PVE node of each VM ({name, node, vmid}, and its `config` when the caller read
+    it already in this run: then it is not read again); absent VMs map to {}. The node is where PVE's cluster
+    list says the VM is, which is the inventory's vm_node unless the VM was moved by hand."""
     listed = {int(r["vmid"]): r for r in client.get("cluster/resources", type="vm") or [] if "vmid" in r}
     out: dict[str, dict[str, Any]] = {}
     for vm in vms:
@@ -47,7 +49,11 @@ def read_vm_configs(client: PveClient, vms: list[Mapping[str, Any]]) -> dict[str
         config = vm.get("config") or (
             client.get(f"nodes/{entry.get('node', vm['node'])}/qemu/{vm['vmid']}/config") or {}
         )
-        out[vm["name"]] = {"status": entry.get("status"), "config": config}
+        out[vm["name"]] = {
+            "status": entry.get("status"),
+            "node": entry.get("node", vm["node"]),
+            "config": config,
+        }
     return out
 
 
@@ -96,6 +102,7 @@ def rows(
             {
                 "vm": name,
                 "vmid": str(vm.get("vmid", "")),
+                "node": str(found.get("node") or "-"),
                 "address": str(vm.get("address") or "?"),
                 "shape": f"{config.get('cores', '?')} / {memory} MiB{balloon} / {_disk_size(config)}"
                 if config

@@ -66,7 +66,8 @@ extends_documentation_fragment:
   - gpulab_pve
 rows:
   description:
-    - One dict per VM with the keys vm, vmid, address, shape, platform, gpu, onboot, driver, k3s, hami, shares.
+    - One dict per VM with the keys vm, vmid, node (the PVE node the cluster list puts the VM on), address,
+      shape, platform, gpu, onboot, driver, k3s, hami, shares.
     - C(shares) says who holds what on each card HAMi registered on the VM's node (pods, their share, the
       free percent), from the pods' C(hami.io/vgpu-devices-allocated) annotations.
   returned: always

@@ -10,11 +10,12 @@ SAMPLES = Path(__file__).parent / "data"
 
 VMS = [
     {"name": "vm-1", "node": "pve", "vmid": 100, "address": "192.168.100.53", "gpu": None},
-    {"name": "vm-gpu", "node": "pve", "vmid": 102, "address": "192.168.100.55", "gpu": "rtx3090"},
+    {"name": "vm-gpu", "node": "pve2", "vmid": 102, "address": "192.168.100.55", "gpu": "rtx3090"},
 ]
 PVE = {
     "vm-1": {
         "status": "running",
+        "node": "pve",
         "config": {
             "cores": 4,
             "memory": "4096",
@@ -25,6 +26,7 @@ PVE = {
     },
     "vm-gpu": {
         "status": "running",
+        "node": "pve2",
         "config": {
             "cores": 8,
             "memory": "16384",
@@ -58,6 +60,7 @@ def test_rows_join_every_source():
     assert table[0] == {
         "vm": "vm-1",
         "vmid": "100",
+        "node": "pve",
         "address": "192.168.100.53",
         "shape": "4 / 4096 MiB / 60G",
         "platform": "i440fx / seabios",
@@ -94,10 +97,12 @@ def test_not_ready_and_missing_node():
 def test_markdown_and_text_render_every_row():
     table = labtable.rows(VMS, PVE, GPUS, [])
     md = labtable.markdown(table).splitlines()
-    assert md[0].startswith("| VM | id | address |")
-    assert md[3].startswith("| vm-gpu | 102 | 192.168.100.55 | 8 / 16384 MiB fixed / 200G | q35 / ovmf |")
+    assert md[0].startswith("| VM | id | PVE node | address |")
+    assert md[3].startswith(
+        "| vm-gpu | 102 | pve2 | 192.168.100.55 | 8 / 16384 MiB fixed / 200G | q35 / ovmf |"
+    )
     lines = labtable.text(table)
-    assert len(lines) == 3 and lines[2].startswith("vm-gpu  102  192.168.100.55")
+    assert len(lines) == 3 and lines[2].startswith("vm-gpu  102  pve2      192.168.100.55")
 
 
 def test_write_reports_change_only_when_content_differs(tmp_path):
@@ -122,7 +127,7 @@ class RecordingClient:
         if path == "cluster/resources":
             return [
                 {"vmid": 100, "node": "pve", "status": "running"},
-                {"vmid": 102, "node": "pve", "status": "stopped"},
+                {"vmid": 102, "node": "pve2", "status": "stopped"},
             ]
         vmid = int(path.split("/")[3])
         return PVE["vm-1" if vmid == 100 else "vm-gpu"]["config"]
@@ -132,14 +137,26 @@ def test_a_config_already_read_in_this_run_is_not_read_again():
     client = RecordingClient()
     known = [dict(VMS[0], config=PVE["vm-1"]["config"]), VMS[1]]
     found = labtable.read_vm_configs(client, known)
-    assert client.paths == ["cluster/resources", "nodes/pve/qemu/102/config"]
+    assert client.paths == ["cluster/resources", "nodes/pve2/qemu/102/config"]
     assert found == {
-        "vm-1": {"status": "running", "config": PVE["vm-1"]["config"]},
-        "vm-gpu": {"status": "stopped", "config": PVE["vm-gpu"]["config"]},
+        "vm-1": {"status": "running", "node": "pve", "config": PVE["vm-1"]["config"]},
+        "vm-gpu": {"status": "stopped", "node": "pve2", "config": PVE["vm-gpu"]["config"]},
     }
     assert labtable.rows(known, found, GPUS, []) == labtable.rows(
         VMS, PVE | {"vm-gpu": found["vm-gpu"]}, GPUS, []
     )
+
+
+def test_the_node_column_is_where_pve_lists_the_vm():
+    # moved by hand to another node than the inventory's vm_node: the table says where it is
+    client = RecordingClient()
+    moved = [dict(VMS[1], node="pve")]
+    [row] = labtable.rows(moved, labtable.read_vm_configs(client, moved), GPUS, [])
+    assert row["node"] == "pve2" and client.paths[-1] == "nodes/pve2/qemu/102/config"
+    [gone] = labtable.rows(
+        [dict(VMS[0], vmid=150)], labtable.read_vm_configs(client, [VMS[0] | {"vmid": 150}]), {}, []
+    )
+    assert (gone["node"], gone["shape"]) == ("-", "absent")
 
 
 def test_an_absent_vm_is_absent_even_with_a_config_from_earlier():

@@ -96,3 +96,32 @@ def test_package_names(lab):
     assert rc == 0, lab.failures(out)
     passed = [t for t in out["plays"][0]["tasks"] if t["hosts"]["vm-1"].get("msg") == "All assertions passed"]
     assert len(passed) == len(DRIVER_NAMES) + len(TOOLKIT_PINS)
+
+
+@pytest.mark.parametrize(
+    ("expected", "min_gpus", "refused"), [(2, 1, True), (1, 1, False), (0, 2, True), (0, 1, False)]
+)
+def test_the_driver_check_wants_every_card_passed_to_the_vm(lab, monkeypatch, expected, min_gpus, refused):
+    """The fake nvidia-smi sees one card; playbooks/guests.yml gives the role the count of vm_gpu's cards."""
+    monkeypatch.setenv("PATH", f"{lab.root / 'bin'}:{os.environ['PATH']}")
+    task = {
+        "name": "verify",
+        "ansible.builtin.include_role": {"name": "nvidia_driver", "tasks_from": "verify"},
+        "vars": {
+            "nvidia_driver_expected_gpus": expected,
+            "nvidia_driver_min_gpus": min_gpus,
+            # the role's first read, before the install: the one card the fake nvidia-smi shows
+            "nvidia_driver_found": {
+                "gpu_count": 1,
+                "gpus": [{"name": "NVIDIA GeForce RTX 3090"}],
+                "uuids": ["GPU-0"],
+                "driver_version": "580.173.02",
+            },
+            "nvidia_driver_packages": {"changed": False},
+            "nvidia_driver_blacklist": {"changed": False},
+        },
+    }
+    rc, out = lab.play([task])
+    assert (rc != 0) == refused, lab.failures(out)
+    if refused:
+        assert f"found 1 GPU(s), {max(expected, min_gpus)} wanted" in lab.failures(out)[0]

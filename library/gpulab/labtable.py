@@ -46,14 +46,9 @@ def read_vm_configs(client: PveClient, vms: list[Mapping[str, Any]]) -> dict[str
         if entry is None:
             out[vm["name"]] = {}
             continue
-        config = vm.get("config") or (
-            client.get(f"nodes/{entry.get('node', vm['node'])}/qemu/{vm['vmid']}/config") or {}
-        )
-        out[vm["name"]] = {
-            "status": entry.get("status"),
-            "node": entry.get("node", vm["node"]),
-            "config": config,
-        }
+        node = entry.get("node", vm["node"])
+        config = vm.get("config") or (client.get(f"nodes/{node}/qemu/{vm['vmid']}/config") or {})
+        out[vm["name"]] = {"status": entry.get("status"), "node": node, "config": config}
     return out
 
 

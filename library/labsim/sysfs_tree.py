@@ -415,7 +415,7 @@ def node_pci_tree(tree: Tree, state: str, pci: list[dict], card_states: dict[str
             card_state, is_display = card_of[addr]
             driver = GPU_STATE_DRIVERS[card_state][0 if is_display else 1]
             if driver and driver not in drivers:  # a card in another state than the node's first one
-                for name in ("bind", "unbind", "new_id", "remove_id"):
+                for name in sorted(_WRITE_ONLY):
                     out[f"/sys/bus/pci/drivers/{driver}/{name}"] = Entry("file", b"")
                 drivers.add(driver)
         else:

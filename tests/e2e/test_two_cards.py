@@ -10,6 +10,7 @@ import re
 
 import pytest
 import yaml
+from pve.test_role_two_gpus import RTX3060  # fixture two-gpus's second card as pve_gpus names it
 
 from labsim.fixture import fixtures_dir
 
@@ -17,13 +18,6 @@ from .helpers import inventory_copy, lab_down, lab_up, need_root, run_playbook, 
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-RTX3060 = {
-    "id": "rtx3060",
-    "pci": "0000:05:00",
-    "vendor_device": "10de:2504",
-    "functions": ["0000:05:00.0", "0000:05:00.1"],
-    "iommu_group": 16,
-}
 RECAP = re.compile(
     r"^(?P<host>\S+)\s+: ok=\d+\s+changed=(?P<changed>\d+)\s+unreachable=\d+\s+failed=\d+", re.M
 )

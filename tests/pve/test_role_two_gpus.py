@@ -15,6 +15,7 @@ from labsim.fixture import fixtures_dir
 from .conftest import ROOT, start_lab, stop_lab
 from .test_role import play, results
 
+# Fixture two-gpus's second card as pve_gpus names it (tests/e2e/test_two_cards.py uses it too).
 RTX3060 = {
     "id": "rtx3060",
     "pci": "0000:05:00",

@@ -138,7 +138,7 @@ def _drivers(tree, *addresses):
     return out
 
 
-def test_each_card_of_a_two_card_node_boots_to_its_own_state(tmp_path):
+def test_each_card_of_a_two_card_node_boots_to_its_own_state():
     cards = sysfs_tree.gpu_cards_of(TWO["pci"])
     assert [sorted(c) for c in cards] == [["0000:02:00.0", "0000:02:00.1"], ["0000:05:00.0", "0000:05:00.1"]]
     both = BLACKLIST + SOFTDEPS + "options vfio-pci ids=10de:2204,10de:1aef,10de:2504,10de:228e\n"

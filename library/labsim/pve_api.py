@@ -324,11 +324,15 @@ class PveApiSim(AccessHandlers):
         self._check_lock(vm, vmid, args, who)
         return node, vmid, vm
 
-    def _check_lock(self, vm: dict, vmid: int, args: dict, who: Principal) -> None:
+    @staticmethod
+    def _check_skiplock(args: dict, who: Principal) -> None:
         if args.get("skiplock") and not who.is_root_ticket:
             raise ApiError(
                 400, "Parameter verification failed.", {"skiplock": "Only root may use this option."}
             )
+
+    def _check_lock(self, vm: dict, vmid: int, args: dict, who: Principal) -> None:
+        self._check_skiplock(args, who)
         if vm.get("lock") and not args.get("skiplock"):
             raise ApiError(500, f"VM {vmid} is locked ({vm['lock']})")
 
@@ -969,7 +973,7 @@ class PveApiSim(AccessHandlers):
             elif not (key.startswith("hostpci") or UNUSED_RE.match(key)):
                 who.require(f"/vms/{vmid}", [_config_priv(key)])
             if key.startswith("hostpci"):
-                self._check_hostpci(key, str(value), current.get(key), who, vmid, errors)
+                self._check_hostpci(key, str(value), current.get(key), who, vmid)
             elif DISK_RE.match(key):
                 alloc = self._check_drive(node, key, str(value), args, who, errors)
                 if alloc:
@@ -986,29 +990,28 @@ class PveApiSim(AccessHandlers):
             raise ApiError(400, "Parameter verification failed.", errors)
         return sets, allocations
 
-    def _check_hostpci(
-        self, key: str, value: str, old: str | None, who: Principal, vmid: int, errors: dict
-    ) -> None:
+    def _check_hostpci(self, key: str, value: str, old: str | None, who: Principal, vmid: int) -> None:
+        """The permission check a config write makes for a hostpciN (qemu-server src/PVE/API2/Qemu.pm@e6352be
+        (9.2.6), check_hostpci_perm, on the old value as on the new): root@pam (password) passes with no check
+        at all; anyone else gets a raw ``host`` refused (with ``mapping`` beside it too), needs Mapping.Use on
+        the mapping (which need not exist yet) and VM.Config.HWType, and may not give a ``romfile``. Whether
+        the mapping exists, or ``host`` and ``mapping`` come together, is the start's business
+        (`_start_checks`)."""
+        if who.is_root_ticket:
+            return
         fmt = self.schema.named["pve-qm-hostpci"]
         for val in ([old] if old else []) + [value]:
             dev = self.schema.parse_property_string(fmt, val, key)
-            if dev.get("host") and dev.get("mapping"):
-                errors[key] = "Cannot set both 'host' and 'mapping'."
-                return
-            if not dev.get("host") and not dev.get("mapping"):
-                errors[key] = "either 'host' or 'mapping' must be set."
-                return
-            if who.is_root_ticket:
-                continue
             if dev.get("host"):
                 raise ApiError(500, f"only root can set '{key}' config for non-mapped devices")
-            if dev.get("romfile"):
-                raise ApiError(500, f"only root can set '{key}' config with a custom romfile")
+            if not dev.get("mapping"):
+                raise ApiError(500, "either 'host' or 'mapping' must be set.")
             who.require(f"/mapping/pci/{dev['mapping']}", ["Mapping.Use"])
             who.require(f"/vms/{vmid}", ["VM.Config.HWType"])
-        dev = self.schema.parse_property_string(fmt, value, key)
-        if dev.get("mapping") and dev["mapping"] not in self.state.data["mappings"]:
-            errors[key] = f"PCI mapping '{dev['mapping']}' not found"
+            if "romfile" in dev:
+                raise ApiError(
+                    400, "Parameter verification failed.", {key: "only root@pam can set 'romfile' option"}
+                )
 
     def _drive_format(self, key: str) -> dict:
         props = self.schema.endpoints["/nodes/{node}/qemu"]["POST"]["parameters"]["properties"]
@@ -1287,7 +1290,7 @@ class PveApiSim(AccessHandlers):
                     )
                 who.require(f"/vms/{vmid}", [_config_priv(k)])
                 if k.startswith("hostpci") and vm["config"].get(k):
-                    self._check_hostpci(k, vm["config"][k], None, who, vmid, {})
+                    self._check_hostpci(k, vm["config"][k], None, who, vmid)
             current = {**vm["config"], **vm["pending"]}
             sets, allocations = self._prepare_changes(node, vmid, args, who, create=False, current=current)
             sets = {k: self._with_iso_size(node, k, str(v)) for k, v in sets.items()}
@@ -1458,17 +1461,21 @@ class PveApiSim(AccessHandlers):
         return bool(self.schema.parse_property_string(fmt, str(cfg["agent"]), "agent").get("enabled"))
 
     def _start_checks(self, node: str, vmid: int, vm: dict) -> list[str]:
-        """Resolve passed-through devices (raising TaskFailed like PVE's start does); return their ids."""
+        """Resolve passed-through devices (raising TaskFailed like PVE's start does); return their ids.
+
+        qemu-server src/PVE/QemuServer/PCI.pm@e6352be (9.2.6), parse_hostpci_devices and parse_hostpci: each
+        hostpciN in index order, ``host`` and ``mapping`` together refused, a mapping taken from its entry
+        for the node the VM starts on (none, or no such mapping: "not found") and checked against the
+        node's hardware, each device looked up (lspci), then ``pcie`` without q35; devices held by a
+        running VM are refused once all are resolved."""
         cfg = vm["config"]
         fmt = self.schema.named["pve-qm-hostpci"]
-        used = []
-        for key in sorted(k for k in cfg if k.startswith("hostpci")):
+        paths = []
+        for key in sorted((k for k in cfg if re.fullmatch(r"hostpci\d+", k)), key=lambda k: int(k[7:])):
             dev = self.schema.parse_property_string(fmt, cfg[key], key)
-            if dev.get("pcie") and "q35" not in cfg.get("machine", ""):
-                raise TaskFailed("q35 machine model is not enabled")
+            if dev.get("host") and dev.get("mapping"):
+                raise TaskFailed("Cannot set both 'host' and 'mapping'.")
             if dev.get("mapping"):
-                # qemu-server takes the map entries of the node the VM starts on: none there (or no such
-                # mapping) is the same failure
                 mapping = self.state.data["mappings"].get(dev["mapping"])
                 if mapping is None or not any(e["node"] == node for e in self._map_entries(mapping)):
                     raise TaskFailed(f"PCI device mapping not found for '{dev['mapping']}'")
@@ -1482,11 +1489,18 @@ class PveApiSim(AccessHandlers):
                     )
                 entry = next(e for e in self._map_entries(mapping) if e["node"] == node)
                 path = entry["path"].split(";")[0]
-            else:
+            elif dev.get("host"):
                 path = dev["host"].split(";")[0]
+            else:
+                raise TaskFailed("Either 'host' or 'mapping' must be set.")
             devs = self._pci_functions(node, path)
             if not devs:
                 raise TaskFailed(f"no PCI device found for '{path}'")
+            if dev.get("pcie") and "q35" not in cfg.get("machine", ""):
+                raise TaskFailed("q35 machine model is not enabled")
+            paths.append(devs)
+        used = []
+        for devs in paths:
             for d in devs:
                 for other_id, other in self.state.data["vms"].items():
                     if (
@@ -1498,9 +1512,20 @@ class PveApiSim(AccessHandlers):
                 used.append(d["id"])
         return used
 
-    def _start_now(self, task, node: str, vmid: int) -> None:
+    @staticmethod
+    def _refuse_start(vm: dict, vmid: int, skiplock: bool) -> None:
+        """What a start task checks first, with the VM's config locked (qemu-server
+        src/PVE/QemuServer.pm@e6352be (9.2.6), vm_start): its lock (unless skiplock), then whether it runs.
+        Both end the task in error; the call itself has answered its UPID."""
+        if vm.get("lock") and not skiplock:
+            raise TaskFailed(f"VM {vmid} is locked ({vm['lock']})")
+        if vm["status"] == "running":
+            raise TaskFailed(f"VM {vmid} already running")
+
+    def _start_now(self, task, node: str, vmid: int, skiplock: bool = False) -> None:
         with self.lock:
             vm = self._vm(node, vmid)
+            self._refuse_start(vm, vmid, skiplock)
             self._apply_pending(vm, vmid, only_live=False)
             pci = self._start_checks(node, vmid, vm)
             need = self._vm_memory_mib(vm["config"]) * 2**20
@@ -1527,18 +1552,27 @@ class PveApiSim(AccessHandlers):
             raise TaskFailed(f"start failed: lab host for VM {vmid} did not come up: {exc}") from exc
 
     def h_post_nodes_node_qemu_vmid_status_start(self, args, who):
+        """The call checks only its parameters; the task refuses a locked or running VM
+        (qemu-server src/PVE/API2/Qemu.pm@e6352be (9.2.6), vm_start: the checks are in the worker)."""
         with self.lock:
-            node, vmid, vm = self._vm_to_change(args, who)
-            if vm["status"] == "running":
-                raise ApiError(500, f"VM {vmid} already running")
+            node, vmid = args["node"], args["vmid"]
+            self._vm(node, vmid)
+            self._check_skiplock(args, who)
+        skiplock = bool(args.get("skiplock"))
+        started = []  # set once this task has made the VM run
 
         def body(task):
+            with self.lock:
+                self._refuse_start(self._vm(node, vmid), vmid, skiplock)
             self._sleep("qmstart")
-            self._start_now(task, node, vmid)
+            self._start_now(task, node, vmid, skiplock)
+            started.append(True)
 
         def on_error(task, error):
-            # A start task that ends in error leaves the VM stopped, as on PVE (QEMU is not left running).
-            self._stop_now(node, vmid)
+            # A start task that ends in error leaves the VM stopped, as on PVE (QEMU is not left running):
+            # one that failed after it made the VM run stops it; a refused one leaves the VM as it was.
+            if started:
+                self._stop_now(node, vmid)
 
         return self.tasks.start(node, "qmstart", str(vmid), who.userid, body, on_error)
 

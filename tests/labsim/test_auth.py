@@ -126,13 +126,21 @@ def test_mapped_hostpci_works_with_the_project_token_and_needs_mapping_use(lab, 
     assert r.json()["message"].strip() == "Permission check failed (/mapping/pci/rtx3090, Mapping.Use)"
 
 
-def test_hostpci_needs_exactly_one_of_host_and_mapping(root):
-    r = root.post("/nodes/pve/qemu", vmid=175, hostpci0="0000:02:00,mapping=rtx3090")
+def test_pve_config_hostpci_perm(lab, root, api):
+    """qemu-server's check_hostpci_perm: nothing for root@pam; for others a raw host (with a mapping too) is
+    root's, neither host nor mapping is refused, and a romfile is a parameter error."""
+    st = root.run(
+        "POST", "/nodes/pve/qemu", vmid=175, hostpci0="0000:02:00,mapping=rtx3090", hostpci1="pcie=1"
+    )
+    assert st["exitstatus"] == "OK"
+    r = api.post("/nodes/pve/qemu", vmid=176, hostpci0="0000:02:00,mapping=rtx3090")
+    assert r.status_code == 500
+    assert r.json()["message"].strip() == "only root can set 'hostpci0' config for non-mapped devices"
+    r = api.post("/nodes/pve/qemu", vmid=176, hostpci0="pcie=1")
+    assert r.status_code == 500 and r.json()["message"].strip() == "either 'host' or 'mapping' must be set."
+    r = api.post("/nodes/pve/qemu", vmid=176, hostpci0="mapping=rtx3090,romfile=vbios.bin")
     assert r.status_code == 400
-    assert r.json()["errors"] == {"hostpci0": "Cannot set both 'host' and 'mapping'."}
-    r = root.post("/nodes/pve/qemu", vmid=175, hostpci0="pcie=1")
-    assert r.status_code == 400
-    assert r.json()["errors"] == {"hostpci0": "either 'host' or 'mapping' must be set."}
+    assert r.json()["errors"] == {"hostpci0": "only root@pam can set 'romfile' option"}
 
 
 def test_every_served_method_validates_over_http(root):

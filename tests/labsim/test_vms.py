@@ -134,8 +134,9 @@ def test_power_cycle_status_and_agent(api, lab):
     assert r.status_code == 500 and r.json()["message"].strip() == "VM 230 not running"
     api.run("POST", "/nodes/pve/qemu/230/status/start")
     assert api.data("GET", "/nodes/pve/qemu/230/status/current")["status"] == "running"
-    r = api.post("/nodes/pve/qemu/230/status/start")
-    assert r.status_code == 500 and r.json()["message"].strip() == "VM 230 already running"
+    st = api.run("POST", "/nodes/pve/qemu/230/status/start")  # PVE's task refuses it, the call does not
+    assert st["exitstatus"] == "VM 230 already running"
+    assert api.data("GET", "/nodes/pve/qemu/230/status/current")["status"] == "running"
     r = api.delete("/nodes/pve/qemu/230")
     assert r.status_code == 500 and "is running - destroy failed" in r.json()["message"]
     deadline = time.monotonic() + 5
@@ -344,3 +345,77 @@ def test_skiplock_is_root_only(api, root):
     assert r.status_code == 400 and r.json()["errors"] == {"skiplock": "Only root may use this option."}
     assert root.run("POST", "/nodes/pve/qemu/298/status/start", skiplock=1)["exitstatus"] == "OK"
     root.run("POST", "/nodes/pve/qemu/298/status/stop")
+
+
+def _task_log(api, upid: str) -> list[str]:
+    return [line["t"] for line in api.data("GET", f"/nodes/pve/tasks/{upid}/log")]
+
+
+def test_pve_config_mapping_missing(api):
+    """A config write takes a hostpci whose mapping does not exist: PVE checks only Mapping.Use on it."""
+    create_vm(api, 360, machine="q35", memory="1024", hostpci0="mapping=no-such-card,pcie=1")
+    assert api.data("GET", "/nodes/pve/qemu/360/config")["hostpci0"] == "mapping=no-such-card,pcie=1"
+    st = api.run("POST", "/nodes/pve/qemu/360/config", hostpci1="mapping=other-card")
+    assert st["exitstatus"] == "OK"
+
+
+def test_pve_start_mapping_missing(api):
+    """The start task fails on a mapping that does not exist (or has no entry for the node); the call
+    answers a UPID, the task ends with the error as its exit status and its log's last line."""
+    create_vm(api, 361, machine="q35", memory="1024", hostpci0="mapping=no-such-card,pcie=1")
+    upid = api.data("POST", "/nodes/pve/qemu/361/status/start")
+    assert upid.split(":")[5:7] == ["qmstart", "361"]
+    st = api.wait(upid)
+    assert st["exitstatus"] == "PCI device mapping not found for 'no-such-card'"
+    assert _task_log(api, upid)[-1] == "TASK ERROR: PCI device mapping not found for 'no-such-card'"
+    assert api.data("GET", "/nodes/pve/qemu/361/status/current")["status"] == "stopped"
+
+
+def test_pve_start_already_running(api):
+    """Starting a running VM: a UPID, then a task ending in "VM N already running"; the VM keeps running."""
+    create_vm(api, 362, memory="1024")
+    assert api.run("POST", "/nodes/pve/qemu/362/status/start")["exitstatus"] == "OK"
+    upid = api.data("POST", "/nodes/pve/qemu/362/status/start")
+    assert api.wait(upid)["exitstatus"] == "VM 362 already running"
+    assert _task_log(api, upid) == ["TASK ERROR: VM 362 already running"]
+    assert api.data("GET", "/nodes/pve/qemu/362/status/current")["status"] == "running"
+    api.run("POST", "/nodes/pve/qemu/362/status/stop")
+
+
+def test_pve_start_host_and_mapping(root):
+    """root@pam may write host and mapping together; the start refuses them."""
+    root.run("POST", "/nodes/pve/qemu", vmid=363, memory="1024", hostpci0="0000:02:00,mapping=rtx3090")
+    assert root.data("GET", "/nodes/pve/qemu/363/config")["hostpci0"] == "0000:02:00,mapping=rtx3090"
+    st = root.run("POST", "/nodes/pve/qemu/363/status/start")
+    assert st["exitstatus"] == "Cannot set both 'host' and 'mapping'."
+    root.data("PUT", "/nodes/pve/qemu/363/config", hostpci0="pcie=1")
+    st = root.run("POST", "/nodes/pve/qemu/363/status/start")
+    assert st["exitstatus"] == "Either 'host' or 'mapping' must be set."
+
+
+def test_pve_start_locked(api):
+    """A start while the VM is being created answers a UPID; its task ends in the lock's error."""
+    create = api.data(
+        "POST", "/nodes/pve/qemu", vmid=364, memory="1024", scsi0="local-zfs:1", net0="virtio,bridge=vmbr0"
+    )
+    upid = api.data("POST", "/nodes/pve/qemu/364/status/start")
+    assert api.wait(upid)["exitstatus"] == "VM 364 is locked (create)"
+    assert api.wait(create)["exitstatus"] == "OK"
+    assert api.data("GET", "/nodes/pve/qemu/364/status/current")["status"] == "stopped"
+
+
+def test_pve_conformance_rows_name_their_tests():
+    """Each row of UPSTREAM.md's "PVE tasks" names a test that exists, called after the row's id."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "library/labsim/UPSTREAM.md").read_text()
+    section = text.split("## PVE tasks", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| pve.")]
+    assert len(rows) >= 5, section
+    for row in rows:
+        ident, _what, source, test = (cell.strip() for cell in row.strip("|").split("|"))
+        path, name = test.split("::")
+        assert name == "test_" + re.sub(r"[.-]", "_", ident), row
+        assert re.search(rf"^def {name}\(", (root / path).read_text(), re.M), row
+        assert re.fullmatch(r"proxmox/[\w-]+ \S+@[\w.]+", source), row

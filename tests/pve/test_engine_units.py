@@ -142,3 +142,31 @@ def test_download_filenames_as_pve_normalises_them(name, normalised):
 def test_download_progress_is_the_last_percentage():
     assert download.progress_of(["0M of 585M (0.00%)", "292M of 585M (49.91%)", "checksum verified"]) == 49.91
     assert download.progress_of(["downloading"]) is None
+
+
+@pytest.mark.parametrize(
+    ("log", "fix"),
+    [
+        (["TASK ERROR: PCI device mapping not found for 'rtx3090'"], "no PCI resource mapping 'rtx3090'"),
+        (["TASK ERROR: VM 102 already running"], "started by someone else"),
+        (["TASK ERROR: VM 102 is locked (backup)"], "qm unlock 102"),
+        (["TASK ERROR: PCI device '0000:02:00.0' already in use by VMID '240'"], "passed through to VM 240"),
+        (
+            [
+                "kvm: -device vfio-pci,host=0000:02:00.0: ... VFIO_MAP_DMA failed: Cannot allocate memory",
+                "TASK ERROR: start failed: QEMU exited with code 1",
+            ],
+            "free memory",
+        ),
+        (["TASK ERROR: something new"], "pvesh get /nodes/pve/tasks/UPID:pve:1:2:3:qmstart:102:u:/log"),
+    ],
+)
+def test_a_failed_start_names_the_task_log_lines_and_the_fix(log, fix):
+    from gpulab.pve.client import PveTaskError
+
+    upid = "UPID:pve:1:2:3:qmstart:102:u:"
+    status = log[-1].removeprefix("TASK ERROR: ")
+    exc = PveTaskError(f"task failed: {status}", "start VM 102", upid, ["", *log])
+    msg = str(vm.start_failure(exc, 102, "vm-gpu", "pve"))
+    assert msg.startswith("starting VM 102 (vm-gpu) on node pve failed, PVE's task log ends: ")
+    assert " / ".join(log) in msg and fix in msg, msg

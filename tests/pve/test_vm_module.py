@@ -198,6 +198,50 @@ def test_task_failure_reports_pves_message(lab):
     assert res["failed"] and "out of space" in res["msg"] and "create VM 100" in res["msg"]
 
 
+def test_a_start_with_a_missing_mapping_ends_the_run_with_the_task_log_and_the_fix(lab):
+    """PVE takes the config and fails the start task; the module quotes the task log's line and the fix."""
+    args = small_vm_args(
+        lab, machine="q35", hostpci=[{"mapping": "no-such-card", "pcie": True}], state="started"
+    )
+    res = run_module("gpulab_pve_vm", args)
+    assert res["failed"], res
+    msg = res["msg"]
+    assert "starting VM 100 (vm-1) on node pve failed" in msg, msg
+    assert "TASK ERROR: PCI device mapping not found for 'no-such-card'" in msg, msg
+    assert "no PCI resource mapping 'no-such-card' with an entry for node pve" in msg, msg
+    assert "gpulab_pve_pci_mapping" in msg and "pve_gpus" in msg, msg
+    vm = lab.client().get("nodes/pve/qemu/100/status/current")
+    assert vm["status"] == "stopped"
+
+
+def test_a_vm_started_by_someone_else_meanwhile_ends_the_run_with_the_fix(lab, monkeypatch):
+    """The module found the VM stopped; someone starts it before the module's start, whose task then fails
+    "already running": the run ends with that line and says to run again."""
+    from gpulab.pve.vm import VmManager
+
+    run_module("gpulab_pve_vm", small_vm_args(lab))
+    real_lookup = VmManager._lookup
+
+    def lookup_then_someone_starts_it(self):
+        entry = real_lookup(self)
+        if entry is not None and entry.get("status") == "stopped":
+            self.client.wait_task("pve", self.client.post("nodes/pve/qemu/100/status/start"), 30)
+        return entry
+
+    monkeypatch.setattr(VmManager, "_lookup", lookup_then_someone_starts_it)
+    res = run_module("gpulab_pve_vm", small_vm_args(lab, state="started"))
+    assert res["failed"], res
+    assert "TASK ERROR: VM 100 already running" in res["msg"], res["msg"]
+    assert "started by someone else" in res["msg"] and "run again" in res["msg"], res["msg"]
+    monkeypatch.undo()
+    assert lab.client().get("nodes/pve/qemu/100/status/current")["status"] == "running"
+    # run again: the module finds it running and does not start it
+    mark = lab.mark()
+    res = run_module("gpulab_pve_vm", small_vm_args(lab, state="started"))
+    assert not res.get("failed") and res["changed"] is False and res["status"] == "running", res
+    assert lab.writes(mark) == []
+
+
 def test_locked_vm_is_waited_for_or_reported(own_lab):
     lab = own_lab(qmcreate=2.0)
     client = lab.client()

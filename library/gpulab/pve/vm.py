@@ -11,13 +11,14 @@ restart is needed, and `restart=True` does it.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.pve import vmconfig, vmoptions
-from gpulab.pve.client import PveClient, PveError
+from gpulab.pve.client import PveClient, PveError, PveTaskError
 
 # Options PVE applies to a running VM at once (qemu-server's "fast plug" options); anything else
 # written to a running VM may stay pending until a restart.
@@ -188,6 +189,77 @@ def desired_update(spec: VmSpec, current: Mapping[str, Any]) -> dict[str, Any]:
     return desired
 
 
+# Why a start task fails, read from its exit status (qemu-server src/PVE/QemuServer.pm and
+# src/PVE/QemuServer/PCI.pm@e6352be (9.2.6): PVE takes a config with a missing mapping and refuses it only when
+# the VM starts), and what to do about it. {vmid}, {name}, {node} are the VM's; the pattern's groups follow.
+START_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"PCI device mapping not found for '(?P<mapping>[^']+)'"),
+        "PVE has no PCI resource mapping '{mapping}' with an entry for node {node}: create it with an entry "
+        "for that node (gpulab_pve_pci_mapping; stage vms maps every card of a node's pve_gpus, so check that "
+        "the VM's vm_gpu names a card in pve_gpus of node {node}), or give hostpci a mapping that exists, "
+        "then run again",
+    ),
+    (
+        re.compile(r"PCI device mapping invalid"),
+        "the mapping no longer matches the card the node reports (a card moved or was replaced): run stage "
+        "vms again, which writes each map entry from the node's own IDs, or correct the entry under "
+        "Datacenter > Resource Mappings",
+    ),
+    (
+        re.compile(r"VM \d+ already running"),
+        "VM {vmid} was started by someone else after this run found it stopped (gpulab starts only a VM it "
+        "finds stopped): run again, which finds it running and leaves it so",
+    ),
+    (
+        re.compile(r"VM \d+ is locked \((?P<lock>[^)]+)\)"),
+        "another task holds VM {vmid} ({lock}): wait for it to end and run again, or clear a stale lock "
+        "with `qm unlock {vmid}` on node {node}",
+    ),
+    (
+        re.compile(r"already in use by VMID '(?P<other>\d+)'"),
+        "the card is passed through to VM {other}, which runs: stop that VM, or give VM {vmid} another card",
+    ),
+    (
+        re.compile(r"q35 machine model is not enabled"),
+        "a PCI-Express passthrough (pcie=1) needs machine q35: set the VM's machine to q35",
+    ),
+    (
+        re.compile(r"no PCI device found for '(?P<path>[^']+)'"),
+        "node {node} has no PCI device {path}: check the card's address with lspci on the node and correct it",
+    ),
+    (
+        re.compile(r"Cannot set both 'host' and 'mapping'|Either 'host' or 'mapping' must be set"),
+        "each hostpci entry needs exactly one of host (a raw address) and mapping (a resource mapping id)",
+    ),
+    (
+        re.compile(r"QEMU exited with code"),
+        "QEMU did not start (the log line above says why; with a passed-through card, 'Cannot allocate memory' "
+        "means the node lacks free memory to pin all of the VM's memory): stop another VM on node {node} or "
+        "give this one less memory",
+    ),
+)
+
+
+def start_failure(exc: PveTaskError, vmid: int, name: str, node: str) -> VmError:
+    """The error of a failed start task: its log's last lines (the task's own words) and what to do."""
+    status = exc.message.removeprefix("task failed: ")
+    lines = [line for line in exc.log if line.strip()][-3:] or [f"TASK ERROR: {status}"]
+    fix = (
+        f"read the whole task log in the PVE web UI (node {node} > Tasks) or with "
+        f"`pvesh get /nodes/{node}/tasks/{exc.upid}/log`"
+    )
+    for pattern, text in START_FIXES:
+        m = pattern.search(status)
+        if m:
+            fix = text.format(vmid=vmid, name=name, node=node, **m.groupdict())
+            break
+    log = " / ".join(lines)
+    return VmError(
+        f"starting VM {vmid} ({name}) on node {node} failed, PVE's task log ends: {log}. Fix: {fix}"
+    )
+
+
 class VmManager:
     """Runs `ensure` for one VM over one client. `log` receives progress lines (optional)."""
 
@@ -281,7 +353,12 @@ class VmManager:
 
     def _power(self, action: str, **params: Any) -> None:
         upid = self.client.post(f"{self.base}/status/{action}", **params)
-        self._wait(upid, f"{action} VM {self.spec.vmid}")
+        try:
+            self._wait(upid, f"{action} VM {self.spec.vmid}")
+        except PveTaskError as exc:
+            if action != "start" or not exc.message.startswith("task failed: "):
+                raise  # a start still running at the timeout says so itself
+            raise start_failure(exc, self.spec.vmid, self.spec.name, self.spec.node) from exc
 
     def _shutdown(self) -> None:
         self._power("shutdown", timeout=int(min(self.timeout, 300)), forceStop=1)

@@ -1,17 +1,16 @@
 """The product and the simulated lab stay apart: gpulab and the Ansible plugins import nothing of labsim,
 and labsim imports nothing of gpulab (`gpulab lab` runs labsim as a program, `python -m labsim`).
 
-Every import is read from the source (ast): module level or inside a function, absolute or relative (resolved
-against the file's package), and importlib.import_module / __import__ / pytest.importorskip with a literal name.
+Every import is read from the source (tests/imports.py, with ast): module level or inside a function, absolute or
+relative (resolved against the file's package), and importlib.import_module / __import__ / pytest.importorskip
+with a literal name.
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ROOT / "library"
+from imports import LIBRARY, ROOT, imported_modules, package_of
 
 # (folder, the top-level package its files must not import)
 RULES = [
@@ -19,35 +18,6 @@ RULES = [
     (ROOT / "plugins", "labsim"),
     (LIBRARY / "labsim", "gpulab"),
 ]
-DYNAMIC = {"import_module", "__import__", "importorskip"}
-
-
-def package_of(path: Path) -> list[str]:
-    """The dotted package a file belongs to: its folder under library/ (plugins/...: under the repository)."""
-    base = LIBRARY if path.is_relative_to(LIBRARY) else ROOT
-    return list(path.relative_to(base).parent.parts)
-
-
-def imported_modules(source: str, package: list[str]) -> list[tuple[int, str]]:
-    """(line, absolute module name) of every import in the source, relative ones resolved in ``package``."""
-    out: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join([*base, *([node.module] if node.module else [])])
-            if module:
-                out.append((node.lineno, module))
-            # `from x import y` may import the module x.y
-            out += [(node.lineno, f"{module}.{alias.name}".lstrip(".")) for alias in node.names]
-        elif isinstance(node, ast.Call) and node.args:
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            first = node.args[0]
-            if name in DYNAMIC and isinstance(first, ast.Constant) and isinstance(first.value, str):
-                out.append((node.lineno, first.value))
-    return out
 
 
 def violations(folder: Path, forbidden: str) -> list[str]:

@@ -26,8 +26,9 @@ Keys (see fixtures/reference.yml, the default):
 - ``cluster`` (optional): ``name`` of the PVE cluster the nodes form (GET /cluster/status); a fixture with
   several nodes is a cluster (named ``lab`` when no name is given), one node with no name is a lone node.
 - ``seed`` (optional): the lab as its user built it before gpulab ran (fixtures/homelab.yml;
-  :mod:`labsim.seed` documents the keys): VMs that already exist, ISO volumes on storage, the guests'
-  installation, DHCP leases the router already holds, the node's kernel command line.
+  :mod:`labsim.seed` documents the keys and makes the lab, :func:`normalise_seed` here checks them): VMs that
+  already exist, ISO volumes on storage, the guests' installation, DHCP leases the router already holds, the
+  node's kernel command line.
 
 ``--fixture`` takes a path or the name of a fixture in ``fixtures/`` (``reference``, ``homelab``,
 ``homelab-blacklisted``, ``cluster``, ``two-gpus``): :func:`resolve_fixture`.
@@ -38,6 +39,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import ipaddress
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -165,8 +167,6 @@ def load_fixture(path: str | Path | None = None) -> dict[str, Any]:
         node.setdefault("memory", {"total": 16 * 2**30, "host_used": 2 * 2**30})
         node.setdefault("rootfs_total", 100 * 2**30)
     if data.get("seed"):
-        from labsim.seed import normalise_seed
-
         data["seed"] = normalise_seed(data["seed"], data, src)
     return data
 
@@ -213,3 +213,78 @@ def network_settings(fixture: dict[str, Any]) -> dict[str, Any]:
         "pool_first": str(first),
         "pool_last": str(last),
     }
+
+
+# ------------------------------------------------------------------------------------------ the seed
+class SeedError(FixtureError):
+    """The fixture's ``seed`` is incomplete or contradicts the rest of the fixture."""
+
+
+def normalise_seed(seed: dict[str, Any], fixture: dict[str, Any], src: Path) -> dict[str, Any]:
+    """Check a fixture's ``seed`` and fill in defaults; the node's command line goes to ``nodes[0].lab``."""
+    seed = copy.deepcopy(seed)
+    if not isinstance(seed, dict):
+        raise SeedError(f"lab fixture {src}: 'seed' must be a mapping")
+    urls = {d["url"]: d for d in fixture.get("downloads", [])}
+    for iso in seed.setdefault("isos", []):
+        if iso.get("url") not in urls:
+            raise SeedError(f"lab fixture {src}: seed iso {iso.get('url')!r} is not in 'downloads'")
+        iso.setdefault("storage", "local")
+        iso.setdefault("filename", iso["url"].rsplit("/", 1)[-1])
+        iso["volid"] = f"{iso['storage']}:iso/{iso['filename']}"
+    guest = seed.setdefault("guest", {})
+    guest.setdefault("os", "ubuntu-24.04")
+    guest.setdefault("install", "iso")
+    guest.setdefault("user", "ubuntu")
+    guest.setdefault("sudo", "password")
+    if guest["sudo"] not in ("password", "nopasswd"):
+        raise SeedError(f"lab fixture {src}: seed.guest.sudo must be 'password' or 'nopasswd'")
+    seen: set[int] = set()
+    for vm in seed.setdefault("vms", []):
+        vmid = int(vm.get("vmid", 0))
+        if vmid < 100 or vmid in seen:
+            raise SeedError(f"lab fixture {src}: seed VM ids must be unique numbers from 100 ({vmid})")
+        seen.add(vmid)
+        vm["vmid"] = vmid
+        vm.setdefault("status", seed.get("status") or "stopped")
+        if vm["status"] not in ("stopped", "running"):
+            raise SeedError(f"lab fixture {src}: seed VM {vmid} status must be 'stopped' or 'running'")
+        create = vm.get("create") or {}
+        if not create.get("name") or "net0" not in create:
+            raise SeedError(
+                f"lab fixture {src}: seed VM {vmid} needs create.name and create.net0 (with its MAC)"
+            )
+        vm["create"] = {k: _param(v) for k, v in create.items()}
+        vm["root_config"] = {k: _param(v) for k, v in (vm.get("root_config") or {}).items()}
+        vm["mac"] = _mac_of(vm["create"]["net0"], src, vmid)
+    node = seed.setdefault("node", {})
+    if node.get("kernel_cmdline"):
+        first = fixture["nodes"][0]
+        first["lab"] = {**(first.get("lab") or {}), "kernel_cmdline": str(node["kernel_cmdline"]).strip()}
+    return seed
+
+
+def _param(value: Any) -> str:
+    """A fixture value as the API form-encodes it (booleans as 1/0)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _mac_of(net0: str, src: Path, vmid: int) -> str:
+    mac = net0_mac({"net0": net0})
+    if not mac:
+        raise SeedError(f"lab fixture {src}: seed VM {vmid} net0 names no MAC ({net0!r})")
+    return mac
+
+
+_MAC_RE = re.compile(r"([0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5})")
+
+
+def net0_mac(config: dict[str, Any]) -> str | None:
+    """The MAC address of a VM's net0 (``virtio=BC:24:11:..,bridge=vmbr0``), lower case, or None."""
+    net0 = config.get("net0")
+    if not net0:
+        return None
+    m = _MAC_RE.search(str(net0))
+    return m.group(1).lower() if m else None

@@ -22,9 +22,12 @@ from __future__ import annotations
 import datetime
 import re
 import uuid
+from pathlib import Path
 from typing import Any
 
+from labsim.certs import CERT_FILE, certificate_info
 from labsim.pve_auth import ALL_PRIVS, PROJECT_PRIVS
+from labsim.pve_common import ApiError
 
 BOOT_ROLE, BOOT_USER, BOOT_TOKEN = "gpulab", "gpulab@pve", "ansible"
 
@@ -38,9 +41,7 @@ BUILTIN_ROLES: dict[str, frozenset[str]] = {
 REALMS = ("pam", "pve")
 
 
-def _error(status: int, message: str, errors: dict[str, str] | None = None):
-    from labsim.pve_api import ApiError
-
+def _error(status: int, message: str, errors: dict[str, str] | None = None) -> ApiError:
     return ApiError(status, message, errors)
 
 
@@ -156,6 +157,10 @@ class AccessHandlers:
         if user is None:
             raise _error(500, f"no such user ('{userid}')")
         return user
+
+    def h_get_access_ticket(self, args, who):
+        """GET /access/ticket: PVE's answer is empty (the login is the POST, which the server answers)."""
+        return None
 
     # --------------------------------------------------------------------------- roles
     def h_get_access_roles(self, args, who):
@@ -405,8 +410,4 @@ class AccessHandlers:
 
     # --------------------------------------------------------------------------- certificate
     def h_get_nodes_node_certificates_info(self, args, who):
-        from pathlib import Path
-
-        from labsim.certs import CERT_FILE, certificate_info
-
         return [certificate_info(Path(self.state_dir) / CERT_FILE)]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -39,10 +40,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from labsim import seed
 from labsim.certs import ensure_certificate, fingerprint
 from labsim.fixture import load_fixture
-from labsim.pve_api import ApiError, PveApiSim
+from labsim.pve_api import PveApiSim
 from labsim.pve_auth import Access, AuthError, PermissionDenied, new_credentials
+from labsim.pve_common import ApiError
 from labsim.pve_faults import Faults
 from labsim.pve_schema import load_schema
 from labsim.vm_hooks import VmHooks
@@ -458,11 +461,12 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
     fp = fingerprint(cert)
     fixture["_fingerprint"] = fp
     hooks, hooks_note = make_hooks(state_dir, fixture, api_only)
-    lab = PveApiSim(state_dir, fixture, load_schema(), hooks)
+    # a destroyed VM's disk takes a seeded guest's installation with it
+    lab = PveApiSim(
+        state_dir, fixture, load_schema(), hooks, functools.partial(seed.forget_installation, state_dir)
+    )
     creds = load_or_create_credentials(state_dir, lab)
     if fixture.get("seed"):
-        from labsim import seed
-
         seed.seed_state(lab, creds)  # the user's lab as it was before gpulab (once per state directory)
     # the project's role, user, token and ACLs, unless a bare node is asked for; with real hosts `gpulab lab
     # up` makes them with the node's pveum once the node is up

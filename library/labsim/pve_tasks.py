@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from labsim.pve_common import ApiError
+
 UPID_RE = re.compile(
     r"^UPID:(?P<node>[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?):(?P<pid>[0-9A-Fa-f]{8}):(?P<pstart>[0-9A-Fa-f]{8,9}):"
     r"(?P<starttime>[0-9A-Fa-f]{8}):(?P<type>[^:\s]+):(?P<id>[^:\s]*):(?P<user>[^:\s]+):$"
@@ -144,3 +146,69 @@ class TaskManager:
         deadline = time.monotonic() + timeout
         for t in list(self.threads):
             t.join(max(0.0, deadline - time.monotonic()))
+
+
+class TaskHandlers:
+    """The task endpoints (``/nodes/{node}/tasks/...``): a node knows only its own tasks, and someone else's
+    needs Sys.Audit on the node. Mixed into labsim.pve_api.PveApiSim; it uses the sim's ``state``."""
+
+    state: Any
+
+    def _task(self, args, who) -> dict:
+        if parse_upid(args["upid"]) is None:
+            raise ApiError(400, "unable to parse worker upid")
+        rec = self.state.data["tasks"].get(args["upid"])
+        if rec is None or rec["node"] != args["node"]:  # a node knows only its own tasks
+            raise ApiError(500, "no such task")
+        if rec["user"] != who.userid and not who.has(f"/nodes/{args['node']}", ["Sys.Audit"]):
+            raise ApiError(403, f"Permission check failed (/nodes/{args['node']}, Sys.Audit)")
+        return rec
+
+    def h_get_nodes_node_tasks_upid_status(self, args, who):
+        rec = self._task(args, who)
+        out = {
+            k: rec[k] for k in ("upid", "node", "pid", "pstart", "starttime", "type", "id", "user", "status")
+        }
+        if rec["status"] == "stopped":
+            out["exitstatus"] = rec["exitstatus"]
+        return out
+
+    def h_get_nodes_node_tasks_upid_log(self, args, who):
+        rec = self._task(args, who)
+        lines = list(rec["log"])
+        start, limit = int(args.get("start", 0)), int(args.get("limit", 50))
+        window = lines[start : start + limit] if limit else lines[start:]
+        return [{"n": start + i + 1, "t": t} for i, t in enumerate(window)], {"total": len(lines)}
+
+    def h_get_nodes_node_tasks_upid(self, args, who):
+        self._task(args, who)
+        return [{"name": "log"}, {"name": "status"}]
+
+    def h_delete_nodes_node_tasks_upid(self, args, who):
+        rec = self._task(args, who)
+        if rec["status"] == "running":
+            raise ApiError(500, "stopping a running simulated task is not supported")
+        return None
+
+    def h_get_nodes_node_tasks(self, args, who):
+        out = []
+        for rec in sorted(self.state.data["tasks"].values(), key=lambda r: -r["starttime"]):
+            if rec["node"] != args["node"]:
+                continue
+            if rec["user"] != who.userid and not who.has(f"/nodes/{args['node']}", ["Sys.Audit"]):
+                continue
+            if "vmid" in args and rec["id"] != str(args["vmid"]):
+                continue
+            if "typefilter" in args and rec["type"] != args["typefilter"]:
+                continue
+            if args.get("source") == "active" and rec["status"] != "running":
+                continue
+            if args.get("errors") and rec.get("exitstatus") in (None, "OK"):
+                continue
+            item = {k: rec[k] for k in ("upid", "node", "pid", "pstart", "starttime", "type", "id", "user")}
+            if rec["status"] == "stopped":
+                item["status"] = rec["exitstatus"]
+                item["endtime"] = rec.get("endtime", rec["starttime"])
+            out.append(item)
+        start, limit = int(args.get("start", 0)), int(args.get("limit", 50))
+        return out[start : start + limit], {"total": len(out)}

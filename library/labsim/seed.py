@@ -20,13 +20,15 @@ paths, so that what PVE stores is what the simulator's create and config calls s
 :func:`seed_state` runs once per state directory (``seeded`` in the PVE state), as root@pam with a
 password ticket, through :meth:`labsim.pve_api.PveApiSim.call`. For each seeded VM it writes
 ``STATE/guests/vm<vmid>.json`` (mode 0600): the installation the network lab gives that VM's host
-(:func:`installation`), removed when the VM is destroyed.
+(:func:`installation`), removed when the VM is destroyed (the server gives :func:`forget_installation` to the
+API simulator for that). labsim.fixture.normalise_seed checks the keys and fills in their defaults when the
+fixture is read.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
+import ipaddress
 import json
 import os
 import secrets
@@ -34,74 +36,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from labsim.fixture import SeedError, download_digest, network_settings
+from labsim.net import addressing
+from labsim.pve_auth import Principal
+from labsim.pve_common import parse_size
+
 GUESTS_DIR = "guests"
 #: the Ubuntu installer's guided LVM layout (subiquity): volume group and root logical volume
 UBUNTU_VG = "ubuntu-vg"
 UBUNTU_LV = "ubuntu-lv"
-
-
-class SeedError(ValueError):
-    """The fixture's ``seed`` is incomplete or contradicts the rest of the fixture."""
-
-
-def normalise_seed(seed: dict[str, Any], fixture: dict[str, Any], src: Path) -> dict[str, Any]:
-    """Check a fixture's ``seed`` and fill in defaults; the node's command line goes to ``nodes[0].lab``."""
-    seed = copy.deepcopy(seed)
-    if not isinstance(seed, dict):
-        raise SeedError(f"lab fixture {src}: 'seed' must be a mapping")
-    urls = {d["url"]: d for d in fixture.get("downloads", [])}
-    for iso in seed.setdefault("isos", []):
-        if iso.get("url") not in urls:
-            raise SeedError(f"lab fixture {src}: seed iso {iso.get('url')!r} is not in 'downloads'")
-        iso.setdefault("storage", "local")
-        iso.setdefault("filename", iso["url"].rsplit("/", 1)[-1])
-        iso["volid"] = f"{iso['storage']}:iso/{iso['filename']}"
-    guest = seed.setdefault("guest", {})
-    guest.setdefault("os", "ubuntu-24.04")
-    guest.setdefault("install", "iso")
-    guest.setdefault("user", "ubuntu")
-    guest.setdefault("sudo", "password")
-    if guest["sudo"] not in ("password", "nopasswd"):
-        raise SeedError(f"lab fixture {src}: seed.guest.sudo must be 'password' or 'nopasswd'")
-    seen: set[int] = set()
-    for vm in seed.setdefault("vms", []):
-        vmid = int(vm.get("vmid", 0))
-        if vmid < 100 or vmid in seen:
-            raise SeedError(f"lab fixture {src}: seed VM ids must be unique numbers from 100 ({vmid})")
-        seen.add(vmid)
-        vm["vmid"] = vmid
-        vm.setdefault("status", seed.get("status") or "stopped")
-        if vm["status"] not in ("stopped", "running"):
-            raise SeedError(f"lab fixture {src}: seed VM {vmid} status must be 'stopped' or 'running'")
-        create = vm.get("create") or {}
-        if not create.get("name") or "net0" not in create:
-            raise SeedError(
-                f"lab fixture {src}: seed VM {vmid} needs create.name and create.net0 (with its MAC)"
-            )
-        vm["create"] = {k: _param(v) for k, v in create.items()}
-        vm["root_config"] = {k: _param(v) for k, v in (vm.get("root_config") or {}).items()}
-        vm["mac"] = _mac_of(vm["create"]["net0"], src, vmid)
-    node = seed.setdefault("node", {})
-    if node.get("kernel_cmdline"):
-        first = fixture["nodes"][0]
-        first["lab"] = {**(first.get("lab") or {}), "kernel_cmdline": str(node["kernel_cmdline"]).strip()}
-    return seed
-
-
-def _param(value: Any) -> str:
-    """A fixture value as the API form-encodes it (booleans as 1/0)."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
-
-
-def _mac_of(net0: str, src: Path, vmid: int) -> str:
-    from labsim.vm_hooks import net0_mac
-
-    mac = net0_mac({"net0": net0})
-    if not mac:
-        raise SeedError(f"lab fixture {src}: seed VM {vmid} net0 names no MAC ({net0!r})")
-    return mac
 
 
 # ------------------------------------------------------------------------------------------ secrets, files
@@ -141,8 +84,6 @@ def _write_private(path: Path, data: Any) -> None:
 # ------------------------------------------------------------------------------------------ the seeding
 def seed_state(lab: Any, creds: dict[str, Any]) -> bool:
     """Make the fixture's seed in a fresh state (once per state directory); True when it ran now."""
-    from labsim.pve_auth import Principal
-
     seed = lab.fixture.get("seed")
     if not seed or lab.state.data.get("seeded"):
         return False
@@ -174,8 +115,6 @@ def seed_state(lab: Any, creds: dict[str, Any]) -> bool:
 
 
 def _add_iso(lab: Any, node: str, iso: dict[str, Any]) -> None:
-    from labsim.fixture import download_digest
-
     if lab._find_volume(node, iso["volid"]) is not None:
         return
     entry = lab.downloads[iso["url"]]
@@ -208,8 +147,6 @@ def _wait(lab: Any, upids: list[str], timeout: float = 30.0) -> None:
 def _installation(
     lab: Any, vm: dict[str, Any], config: dict[str, str], seed: dict[str, Any], password: str
 ) -> dict:
-    from labsim.pve_api import parse_size
-
     disk = next((k for k in ("scsi0", "virtio0", "sata0", "ide0") if k in config), None)
     size = 0
     if disk:
@@ -258,11 +195,6 @@ def description(fixture: dict[str, Any], creds: dict[str, Any]) -> dict[str, Any
 def _lab_address(fixture: dict[str, Any], vm: dict[str, Any]) -> str | None:
     """The seeded address inside the fixture's range (an ``auto`` range: the API-only lab's; the network
     lab's own range replaces it in ``lab.json``)."""
-    import ipaddress
-
-    from labsim.fixture import network_settings
-    from labsim.net import addressing
-
     if not vm.get("address"):
         return None
     subnet = ipaddress.ip_network(network_settings(fixture)["subnet"])
@@ -271,8 +203,6 @@ def _lab_address(fixture: dict[str, Any], vm: dict[str, Any]) -> str | None:
 
 def leases(fixture: dict[str, Any], subnet: Any) -> list[dict[str, str]]:
     """The DHCP leases the router holds for the seeded VMs, inside the lab's range: mac, address, hostname."""
-    from labsim.net import addressing
-
     seed = fixture.get("seed") or {}
     out = []
     for vm in seed.get("vms", []):

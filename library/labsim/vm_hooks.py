@@ -12,21 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import re
 from typing import Any
 
-from labsim.fixture import network_settings
+from labsim.fixture import net0_mac, network_settings
 
-_MAC_RE = re.compile(r"([0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5})")
-
-
-def net0_mac(config: dict[str, Any]) -> str | None:
-    """The MAC address of a VM's net0 (``virtio=BC:24:11:..,bridge=vmbr0``), lower case, or None."""
-    net0 = config.get("net0")
-    if not net0:
-        return None
-    m = _MAC_RE.search(str(net0))
-    return m.group(1).lower() if m else None
+__all__ = ["VmHooks", "address_for_mac", "net0_mac"]
 
 
 def address_for_mac(mac: str, fixture: dict[str, Any]) -> str:

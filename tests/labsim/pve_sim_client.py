@@ -51,6 +51,12 @@ EXTRA_TOKENS = [
 ]
 
 
+NOBLE = "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img"
+NOBLE_SHA256 = "d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac"
+# the map entry of the reference node's RTX 3090
+MAP = "node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"
+
+
 def write_fast_fixture(path: Path, **overrides: Any) -> Path:
     data = yaml.safe_load(reference_fixture_path().read_text())
     data["timings"] = {**data["timings"], **FAST_TIMINGS, **overrides.pop("timings", {})}
@@ -61,7 +67,8 @@ def write_fast_fixture(path: Path, **overrides: Any) -> Path:
 
 
 class Api:
-    """A tiny PVE API client for tests: raw responses, so status codes and messages can be asserted."""
+    """A tiny PVE API client for tests: raw responses, so status codes and messages can be asserted. The method
+    and path are positional, so that a call may have a parameter named ``path`` (PUT /access/acl)."""
 
     def __init__(
         self, url: str, headers: dict[str, str] | None = None, cookies: dict[str, str] | None = None
@@ -72,7 +79,7 @@ class Api:
         for k, v in (cookies or {}).items():
             self.session.cookies.set(k, v)
 
-    def request(self, method: str, path: str, **params: Any) -> requests.Response:
+    def request(self, method: str, path: str, /, **params: Any) -> requests.Response:
         kwargs: dict[str, Any] = {"verify": False, "timeout": 10}
         if method in ("POST", "PUT"):
             kwargs["data"] = params
@@ -80,19 +87,19 @@ class Api:
             kwargs["params"] = params
         return self.session.request(method, self.base + path, **kwargs)
 
-    def get(self, path: str, **params: Any) -> requests.Response:
+    def get(self, path: str, /, **params: Any) -> requests.Response:
         return self.request("GET", path, **params)
 
-    def post(self, path: str, **params: Any) -> requests.Response:
+    def post(self, path: str, /, **params: Any) -> requests.Response:
         return self.request("POST", path, **params)
 
-    def put(self, path: str, **params: Any) -> requests.Response:
+    def put(self, path: str, /, **params: Any) -> requests.Response:
         return self.request("PUT", path, **params)
 
-    def delete(self, path: str, **params: Any) -> requests.Response:
+    def delete(self, path: str, /, **params: Any) -> requests.Response:
         return self.request("DELETE", path, **params)
 
-    def data(self, method: str, path: str, **params: Any) -> Any:
+    def data(self, method: str, path: str, /, **params: Any) -> Any:
         r = self.request(method, path, **params)
         assert r.status_code == 200, f"{method} {path}: {r.status_code} {r.text}"
         return r.json()["data"]
@@ -106,7 +113,7 @@ class Api:
             time.sleep(0.02)
         raise AssertionError(f"task {upid} still running after {timeout}s")
 
-    def run(self, method: str, path: str, **params: Any) -> dict:
+    def run(self, method: str, path: str, /, **params: Any) -> dict:
         """Start an async call and wait for its task; return the final task status."""
         return self.wait(self.data(method, path, **params))
 
@@ -126,3 +133,14 @@ def create_vm(api: Api, vmid: int, **extra: Any) -> dict:
     st = api.run("POST", "/nodes/pve/qemu", **params)
     assert st["exitstatus"] == "OK", st
     return api.data("GET", f"/nodes/pve/qemu/{vmid}/config")
+
+
+def download(api: Api, **params: Any) -> str:
+    """Start a download-url of the cloud image to storage local (``params`` change any); its UPID."""
+    base = {"content": "import", "filename": "noble-server-cloudimg-amd64.qcow2", "url": NOBLE}
+    return api.data("POST", "/nodes/pve/storage/local/download-url", **{**base, **params})
+
+
+def task_log(api: Api, upid: str, node: str = "pve") -> list[str]:
+    """A task's whole log, its lines' text."""
+    return [line["t"] for line in api.data("GET", f"/nodes/{node}/tasks/{upid}/log", limit=0)]

@@ -1,14 +1,12 @@
-"""Authentication, CSRF, privileges and the root@pam rule for raw PCI devices."""
+"""Authentication, tickets and CSRF, and the schema's permission checks of every call (labsim.pve_auth and
+the dispatch of labsim.pve_api); the hostpci rules of a config write are in test_pve_qemu.py."""
 
 from __future__ import annotations
 
-import pytest
 import requests
-from pve_sim_client import Api, create_vm
+from pve_sim_client import MAP, Api, create_vm
 
 from labsim.pve_schema import load_schema
-
-MAP = "node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"
 
 
 def test_no_credentials_is_401(lab):
@@ -92,55 +90,6 @@ def test_listings_are_filtered_by_privilege(lab, api):
     assert [v["vmid"] for v in ro.data("GET", "/nodes/pve/qemu")] == [160]
     assert ro.data("GET", "/nodes/pve/storage") == []  # no Datastore.Audit
     assert ro.data("GET", "/cluster/mapping/pci") == []
-
-
-@pytest.mark.parametrize("who", ["project_token", "root_token"])
-def test_raw_hostpci_is_refused_for_every_token_even_roots(lab, who):
-    api = lab.token_api() if who == "project_token" else lab.token_api("root@pam!full", "root-token-secret")
-    r = api.post("/nodes/pve/qemu", vmid=170, hostpci0="0000:02:00,pcie=1")
-    assert r.status_code == 500
-    assert r.json()["message"].strip() == "only root can set 'hostpci0' config for non-mapped devices"
-
-
-def test_raw_hostpci_works_for_root_password_ticket(root):
-    st = root.run("POST", "/nodes/pve/qemu", vmid=171, machine="q35", hostpci0="0000:02:00,pcie=1")
-    assert st["exitstatus"] == "OK"
-    assert root.data("GET", "/nodes/pve/qemu/171/config")["hostpci0"] == "0000:02:00,pcie=1"
-
-
-def test_changing_a_raw_hostpci_needs_root_too(lab, root, api):
-    root.run("POST", "/nodes/pve/qemu", vmid=172, machine="q35", hostpci0="0000:02:00,pcie=1")
-    r = api.post("/nodes/pve/qemu/172/config", delete="hostpci0")
-    assert r.status_code == 500
-    assert "only root can set 'hostpci0'" in r.json()["message"]
-
-
-def test_mapped_hostpci_works_with_the_project_token_and_needs_mapping_use(lab, api):
-    assert api.post("/cluster/mapping/pci", id="rtx3090", map=MAP).status_code == 200
-    st = api.run("POST", "/nodes/pve/qemu", vmid=173, machine="q35", hostpci0="mapping=rtx3090,pcie=1")
-    assert st["exitstatus"] == "OK"
-    r = lab.token_api("nomap@pve!tk", "nomap-secret").post(
-        "/nodes/pve/qemu", vmid=174, hostpci0="mapping=rtx3090"
-    )
-    assert r.status_code == 403
-    assert r.json()["message"].strip() == "Permission check failed (/mapping/pci/rtx3090, Mapping.Use)"
-
-
-def test_pve_config_hostpci_perm(lab, root, api):
-    """qemu-server's check_hostpci_perm: nothing for root@pam; for others a raw host (with a mapping too) is
-    root's, neither host nor mapping is refused, and a romfile is a parameter error."""
-    st = root.run(
-        "POST", "/nodes/pve/qemu", vmid=175, hostpci0="0000:02:00,mapping=rtx3090", hostpci1="pcie=1"
-    )
-    assert st["exitstatus"] == "OK"
-    r = api.post("/nodes/pve/qemu", vmid=176, hostpci0="0000:02:00,mapping=rtx3090")
-    assert r.status_code == 500
-    assert r.json()["message"].strip() == "only root can set 'hostpci0' config for non-mapped devices"
-    r = api.post("/nodes/pve/qemu", vmid=176, hostpci0="pcie=1")
-    assert r.status_code == 500 and r.json()["message"].strip() == "either 'host' or 'mapping' must be set."
-    r = api.post("/nodes/pve/qemu", vmid=176, hostpci0="mapping=rtx3090,romfile=vbios.bin")
-    assert r.status_code == 400
-    assert r.json()["errors"] == {"hostpci0": "only root@pam can set 'romfile' option"}
 
 
 def test_every_served_method_validates_over_http(root):

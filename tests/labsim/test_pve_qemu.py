@@ -1,4 +1,5 @@
-"""VM lifecycle against the simulator: create, config, pending, digest, locks, power, resize, destroy."""
+"""The qemu room (labsim.pve_qemu), a VM's life: create, config, pending, digest, locks, the hostpci rules
+of a config write (root@pam and the rest), power and the start's checks, resize, destroy."""
 
 from __future__ import annotations
 
@@ -6,20 +7,11 @@ import ipaddress
 import re
 import time
 
-from pve_sim_client import create_vm
+import pytest
+from pve_sim_client import MAP, create_vm
 
 from labsim.fixture import load_fixture, network_settings
 from labsim.pve_tasks import UPID_RE
-
-
-def test_nextid_is_a_string_and_vmid_check(api):
-    nxt = api.data("GET", "/cluster/nextid")
-    assert isinstance(nxt, str)
-    create_vm(api, int(nxt))
-    assert int(api.data("GET", "/cluster/nextid")) > int(nxt)
-    r = api.get("/cluster/nextid", vmid=nxt)
-    assert r.status_code == 400
-    assert r.json()["errors"] == {"vmid": f"VM {nxt} already exists"}
 
 
 def test_create_allocates_disks_and_mac_and_locks_while_running(api, lab):
@@ -208,21 +200,6 @@ def test_resize_grows_only(api):
     assert r.status_code == 500 and r.json()["message"].strip() == "disk 'scsi5' does not exist"
 
 
-def test_cluster_resources_and_nodes(api):
-    create_vm(api, 270)
-    res = api.data("GET", "/cluster/resources", type="vm")
-    assert {"id": "qemu/270", "type": "qemu"}.items() <= next(r for r in res if r["vmid"] == 270).items()
-    assert all(r["type"] == "qemu" for r in res)
-    storages = {r["storage"]: r for r in api.data("GET", "/cluster/resources", type="storage")}
-    assert storages["local-zfs"]["maxdisk"] == 1_800_000_000_000
-    node = api.data("GET", "/nodes")[0]
-    assert node["node"] == "pve" and node["status"] == "online" and node["maxcpu"] == 20
-    st = api.data("GET", "/nodes/pve/status")
-    assert st["boot-info"]["mode"] == "efi" and st["cpuinfo"]["cores"] == 10
-    r = api.get("/nodes/nope/status")
-    assert r.status_code == 595
-
-
 def test_background_delay_answers_null_when_the_task_is_done(api):
     create_vm(api, 280)
     r = api.post("/nodes/pve/qemu/280/config", cores=4, background_delay=5)
@@ -345,6 +322,61 @@ def test_skiplock_is_root_only(api, root):
     assert r.status_code == 400 and r.json()["errors"] == {"skiplock": "Only root may use this option."}
     assert root.run("POST", "/nodes/pve/qemu/298/status/start", skiplock=1)["exitstatus"] == "OK"
     root.run("POST", "/nodes/pve/qemu/298/status/stop")
+
+
+# ------------------------------------------------------------------------ the hostpci rules of a config write
+
+
+@pytest.mark.parametrize("who", ["project_token", "root_token"])
+def test_raw_hostpci_is_refused_for_every_token_even_roots(lab, who):
+    api = lab.token_api() if who == "project_token" else lab.token_api("root@pam!full", "root-token-secret")
+    r = api.post("/nodes/pve/qemu", vmid=570, hostpci0="0000:02:00,pcie=1")
+    assert r.status_code == 500
+    assert r.json()["message"].strip() == "only root can set 'hostpci0' config for non-mapped devices"
+
+
+def test_raw_hostpci_works_for_root_password_ticket(root):
+    st = root.run("POST", "/nodes/pve/qemu", vmid=571, machine="q35", hostpci0="0000:02:00,pcie=1")
+    assert st["exitstatus"] == "OK"
+    assert root.data("GET", "/nodes/pve/qemu/571/config")["hostpci0"] == "0000:02:00,pcie=1"
+
+
+def test_changing_a_raw_hostpci_needs_root_too(lab, root, api):
+    root.run("POST", "/nodes/pve/qemu", vmid=572, machine="q35", hostpci0="0000:02:00,pcie=1")
+    r = api.post("/nodes/pve/qemu/572/config", delete="hostpci0")
+    assert r.status_code == 500
+    assert "only root can set 'hostpci0'" in r.json()["message"]
+
+
+def test_mapped_hostpci_works_with_the_project_token_and_needs_mapping_use(lab, api):
+    assert api.post("/cluster/mapping/pci", id="card", map=MAP).status_code == 200
+    st = api.run("POST", "/nodes/pve/qemu", vmid=573, machine="q35", hostpci0="mapping=card,pcie=1")
+    assert st["exitstatus"] == "OK"
+    r = lab.token_api("nomap@pve!tk", "nomap-secret").post(
+        "/nodes/pve/qemu", vmid=574, hostpci0="mapping=card"
+    )
+    assert r.status_code == 403
+    assert r.json()["message"].strip() == "Permission check failed (/mapping/pci/card, Mapping.Use)"
+
+
+def test_pve_config_hostpci_perm(lab, root, api):
+    """qemu-server's check_hostpci_perm: nothing for root@pam; for others a raw host (with a mapping too) is
+    root's, neither host nor mapping is refused, and a romfile is a parameter error."""
+    st = root.run(
+        "POST", "/nodes/pve/qemu", vmid=575, hostpci0="0000:02:00,mapping=rtx3090", hostpci1="pcie=1"
+    )
+    assert st["exitstatus"] == "OK"
+    r = api.post("/nodes/pve/qemu", vmid=576, hostpci0="0000:02:00,mapping=rtx3090")
+    assert r.status_code == 500
+    assert r.json()["message"].strip() == "only root can set 'hostpci0' config for non-mapped devices"
+    r = api.post("/nodes/pve/qemu", vmid=576, hostpci0="pcie=1")
+    assert r.status_code == 500 and r.json()["message"].strip() == "either 'host' or 'mapping' must be set."
+    r = api.post("/nodes/pve/qemu", vmid=576, hostpci0="mapping=rtx3090,romfile=vbios.bin")
+    assert r.status_code == 400
+    assert r.json()["errors"] == {"hostpci0": "only root@pam can set 'romfile' option"}
+
+
+# -------------------------------------------------------------------- what the start checks (UPSTREAM.md)
 
 
 def _task_log(api, upid: str) -> list[str]:

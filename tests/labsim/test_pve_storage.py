@@ -1,56 +1,14 @@
-"""Tasks (UPID, status, log), download-url checksum semantics, storage, hardware/pci and PCI mappings."""
+"""The storage room (labsim.pve_storage): download-url's log and checksum semantics, query-url-metadata, a
+storage's content, import-from of a downloaded image."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-from pathlib import Path
 
-from pve_sim_client import create_vm
+from pve_sim_client import NOBLE, NOBLE_SHA256, create_vm, download, task_log
 
 from gpulab.pve import download as download_engine
-from labsim.pve_tasks import UPID_RE, parse_upid
-
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "samples"
-NOBLE = "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img"
-NOBLE_SHA256 = "d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac"
-MAP = "node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"
-
-
-def download(api, **params):
-    base = {"content": "import", "filename": "noble-server-cloudimg-amd64.qcow2", "url": NOBLE}
-    return api.data("POST", "/nodes/pve/storage/local/download-url", **{**base, **params})
-
-
-def task_log(api, upid):
-    return [line["t"] for line in api.data("GET", f"/nodes/pve/tasks/{upid}/log", limit=0)]
-
-
-def test_upid_format_and_status_fields(api):
-    upid = download(api, filename="first.qcow2", checksum=NOBLE_SHA256, **{"checksum-algorithm": "sha256"})
-    assert UPID_RE.match(upid) and upid.endswith(":")
-    parts = upid.split(":")
-    assert len(parts[2]) == 8 and len(parts[3]) in (8, 9) and len(parts[4]) == 8
-    assert parts[5:8] == ["download", "first.qcow2", "gpulab@pve!ansible"]
-    first = api.data("GET", f"/nodes/pve/tasks/{upid}/status")
-    assert first["status"] == "running" and "exitstatus" not in first
-    final = api.wait(upid)
-    fields = parse_upid(upid)
-    assert {k: final[k] for k in fields} == fields
-    assert final["exitstatus"] == "OK"
-
-
-def test_task_log_pages_and_total(api):
-    upid = download(api, filename="paged.qcow2")
-    api.wait(upid)
-    r = api.get(f"/nodes/pve/tasks/{upid}/log", start=1, limit=2)
-    body = r.json()
-    assert [line["n"] for line in body["data"]] == [2, 3]
-    lines = task_log(api, upid)
-    assert body["total"] == len(lines) > 3
-    assert lines[-1] == "TASK OK"
-    assert any("%" in line for line in lines), "the transfer logs its progress"
 
 
 def test_download_log_is_what_wget_dot_giga_writes_in_a_pve_task(api):
@@ -158,60 +116,3 @@ def test_import_from_a_downloaded_image(api):
     create_vm(api, 300, scsi0="local-zfs:0,import-from=local:import/img.qcow2")
     cfg = api.data("GET", "/nodes/pve/qemu/300/config")
     assert cfg["scsi0"] == "local-zfs:vm-300-disk-0,size=3584M"
-
-
-def test_hardware_pci_matches_the_reference_samples(api):
-    default = api.data("GET", "/nodes/pve/hardware/pci")
-    everything = api.data("GET", "/nodes/pve/hardware/pci", **{"pci-class-blacklist": ""})
-    if (SAMPLES / "pve-api-hardware-pci-default.json").exists():
-        assert default == json.loads((SAMPLES / "pve-api-hardware-pci-default.json").read_text())
-        assert everything == json.loads((SAMPLES / "pve-api-hardware-pci-all.json").read_text())
-    assert len(everything) == 23 and len({d["iommugroup"] for d in everything}) == 16
-    gpu = [d for d in everything if d["iommugroup"] == 13]
-    assert [d["id"] for d in gpu] == ["0000:02:00.0", "0000:02:00.1"]
-    terse = api.data("GET", "/nodes/pve/hardware/pci", verbose=0)
-    assert all(set(d) <= {"id", "class", "vendor", "device", "iommugroup", "mdev"} for d in terse)
-
-
-def test_mapping_crud_digest_and_checks(api):
-    api.data("POST", "/cluster/mapping/pci", id="gpu", map=MAP, description="the RTX 3090")
-    r = api.post("/cluster/mapping/pci", id="gpu", map=MAP)
-    assert r.status_code == 500
-    item = api.data("GET", "/cluster/mapping/pci/gpu")
-    assert item["map"] == [MAP] and item["description"] == "the RTX 3090"
-    listed = api.data("GET", "/cluster/mapping/pci", **{"check-node": "pve"})
-    assert next(m for m in listed if m["id"] == "gpu")["checks"] == []
-    r = api.put("/cluster/mapping/pci/gpu", description="x", digest="0" * 40)
-    assert r.status_code == 500
-    wrong = MAP.replace("iommugroup=13", "iommugroup=12")
-    api.data("PUT", "/cluster/mapping/pci/gpu", map=wrong, digest=item["digest"], delete="description")
-    item = api.data("GET", "/cluster/mapping/pci/gpu")
-    assert item["map"] == [wrong] and "description" not in item
-    checks = next(
-        m for m in api.data("GET", "/cluster/mapping/pci", **{"check-node": "pve"}) if m["id"] == "gpu"
-    )["checks"]
-    assert checks == [
-        {
-            "severity": "error",
-            "message": "Invalid configuration: 'iommugroup' does not match for 'gpu' (12 != 13)\n",
-        }
-    ]
-    create_vm(api, 310, machine="q35", memory="1024", hostpci0="mapping=gpu,pcie=1")
-    st = api.run("POST", "/nodes/pve/qemu/310/status/start")
-    assert st["exitstatus"].startswith(
-        "PCI device mapping invalid (hardware probably changed): Invalid configuration"
-    )
-    api.data("DELETE", "/cluster/mapping/pci/gpu")
-    assert api.get("/cluster/mapping/pci/gpu").status_code == 500
-
-
-def test_task_status_of_someone_elses_task_needs_sys_audit(lab, api):
-    upid = download(api, filename="own.qcow2")
-    api.wait(upid)
-    other = lab.token_api("nomap@pve!tk", "nomap-secret")
-    r = other.get(f"/nodes/pve/tasks/{upid}/status")
-    assert r.status_code == 403
-    r = api.get("/nodes/pve/tasks/garbage/status")
-    assert r.status_code == 400 and "unable to parse worker upid" in r.json()["message"]
-    listed = api.data("GET", "/nodes/pve/tasks", typefilter="download")
-    assert upid in {t["upid"] for t in listed}

@@ -15,6 +15,9 @@ description:
     O(restart=true) restarts the VM to apply them.
   - Options left out are not managed. For O(nets) and O(hostpci) the list is the whole truth; extra
     C(netN)/C(hostpciN) keys are removed. Disks are never removed by this module.
+  - A VM found running is not started again. PVE checks a start in its task (a C(hostpci) mapping with no
+    entry for the node, the VM started by someone else meanwhile, a card in use by another VM, memory); such a
+    failure ends the module with the last lines of the task's log and what to do about it.
 version_added: "0.1.0"
 author: gpulab
 extends_documentation_fragment:

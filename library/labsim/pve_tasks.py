@@ -1,4 +1,6 @@
-"""PVE worker tasks: UPIDs in PVE's exact format, a log, and running -> stopped with an exit status."""
+"""PVE worker tasks: UPIDs in PVE's exact format, a log, and running -> stopped with an exit status
+(`TaskManager`, which the rooms that start tasks use), and the tasks room of the PVE API simulator
+(`TaskHandlers`, ``/nodes/{node}/tasks/...``)."""
 
 from __future__ import annotations
 

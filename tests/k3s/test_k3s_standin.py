@@ -13,7 +13,7 @@ import pytest
 
 from gpulab import hami
 from gpulab.k8s import workloads
-from labsim.net import k3s_standin
+from labsim.net.k3s import common as k3s_common
 from labsim.net.mount_ns_host import GPU
 
 from . import engines
@@ -299,7 +299,7 @@ def ready(pod):
 
 def reboot(host):
     """A node reboot as the k3s stand-in sees it: a new boot id, the agent started again."""
-    fresh = f"echo {uuid.uuid4()} > /run/boot_id && mount --bind /run/boot_id {k3s_standin.BOOT_ID}"
+    fresh = f"echo {uuid.uuid4()} > /run/boot_id && mount --bind /run/boot_id {k3s_common.BOOT_ID}"
     assert host.run("sh", "-c", fresh).returncode == 0
     assert host.run("systemctl", "restart", "k3s-agent").returncode == 0
 

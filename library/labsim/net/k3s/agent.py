@@ -5,10 +5,12 @@
 server leaves it unregistered and retrying, as with k3s. Like k3s, it looks for ``nvidia-container-runtime``
 once, when it starts. With etcd it learns every server's address from the first it reaches and moves on to
 the next when one does not answer (k3s' agent load balancer). A node's ``kubeletVersion`` is the release its
-k3s process started with, not the binary on disk now.
+k3s process started with, not the binary on disk now. The ``node-label`` entries of config.yaml are set on the
+node at each start of the agent, over the values it has (a label taken off with kubectl is back after the next
+start; an entry taken out of config.yaml leaves its label on the node), and ``token-file`` wins over ``token``,
+as with k3s.
 """
 
-import contextlib
 import json
 import os
 import socket
@@ -17,17 +19,23 @@ import time
 import urllib.error
 import urllib.request
 
-from .common import HEARTBEAT_S, boot_id, gpu_cards, labels_from, load_config, own_address, version
+from .common import (
+    HEARTBEAT_S,
+    boot_id,
+    config_token,
+    gpu_cards,
+    labels_from,
+    load_config,
+    own_address,
+    start_id,
+    version,
+)
 
 
 def run_agent():
     cfg = load_config()
     url = str(cfg.get("server") or os.environ.get("K3S_URL") or "")
-    token = str(cfg.get("token") or os.environ.get("K3S_TOKEN") or "")
-    token_file = cfg.get("token-file") or os.environ.get("K3S_TOKEN_FILE")
-    if not token and token_file:
-        with contextlib.suppress(OSError), open(token_file) as f:
-            token = f.read().strip()
+    token = config_token(cfg)
     if not url:
         print('level=fatal msg="--server is required"', file=sys.stderr)
         return 1
@@ -43,6 +51,7 @@ def run_agent():
         "boot_id": boot_id(),
         "address": own_address(),
         "labels": labels_from(cfg),
+        "start": start_id(),  # config.yaml's node-label is set again once for each start
         "runtimes": runtimes,
         "token": token,
         "version": version(),  # the release this agent runs, read when it started

@@ -539,10 +539,14 @@ class Cluster:
         with self.lock:
             nodes = self.state["nodes"]
             node = nodes.setdefault(info["name"], {"created": now_iso(), "labels": {}})
-            # node-label applies when a node registers; later `kubectl label` changes stay
-            if not node.get("registered"):
+            # config.yaml's node-label on every start of the node's k3s (agent, or server with its agent), not
+            # only when the node registers (pkg/agent/run.go @v1.33.5+k3s1, configureNode: updateMutableLabels):
+            # merged over the node's labels, so a value changed or a label taken off with kubectl since is set
+            # again, other labels stay, and an entry taken out of config.yaml leaves its label on the node
+            start = info.get("start", "")
+            if node.get("start") != start:
                 node["labels"].update(info.get("labels", {}))
-                node["registered"] = True
+                node["start"] = start
             node.update(
                 gpus=int(info.get("gpus", 0)),
                 gpu_uuids=list(info.get("gpu_uuids", [])),

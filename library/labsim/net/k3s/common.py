@@ -4,6 +4,8 @@ it, for config.yaml)."""
 
 import contextlib
 import json
+import os
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -102,6 +104,11 @@ def boot_id():
         return ""
 
 
+def start_id():
+    """This start of the k3s process, a new one each time: the node's labels from config.yaml are set once per start."""
+    return os.urandom(8).hex()
+
+
 def labels_from(cfg):
     labels = {}
     items = cfg.get("node-label") or []
@@ -113,6 +120,37 @@ def labels_from(cfg):
 
 def truthy(value):
     return value is True or str(value).lower() == "true"
+
+
+# k3s waits this long for a token file that is not there yet, looking every TOKEN_FILE_POLL_S (pkg/util/file.go
+# ReadFile @v1.33.5+k3s1)
+TOKEN_FILE_WAIT_S = 240
+TOKEN_FILE_POLL_S = 2
+
+
+def config_token(cfg, wait_s=TOKEN_FILE_WAIT_S):
+    """The token a k3s server or agent is given: `token-file`'s content when config.yaml (or K3S_TOKEN_FILE)
+    names one, whatever `token` says, else `token` (or K3S_TOKEN); '' when neither is set. As k3s' server and
+    agent commands read it (pkg/cli/server/server.go, pkg/cli/agent/agent.go @v1.33.5+k3s1): the file's text
+    without surrounding whitespace, a file not there yet waited for up to `wait_s` seconds. A file that stays
+    missing, or cannot be read, is SystemExit with k3s' message, as k3s exits then."""
+    path = str(cfg.get("token-file") or os.environ.get("K3S_TOKEN_FILE") or "")
+    if not path:
+        return str(cfg.get("token") or os.environ.get("K3S_TOKEN") or "")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except FileNotFoundError:
+            if time.monotonic() >= deadline:
+                raise SystemExit(
+                    f'level=fatal msg="token-file {path}: timeout while trying to read the file"'
+                ) from None
+            print(f'level=info msg="Waiting for {path} to be available"', file=sys.stderr, flush=True)
+            time.sleep(TOKEN_FILE_POLL_S)
+        except OSError as exc:
+            raise SystemExit(f'level=fatal msg="token-file {path}: {exc.strerror}"') from None
 
 
 def http_send(peer, path, body=None, timeout=1.0):

@@ -7,7 +7,9 @@ join token to ``/var/lib/rancher/k3s/server/token`` (``K10<hash>::server:<secret
 RuntimeClasses (``nvidia``, ``nvidia-experimental``, ``crun`` and the WASM ones) a moment after start and
 answers on ``https-listen-port`` (6443) of ``bind-address`` when config.yaml sets one, else of 127.0.0.1 and
 the node's lab address (plain HTTP: the stand-in's clients know). ``node-token`` is a symlink to ``token``,
-as k3s makes it.
+as k3s makes it. The token is config.yaml's (``token-file``'s content, which wins, else ``token``) on the
+server that starts the cluster as on one that joins it, in k3s' full form; a server given none makes one at its
+first start and keeps it. Like the agent, the server sets config.yaml's ``node-label`` on its node at each start.
 """
 
 import contextlib
@@ -28,12 +30,14 @@ from .common import (
     KUBECONFIG,
     PORT,
     boot_id,
+    config_token,
     gpu_cards,
     http_send,
     labels_from,
     load_config,
     now_iso,
     own_address,
+    start_id,
     truthy,
     version,
 )
@@ -68,7 +72,10 @@ def sd_notify(message):
 
 
 def server_token(cfg):
-    secret = str(cfg.get("token") or "")
+    """The cluster token of a server that starts the cluster (or runs it alone): the one it is given (`token`,
+    or `token-file`'s content, which wins, as k3s reads them: pkg/cli/server/server.go @v1.33.5+k3s1) in k3s'
+    full form, else the one it made at its first start, else a new one."""
+    secret = config_token(cfg)
     if not secret:
         try:
             with open(TOKEN) as f:
@@ -88,16 +95,6 @@ def write_token(token):
     os.replace(TOKEN + ".tmp", TOKEN)
 
 
-def given_token(cfg):
-    """The token config.yaml gives: `token`, else the file `token-file` names."""
-    token = str(cfg.get("token") or os.environ.get("K3S_TOKEN") or "")
-    path = cfg.get("token-file") or os.environ.get("K3S_TOKEN_FILE")
-    if not token and path:
-        with contextlib.suppress(OSError), open(path) as f:
-            token = f.read().strip()
-    return token
-
-
 def run_server():
     cfg = load_config()
     name = str(cfg.get("node-name") or socket.gethostname())
@@ -111,7 +108,7 @@ def run_server():
     peer_host = bind if bind not in ("", "0.0.0.0", "::") else address
     etcd = cluster.etcd = Etcd(name, f"http://{peer_host}:{port}", cluster) if etcd_mode else None
     joining = etcd is not None and not etcd.members and bool(join_url)
-    token = given_token(cfg) if joining else server_token(cfg)
+    token = config_token(cfg) if joining else server_token(cfg)
     if not joining:
         write_token(token)
     os.makedirs(os.path.dirname(TOKEN), exist_ok=True)
@@ -164,6 +161,7 @@ def run_server():
         "boot_id": boot_id(),
         "address": address,
         "labels": labels_from(cfg),
+        "start": start_id(),  # config.yaml's node-label is set again once for each start
         "runtimes": runtimes,
         "version": version(),
         "role_labels": role_labels,

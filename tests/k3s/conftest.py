@@ -13,7 +13,7 @@ import pytest
 import yaml
 from ansible_modules import command
 
-from labsim.net import k3s_standin
+from labsim.net.k3s import common as k3s_common
 from labsim.net.mount_ns_host import PATH, MountNsHost, k3s_release
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ CHART_VALUES = SHARED / "reference" / "hami-chart-2.10.0-values.yaml"
 CONSTRUCTED = SHARED / "reference" / "samples" / "constructed"
 PLAYBOOK = pathlib.Path(sys.executable).parent / "ansible-playbook"
 #: the k3s release the lab's hosts install (the stand-in's default version)
-VERSION = k3s_standin.DEFAULT_VERSION
+VERSION = k3s_common.DEFAULT_VERSION
 #: a host's PATH: the machine's, then this venv's (ansible-playbook)
 HOST_PATH = f"{PATH}:{pathlib.Path(sys.executable).parent}"
 

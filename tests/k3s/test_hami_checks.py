@@ -4,7 +4,7 @@ the lab's k3s stand-in writing the annotation the way HAMi's device plugin does 
 import json
 
 from gpulab.k8s import hami_checks
-from labsim.net import k3s_standin
+from labsim.net.k3s import hami as k3s_hami
 
 from .conftest import CONSTRUCTED, need_shared
 
@@ -21,14 +21,14 @@ FACTS = [{"index": i, "uuid": c["uuid"], "name": c["name"], "memory_total_mib": 
 def test_the_stand_in_writes_the_annotation_as_hamis_device_plugin():
     for n, sample in ((1, "hami-node-nvidia-register-1gpu.json"), (2, "hami-node-nvidia-register-2gpu.json")):
         want = need_shared(CONSTRUCTED / sample).read_text().strip()
-        assert k3s_standin.register_annotation(CARDS[:n], 10) == want
+        assert k3s_hami.register_annotation(CARDS[:n], 10) == want
     # a name without the NVIDIA prefix gets it, memory scales with deviceMemoryScaling
-    (card,) = json.loads(k3s_standin.register_annotation([dict(CARDS[0], name="Tesla T4")], 4, 1.5))
+    (card,) = json.loads(k3s_hami.register_annotation([dict(CARDS[0], name="Tesla T4")], 4, 1.5))
     assert (card["type"], card["devmem"], card["count"]) == ("NVIDIA-Tesla T4", 36864, 4)
 
 
 def test_register_is_read_in_the_json_and_the_old_colon_format():
-    text = k3s_standin.register_annotation(CARDS, 10)
+    text = k3s_hami.register_annotation(CARDS, 10)
     assert [(c["id"], c["devmem"]) for c in hami_checks.parse_register(text)] == [
         (UUID0, 24576),
         (UUID1, 24576),
@@ -59,12 +59,12 @@ def fields(problems):
 
 
 def test_a_node_as_hami_leaves_it_has_no_problem():
-    doc = nodes_doc(k3s_standin.register_annotation(CARDS, 10))
+    doc = nodes_doc(k3s_hami.register_annotation(CARDS, 10))
     assert hami_checks.node_problems(doc, {"vm-gpu": FACTS}, split=10) == []
 
 
 def test_each_mismatch_is_named_and_only_the_curable_ones_are_waited_for():
-    register = k3s_standin.register_annotation([CARDS[0], dict(CARDS[1], uuid="GPU-0-1-2-3-4")], 10)
+    register = k3s_hami.register_annotation([CARDS[0], dict(CARDS[1], uuid="GPU-0-1-2-3-4")], 10)
     got = hami_checks.node_problems(
         nodes_doc(register, labels={}, allocatable="10"), {"vm-gpu": FACTS}, split=10
     )
@@ -80,7 +80,7 @@ def test_each_mismatch_is_named_and_only_the_curable_ones_are_waited_for():
         ("vm-gpu", hami_checks.REGISTER_ANNOTATION, True)
     ]
     # memory: registered total x deviceMemoryScaling must be the guest's total
-    scaled = k3s_standin.register_annotation(CARDS, 10, 2)
+    scaled = k3s_hami.register_annotation(CARDS, 10, 2)
     assert hami_checks.node_problems(nodes_doc(scaled), {"vm-gpu": FACTS}, split=10, memory_scaling=2) == []
     wrong = hami_checks.node_problems(nodes_doc(scaled), {"vm-gpu": FACTS}, split=10)
     assert [p["value"] for p in wrong] == [49152, 49152]

@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from labsim.net import k3s_standin as k3s
+from labsim.net.k3s import cluster as k3s_cluster
+from labsim.net.k3s import etcd as k3s
 
 
 class Net:
@@ -30,7 +31,7 @@ class Net:
         raise AssertionError(path)
 
     def server(self, name):
-        cluster = k3s.Cluster(str(self.tmp / name / "state.json"))
+        cluster = k3s_cluster.Cluster(str(self.tmp / name / "state.json"))
         etcd = k3s.Etcd(
             name, f"http://{name}", cluster, self.send, self.clock, str(self.tmp / name / "etcd.json")
         )
@@ -101,7 +102,7 @@ def test_cluster_init_makes_one_member_and_each_join_adds_one(net, tmp_path):
         "vm-2", "http://vm-2", second.cluster, net.send, net.clock, str(tmp_path / "vm-2" / "etcd.json")
     )
     assert [m["name"] for m in again.members] == ["vm-1", "vm-2", "vm-3"] and again.term == 1
-    assert k3s.Cluster(str(tmp_path / "vm-3" / "state.json")).state["marker"] == "one"
+    assert k3s_cluster.Cluster(str(tmp_path / "vm-3" / "state.json")).state["marker"] == "one"
 
 
 def test_a_stopped_leader_is_replaced_and_follows_when_it_returns(three):
@@ -162,8 +163,8 @@ def test_a_stale_leader_is_told_of_the_newer_term(three):
 
 
 def test_a_server_without_etcd_is_not_one_a_server_joins(tmp_path, monkeypatch):
-    monkeypatch.setattr(k3s, "STATE", str(tmp_path / "state.json"))
-    assert k3s.Cluster().etcd is None
+    monkeypatch.setattr(k3s_cluster, "STATE", str(tmp_path / "state.json"))
+    assert k3s_cluster.Cluster().etcd is None
     addons = {"vm-1": [{"kind": "HelmChart", "metadata": {"name": "hami", "namespace": "kube-system"}, "v": 1}],
               "vm-2": [{"kind": "HelmChart", "metadata": {"name": "hami", "namespace": "kube-system"}, "v": 2},
                        {"kind": "Deployment", "metadata": {"name": "e0", "namespace": "default"}}]}  # fmt: skip

@@ -147,6 +147,14 @@ def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
     assert gpu.systemctl_calls().count(["restart", "k3s-agent"]) == 1
     assert "k3s_install : Run the install script" in joined.stdout and "k3s_install :" not in again.stdout
 
+    # The GPU label lives in the agent's config.yaml, which k3s applies at each start of k3s-agent: taken off
+    # with kubectl, it is back once the agent restarts.
+    assert yaml.safe_load(agent_config)["node-label"] == ["gpu=on"]
+    assert server.k3s("kubectl", "label", "node", "vm-gpu", "gpu-").returncode == 0
+    assert "gpu" not in server.nodes()["vm-gpu"]["metadata"]["labels"]
+    assert gpu.run("systemctl", "restart", "k3s-agent").returncode == 0
+    assert wait_until(lambda: server.nodes()["vm-gpu"]["metadata"]["labels"].get("gpu") == "on")
+
     # The cluster check, hami and workloads roles, run on the server against the joined cluster.
     (tmp_path / "controller").mkdir()
     lab = FakeK3sFolder(tmp_path / "controller")

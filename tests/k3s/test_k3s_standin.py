@@ -10,10 +10,11 @@ import time
 import uuid
 
 import pytest
+import yaml
 
 from gpulab import hami
 from gpulab.k8s import workloads
-from labsim.net import k3s_standin
+from labsim.net.k3s import common as k3s_common
 from labsim.net.mount_ns_host import GPU
 
 from . import engines
@@ -204,6 +205,59 @@ def test_a_wrong_token_is_refused(cluster, nshosts):
     assert "vm-bad" not in server.nodes()
 
 
+def heartbeat(server, name):
+    state = json.loads(server.upper("/var/lib/rancher/k3s/server/db/gpulab-state.json").read_text())
+    return state["nodes"][name]["heartbeat"]
+
+
+def test_k3s_node_label_reapplied(cluster, nshosts):
+    """config.yaml's node-label is set again at each start of the agent, not only when the node registers: a
+    label taken off with kubectl is back after a restart of k3s-agent (not before), a value changed with kubectl
+    is config.yaml's again, a label kubectl added stays, and an entry taken out of config.yaml leaves its label."""
+    server, port, token = cluster
+    agent = join(nshosts, "vm-gpu", port, token, labels=["gpu=on", "zone=a", "rack=1"])
+    assert wait_for(lambda: server.nodes().get("vm-gpu", {}).get("metadata", {}).get("labels", {}).get("gpu"))
+    for change in (["gpu-"], ["zone=b", "--overwrite"], ["extra=x"], ["rack=2", "--overwrite"]):
+        assert server.k3s("kubectl", "label", "node", "vm-gpu", *change).returncode == 0, change
+    # the agent's heartbeats (it registers again every few seconds) put nothing back
+    seen = heartbeat(server, "vm-gpu")
+    assert wait_for(lambda: heartbeat(server, "vm-gpu") > seen)
+    labels = server.nodes()["vm-gpu"]["metadata"]["labels"]
+    assert "gpu" not in labels and (labels["zone"], labels["rack"], labels["extra"]) == ("b", "2", "x")
+
+    conf = yaml.safe_load(agent.upper("/etc/rancher/k3s/config.yaml").read_text())
+    agent.config({**conf, "node-label": ["gpu=on", "zone=a"]})  # rack=1 taken out
+    assert agent.run("systemctl", "restart", "k3s-agent").returncode == 0
+    assert wait_for(lambda: server.nodes()["vm-gpu"]["metadata"]["labels"].get("gpu") == "on"), agent.log(
+        "k3s-agent"
+    )
+    labels = server.nodes()["vm-gpu"]["metadata"]["labels"]
+    assert (labels["zone"], labels["rack"], labels["extra"]) == ("a", "2", "x")
+
+
+def test_k3s_token_file_first_server(nshosts):
+    """The server that starts the cluster takes its token from config.yaml's token-file (over token), in k3s'
+    full form, and keeps it across restarts; an agent joins with the bare secret."""
+    server = nshosts("vm-1")
+    server.put("/etc/rancher/k3s/server-token", "  lab-secret-1234\n", 0o600)
+    port = free_port()
+    server.config({"node-name": "vm-1", "bind-address": "127.0.0.1", "https-listen-port": port,
+                   "token": "not-this-one", "token-file": "/etc/rancher/k3s/server-token"})  # fmt: skip
+    result = server.install(INSTALL_K3S_VERSION=VERSION, INSTALL_K3S_EXEC="server")
+    assert result.returncode == 0, result.stdout + result.stderr
+    token_file = server.upper("/var/lib/rancher/k3s/server/token")
+    assert wait_for(token_file.exists), server.log("k3s")
+    token = token_file.read_text().strip()
+    assert token.startswith("K10") and token.endswith("::server:lab-secret-1234"), token
+    assert server.run("systemctl", "restart", "k3s").returncode == 0
+    assert wait_for(lambda: "vm-1" in server.nodes()), server.log("k3s")
+    assert token_file.read_text().strip() == token
+    join(nshosts, "vm-2", port, "lab-secret-1234")
+    assert wait_for(lambda: "vm-2" in server.nodes()), server.nodes()
+    refused = join(nshosts, "vm-bad", port, "not-this-one")
+    assert wait_for(lambda: "401 Unauthorized" in refused.log("k3s-agent")), refused.log("k3s-agent")
+
+
 def test_kubectl_label_drain_runtimeclass_and_not_found(cluster):
     server, _port, _token = cluster
     handler = wait_for(
@@ -299,7 +353,7 @@ def ready(pod):
 
 def reboot(host):
     """A node reboot as the k3s stand-in sees it: a new boot id, the agent started again."""
-    fresh = f"echo {uuid.uuid4()} > /run/boot_id && mount --bind /run/boot_id {k3s_standin.BOOT_ID}"
+    fresh = f"echo {uuid.uuid4()} > /run/boot_id && mount --bind /run/boot_id {k3s_common.BOOT_ID}"
     assert host.run("sh", "-c", fresh).returncode == 0
     assert host.run("systemctl", "restart", "k3s-agent").returncode == 0
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gpulab.k8s import workloads
-from labsim.net import k3s_standin as k3s
+from labsim.net.k3s import cluster as k3s
 
 from . import engines
 

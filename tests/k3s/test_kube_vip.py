@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from gpulab.labdef import catalogue
-from labsim.net import k3s_standin
+from labsim.net.k3s import cluster as k3s_cluster
+from labsim.net.k3s import kube_vip as k3s_kube_vip
 
 from .test_roles_local import JSON_CALLBACK, FakeK3sFolder, stats
 
@@ -70,9 +71,9 @@ def test_the_manifest_holds_the_vip_on_the_interface_with_arp_and_leader_electio
     assert rc == 0 and stats(out)["changed"] == 0, lab.failures(out)
     # the lab's k3s reads the VIP from this manifest as kube-vip would (tests/k3s/test_kube_vip_ns.py runs it)
     docs = list(yaml.safe_load_all((lab.root / "manifests" / "server" / "kube-vip.yaml").read_text()))
-    assert k3s_standin.kube_vip_spec(docs) == {"address": "192.168.100.60", "interface": "ens18",
+    assert k3s_kube_vip.kube_vip_spec(docs) == {"address": "192.168.100.60", "interface": "ens18",
                                                "leader_election": True}  # fmt: skip
-    assert k3s_standin.kube_vip_spec([{**docs[3], "spec": {}}]) is None
+    assert k3s_kube_vip.kube_vip_spec([{**docs[3], "spec": {}}]) is None
 
     # another VIP rewrites the file; no interface given: the default route's
     rc, out = lab.play([kube_vip("192.168.100.61", "")])
@@ -138,10 +139,10 @@ def test_the_lab_k3s_holds_the_vip_on_the_etcd_leader_only(tmp_path):
         def is_leader(self):
             return self.leader == "vm-2"
 
-    cluster = k3s_standin.Cluster(str(tmp_path / "state.json"))
+    cluster = k3s_cluster.Cluster(str(tmp_path / "state.json"))
     cluster.etcd = Etcd()
     cluster.state["addons"] = {"vm-1": docs, "vm-2": []}
-    vip = k3s_standin.KubeVip(cluster, 6443, None, log=lambda msg: None)
+    vip = k3s_kube_vip.KubeVip(cluster, 6443, None, log=lambda msg: None)
     assert vip.wanted() == ("10.77.0.100", "ens18")
     Etcd.leader = "vm-1"
     assert vip.wanted() is None

@@ -207,7 +207,7 @@ def test_vm_firmware_and_secure_boot_follow_pve_semantics():
 def test_k3s_standin_installs_hami_helmcharts_as_the_helm_controller_would(tmp_path, monkeypatch):
     import time
 
-    from labsim.net import k3s_standin as k3s
+    from labsim.net.k3s import cluster as k3s
 
     monkeypatch.setattr(k3s, "STATE", str(tmp_path / "state.json"))
     monkeypatch.setattr(k3s, "MANIFESTS", str(tmp_path / "manifests"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -26,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from labsim.net import command_standins, k3s_standin, package_archive, systemctl_standin
+from labsim.net import command_standins, package_archive, systemctl_standin
+from labsim.net.k3s import build_zipapp
 
 LAYERS = ("etc", "var", "usr", "run")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -42,8 +42,7 @@ GPU = {
 def k3s_release(folder: Path) -> Path:
     """The lab's k3s release folder (what the router serves at http://ROUTER/k3s/), for a file:// URL."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(k3s_standin.__file__, folder / "k3s")
-    (folder / "k3s").chmod(0o755)
+    build_zipapp(folder / "k3s")
     (folder / "install.sh").write_text(package_archive.K3S_INSTALL.replace("@FILES@", f"file://{folder}"))
     (folder / "install.sh").chmod(0o755)
     return folder
@@ -78,7 +77,7 @@ class MountNsHost:
         self.put(SYSTEMCTL, Path(systemctl_standin.__file__).read_text())
         self.put("/usr/local/bin/systemctl", f'#!/bin/sh\nexec /usr/bin/python3 {SYSTEMCTL} "$@"\n', 0o755)
         if airgap:
-            self.put("/usr/local/bin/k3s", (files / "k3s").read_text(), 0o755)
+            self.put("/usr/local/bin/k3s", (files / "k3s").read_bytes(), 0o755)  # a zipapp
             self.put("/usr/local/bin/k3s-install.sh", (files / "install.sh").read_text(), 0o755)
         if gpu:  # the lab's nvidia-smi stand-in, the driver loaded, one card passed through
             self.put("/usr/bin/nvidia-smi", package_archive.NVIDIA_SMI, 0o755)
@@ -109,10 +108,13 @@ class MountNsHost:
         top, _, rest = path.strip("/").partition("/")
         return self.base / top / "upper" / rest
 
-    def put(self, path: str, text: str, mode: int = 0o644) -> None:
+    def put(self, path: str, data: str | bytes, mode: int = 0o644) -> None:
         target = self.upper(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        if isinstance(data, bytes):
+            target.write_bytes(data)
+        else:
+            target.write_text(data)
         target.chmod(mode)
 
     def gone(self, path: str) -> bool:

@@ -30,6 +30,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from labsim.net.k3s import build_zipapp
+
 DRIVER_VERSION = "580.173.02"
 DRIVER_DEB_VERSION = f"{DRIVER_VERSION}-0ubuntu0.24.04.1"
 TOOLKIT_VERSION = "1.18.1-1"
@@ -530,8 +532,7 @@ def build(dest: Path, gnupghome: Path, kernel: str | None = None, files_url: str
         k3s.mkdir()
         (k3s / "install.sh").write_text(K3S_INSTALL.replace("@FILES@", files_url.rstrip("/")))
         (k3s / "install.sh").chmod(0o755)
-        shutil.copyfile(Path(__file__).with_name("k3s_standin.py"), k3s / "k3s")
-        (k3s / "k3s").chmod(0o755)
+        build_zipapp(k3s / "k3s")
         return {**paths, "k3s_install": "k3s/install.sh", "k3s_binary": "k3s/k3s"}
     finally:
         # gpg starts an agent for the key's home; the lab leaves no process behind

@@ -1,0 +1,190 @@
+"""The k3s stand-in's API server: the HTTP API every server answers (plain HTTP: the stand-in's clients know),
+the cluster token's check and the node edits kubectl makes (cordon, label).
+
+With etcd a follower answers through its leader, and without a quorum nothing answers but ``etcdserver:
+request timed out``.
+"""
+
+import http.server
+import json
+import time
+
+from .cluster import node_object, pod_object, pod_status
+from .common import http_send
+from .etcd import NO_QUORUM
+from .hami import webhook_configuration
+
+
+def token_ok(given, token):
+    given = (given or "").strip()
+    return bool(given) and (given == token or given == token.split("::server:", 1)[-1])
+
+
+def make_handler(cluster, token):
+    """The server's API. `Handler.auth["token"]` is the cluster token (a joining server learns it on joining)."""
+    auth = {"token": token}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def raw(self):
+            if not hasattr(self, "_raw"):
+                self._raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            return self._raw
+
+        def forwarded(self, method):
+            """With etcd, a follower answers through its leader, and nothing answers without a quorum."""
+            etcd = cluster.etcd
+            if (
+                etcd is None
+                or self.path in ("/gpulab/etcd/status", "/gpulab/etcd/append")
+                or etcd.is_leader()
+            ):
+                return False
+            peer = etcd.leader_peer()
+            if peer is None:
+                self.reply(504, {"error": NO_QUORUM})
+                return True
+            body = json.loads(self.raw() or b"{}") if method == "POST" else None
+            try:
+                code, answer = http_send(peer, self.path, body, timeout=10)
+            except OSError:
+                code, answer = 504, {"error": NO_QUORUM}
+            self.reply(code, answer)
+            return True
+
+        def reply(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def body(self):
+            return json.loads(self.raw() or b"{}")
+
+        def do_GET(self):
+            if self.forwarded("GET"):
+                return
+            if self.path == "/gpulab/etcd/status" and cluster.etcd is not None:
+                return self.reply(200, cluster.etcd.status())
+            with cluster.lock:
+                state = json.loads(json.dumps(cluster.state))
+            if self.path == "/gpulab/nodes":
+                return self.reply(200, {n: node_object(n, v) for n, v in sorted(state["nodes"].items())})
+            if self.path == "/gpulab/runtimeclasses":
+                return self.reply(200, state["runtimeclasses"])
+            if self.path == "/gpulab/deployments":
+                return self.reply(200, state.get("deployment_objects", {}))
+            if self.path == "/gpulab/daemonsets":
+                return self.reply(200, state.get("daemonsets", []))
+            if self.path == "/gpulab/pods":
+                pods = state.get("pods", []) + list(state.get("direct_pods", {}).values())
+                return self.reply(200, [{**p, "status": pod_status(p)} for p in pods])
+            if self.path == "/gpulab/webhooks":
+                hami = state.get("hami")
+                items = [webhook_configuration(hami)] if hami and hami.get("enabled") else []
+                return self.reply(200, {i["metadata"]["name"]: i for i in items})
+            if self.path == "/gpulab/workloads":
+                # a HelmChart's install job exists from the moment the server has seen the chart
+                started = [
+                    "{}/helm-install-{}".format(*key.split("/", 1)) for key in state.get("charts_seen", {})
+                ]
+                return self.reply(
+                    200,
+                    {
+                        "jobs": state.get("jobs", {}),
+                        "jobs_started": started,
+                        "deployments": state.get("deployments", {}),
+                    },
+                )
+            return self.reply(404, {"error": "not found"})
+
+        def do_POST(self):
+            if self.forwarded("POST"):
+                return
+            info = self.body()
+            etcd = cluster.etcd
+            if self.path == "/gpulab/etcd/append" and etcd is not None:
+                return self.reply(*etcd.append(info))
+            if self.path == "/gpulab/etcd/join":
+                if not token_ok(info.get("token"), auth["token"]):
+                    return self.reply(401, {"error": "Unauthorized: the join token does not match"})
+                if etcd is None:
+                    why = "this server runs no embedded etcd (it was started without cluster-init), so no server can join it"
+                    return self.reply(400, {"error": why})
+                return self.reply(
+                    200, {**etcd.add_member(info["name"], info["peer"]), "token": auth["token"]}
+                )
+            if self.path == "/gpulab/etcd/addons" and etcd is not None:
+                # another server's manifests folder, as its deploy controller applies it
+                if not token_ok(info.get("token"), auth["token"]):
+                    return self.reply(401, {"error": "Unauthorized: the join token does not match"})
+                with cluster.lock:
+                    cluster.state.setdefault("addons", {})[info["name"]] = info["docs"]
+                return self.reply(200, {"ok": True})
+            if self.path == "/gpulab/register":
+                if not token_ok(info.get("token"), auth["token"]):
+                    return self.reply(401, {"error": "Unauthorized: the join token does not match"})
+                cluster.register(info)
+                # k3s agents learn every server's address and fail over between them (their load balancer)
+                servers = [m["peer"].split("://", 1)[1] for m in etcd.members] if etcd is not None else []
+                return self.reply(200, {"ok": True, **({"servers": servers} if servers else {})})
+            if self.path in ("/gpulab/pods/create", "/gpulab/pods/delete", "/gpulab/scale"):
+                with cluster.lock:
+                    if self.path == "/gpulab/scale":
+                        cluster.state.setdefault("scaled", {})[info["deployment"]] = int(info["replicas"])
+                        cluster.save()
+                        return self.reply(200, {"ok": True})
+                    if self.path == "/gpulab/pods/delete":
+                        gone = cluster.delete_pods(info["namespace"], info.get("names"), info.get("selector"))
+                        return self.reply(200, {"deleted": gone})
+                    made, error = cluster.create_pods(info["docs"], bool(info.get("dry_run")))
+                if error:
+                    return self.reply(500, {"error": error})
+                return self.reply(200, {"pods": [pod_object({**p, "status": pod_status(p)}) for p in made]})
+            edit = NODE_EDITS.get(self.path)
+            if edit is not None:
+                with cluster.lock:
+                    node = cluster.state["nodes"].get(info["node"])
+                    if node is None:
+                        return self.reply(404, {"error": f'nodes "{info["node"]}" not found'})
+                    code, answer = edit(node, info)
+                    if code == 200:
+                        cluster.save()
+                return self.reply(code, answer)
+            return self.reply(404, {"error": "not found"})
+
+    Handler.auth = auth
+    return Handler
+
+
+def _cordon(node: dict, info: dict) -> tuple[int, dict]:
+    """kubectl cordon/uncordon (and drain, which cordons first) on one node."""
+    changed = bool(node.get("unschedulable")) != bool(info["unschedulable"])
+    node["unschedulable"] = bool(info["unschedulable"])
+    if info.get("drain"):
+        node["drained"] = time.time()
+    return 200, {"changed": changed}
+
+
+def _label(node: dict, info: dict) -> tuple[int, dict]:
+    """kubectl label on one node: `key=value` sets, `key-` removes, a new value needs --overwrite."""
+    changed = False
+    for k, v in info["labels"].items():
+        if k.endswith("-"):
+            changed |= node["labels"].pop(k[:-1], None) is not None
+        elif node["labels"].get(k) != v:
+            if k in node["labels"] and not info.get("overwrite"):
+                return 409, {
+                    "error": f"'{k}' already has a value ({node['labels'][k]}), and --overwrite is false"
+                }
+            node["labels"][k] = v
+            changed = True
+    return 200, {"changed": changed}
+
+
+# POST path -> an edit of the node the request names, made under the cluster lock and saved on 200.
+NODE_EDITS = {"/gpulab/cordon": _cordon, "/gpulab/label": _label}

@@ -40,6 +40,7 @@ import struct
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 STATES = ("stock", "blacklisted", "vfio")
 
@@ -269,17 +270,9 @@ def build_tree(
     return tree
 
 
-def materialise(
-    root: Path,
-    state: str,
-    *,
-    iommu: bool = True,
-    share_group_with: str | None = None,
-    cmdline: str | None = None,
-    pci: list[dict] | None = None,
-    card_states: dict[str, str] | None = None,
-) -> Path:
-    """Write the tree for `state` under `root` (replacing an earlier one there) and return `root`.
+def materialise(root: Path, state: str, **variants: Any) -> Path:
+    """Write the tree for `state` under `root` (replacing an earlier one there) and return `root`;
+    `variants` are build_tree's keywords (iommu, share_group_with, cmdline, pci, card_states).
 
     `root/sys`, `root/proc` and `root/lib/modules` are removed first, so calling it again at each
     simulated boot leaves exactly the new state. `root` must not be the machine's own root.
@@ -287,14 +280,7 @@ def materialise(
     root = Path(root)
     if root.resolve() == Path("/"):
         raise ValueError("materialise() refuses to write into / (give a separate directory)")
-    tree = build_tree(
-        state,
-        iommu=iommu,
-        share_group_with=share_group_with,
-        cmdline=cmdline,
-        pci=pci,
-        card_states=card_states,
-    )
+    tree = build_tree(state, **variants)
     for top in ("sys", "proc", "lib/modules"):
         target = root / top
         if target.is_symlink() or target.is_file():

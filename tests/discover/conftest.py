@@ -146,17 +146,19 @@ def sysfs(tmp: Path, **options: Any) -> Path:
     return sysfs_tree.materialise(tmp / "hw", "stock", **options)
 
 
-@pytest.fixture(scope="module")
-def homelab_sim(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("homelab")
-    sim = Sim(tmp / "state", fixture_file(tmp, "homelab"))
+def fixture_sim(tmp_path_factory, name: str):
+    """The simulator on labsim fixture `name` with fast timings, for a module's tests; closed after them."""
+    tmp = tmp_path_factory.mktemp(name)
+    sim = Sim(tmp / "state", fixture_file(tmp, name))
     yield sim
     sim.close()
+
+
+@pytest.fixture(scope="module")
+def homelab_sim(tmp_path_factory):
+    yield from fixture_sim(tmp_path_factory, "homelab")
 
 
 @pytest.fixture(scope="module")
 def reference_sim(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("reference")
-    sim = Sim(tmp / "state", fixture_file(tmp, "reference"))
-    yield sim
-    sim.close()
+    yield from fixture_sim(tmp_path_factory, "reference")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 import yaml
-from pve.test_role_two_gpus import RTX3060  # fixture two-gpus's second card as pve_gpus names it
+from builders import TWO_GPUS_RTX3060
 
 from labsim.fixture import fixtures_dir
 
@@ -32,7 +32,7 @@ def two_card_run(tmp_path_factory):
         inv = inventory_copy(root / "inventory")
         pve_vars = inv / "host_vars" / "pve.yml"
         gpus = yaml.safe_load(pve_vars.read_text())["pve_gpus"]
-        set_vars(inv, "pve", {"pve_gpus": [*gpus, RTX3060]})
+        set_vars(inv, "pve", {"pve_gpus": [*gpus, TWO_GPUS_RTX3060]})
         set_vars(inv, "vm-gpu", {"vm_gpu": ["rtx3090", "rtx3060"]})
         first = run_playbook(lab, inv, timeout=900)
         second = run_playbook(lab, inv, timeout=600)

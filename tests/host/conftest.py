@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -52,6 +53,18 @@ PVE_BLACKLIST = node_host.PVE_BLACKLIST
 REFERENCE_GPU = yaml.safe_load((ROOT / "inventory" / "demo" / "host_vars" / "pve.yml").read_text())[
     "pve_gpus"
 ][0]
+
+# pytestmark of the tests that run playbooks against PlaybookNode (the node host needs root and sshd)
+NODE_HOST = [
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0, reason="needs root: mount namespaces and overlays for the stand-in node"
+    ),
+    pytest.mark.skipif(
+        not shutil.which("sshd") and not os.path.exists("/usr/sbin/sshd"), reason="needs sshd"
+    ),
+]
 
 
 class PlaybookNode:

@@ -3,23 +3,20 @@
 Needs root (mount namespaces and overlays); every write lands in the test's directory.
 """
 
-import os
-import shutil
-
 import pytest
+from builders import RTX3090
 
-from .conftest import DEBIAN_GRUB, DEBIAN_MODULES, INSTALLER_CMDLINE, PVE_BLACKLIST, PlaybookNode, load_module
+from .conftest import (
+    DEBIAN_GRUB,
+    DEBIAN_MODULES,
+    INSTALLER_CMDLINE,
+    NODE_HOST,
+    PVE_BLACKLIST,
+    PlaybookNode,
+    load_module,
+)
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.geteuid() != 0, reason="needs root: mount namespaces and overlays for the stand-in node"
-    ),
-    pytest.mark.skipif(
-        not shutil.which("sshd") and not os.path.exists("/usr/sbin/sshd"), reason="needs sshd"
-    ),
-]
+pytestmark = NODE_HOST
 
 REFERENCE_CMDLINE = (
     "root=ZFS=rpool/ROOT/pve-1 boot=zfs nomodeset modprobe.blacklist=nova_core,nova_drm,nova,nouveau\n"
@@ -110,16 +107,7 @@ def test_reference_node_end_to_end(node):
 
 def test_check_diff_changes_nothing_and_shows_the_diff(node):
     # A wrong description of the GPU in the inventory stops the run before anything changes.
-    wrong = [
-        {
-            "id": "rtx3090",
-            "pci": "0000:02:00",
-            "vendor_device": "10de:2204",
-            "functions": ["0000:02:00.0", "0000:02:00.1"],
-            "iommu_group": 14,
-            "boot_display": True,
-        }
-    ]
+    wrong = [{**RTX3090, "iommu_group": 14}]
     rc, out, _recap = node.play(extra={**ALLOW, "pve_gpus": wrong})
     assert rc != 0
     assert "IOMMU group 14; the node shows 10de:2204" in out and "IOMMU group 13" in out

@@ -5,24 +5,13 @@ Needs root (mount namespaces and overlays), as tests/host/test_role.py.
 """
 
 import json
-import os
 import re
-import shutil
 
 import pytest
 
-from .conftest import PlaybookNode
+from .conftest import NODE_HOST, PlaybookNode
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.geteuid() != 0, reason="needs root: mount namespaces and overlays for the stand-in node"
-    ),
-    pytest.mark.skipif(
-        not shutil.which("sshd") and not os.path.exists("/usr/sbin/sshd"), reason="needs sshd"
-    ),
-]
+pytestmark = NODE_HOST
 
 
 @pytest.fixture

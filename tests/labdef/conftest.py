@@ -1,6 +1,7 @@
 import copy
 
 import pytest
+from builders import SSH_KEY, gpu_vm, reference_node, vm
 
 GROUPS = {
     "proxmox": ["pve"],
@@ -25,26 +26,7 @@ GLOBALS = {
 }
 
 HOSTS = {
-    "pve": {
-        "ansible_host": "192.168.100.5",
-        "pve_node": "pve",
-        "pve_memory_mib": 31744,
-        "pve_threads": 20,
-        "pve_storages": {
-            "local": {"type": "dir", "content": ["iso", "import"], "size_gb": 1700},
-            "local-zfs": {"type": "zfspool", "content": ["images", "rootdir"], "size_gb": 1700},
-        },
-        "pve_gpus": [
-            {
-                "id": "rtx3090",
-                "pci": "0000:02:00",
-                "vendor_device": "10de:2204",
-                "functions": ["0000:02:00.0", "0000:02:00.1"],
-                "iommu_group": 13,
-                "boot_display": True,
-            }
-        ],
-    },
+    "pve": reference_node(),
     "isp-router": {
         "router_kind": "huawei_ont",
         "router_address": "192.168.100.1",
@@ -53,35 +35,12 @@ HOSTS = {
         "router_user": "admin",
         "router_password": "s3cret-pass",
     },
-    "vm-1": {
-        "vm_id": 100,
-        "vm_cores": 4,
-        "vm_memory_mib": 4096,
-        "vm_disk_gb": 60,
-        "vm_address": "192.168.100.53",
-    },
-    "vm-2": {
-        "vm_id": 101,
-        "vm_cores": 4,
-        "vm_memory_mib": 4096,
-        "vm_disk_gb": 60,
-        "vm_address": "192.168.100.54",
-    },
-    "vm-gpu": {
-        "vm_id": 102,
-        "vm_cores": 8,
-        "vm_memory_mib": 16384,
-        "vm_balloon": False,
-        "vm_disk_gb": 200,
-        "vm_machine": "q35",
-        "vm_firmware": "ovmf",
-        "vm_cpu": "host",
-        "vm_gpu": "rtx3090",
-        "vm_onboot": False,
-        "vm_address": "192.168.100.55",
-    },
+    "vm-1": vm(100, address="192.168.100.53"),
+    "vm-2": vm(101, address="192.168.100.54"),
+    "vm-gpu": gpu_vm(102, "rtx3090", address="192.168.100.55"),
 }
-VM_COMMON = {"vm_node": "pve", "vm_storage": "local-zfs", "vm_ssh_public_key": "ssh-ed25519 AAAAC3Nza test"}
+# what every VM of this inventory has unless it says otherwise
+VM_COMMON = {"vm_node": "pve", "vm_storage": "local-zfs", "vm_ssh_public_key": SSH_KEY}
 
 
 class Inventory:
@@ -91,8 +50,19 @@ class Inventory:
         self.groups = copy.deepcopy(GROUPS)
         self.globals = copy.deepcopy(GLOBALS)
         self.hosts = copy.deepcopy(HOSTS)
-        for vm in self.groups["vms"]:
-            self.hosts[vm] = {**VM_COMMON, **self.hosts[vm]}
+        for name in self.groups["vms"]:
+            self.hosts[name] = {**VM_COMMON, **self.hosts[name]}
+
+    def add_node(self, name, host_vars):
+        """Another Proxmox node."""
+        self.groups["proxmox"].append(name)
+        self.hosts[name] = host_vars
+
+    def add_vm(self, name, host_vars, group="k3s_agent"):
+        """Another VM, a k3s agent unless `group` says otherwise, with VM_COMMON for what it does not set."""
+        self.groups["vms"].append(name)
+        self.groups[group].append(name)
+        self.hosts[name] = {**VM_COMMON, **host_vars}
 
     def hostvar(self, host, name):
         own = self.hosts.get(host, {})

@@ -3,53 +3,24 @@ id per kind of card, and no reboot of the node that holds every k3s server."""
 
 from __future__ import annotations
 
-import pytest
+import copy
 
-PVE2 = {
-    "ansible_host": "192.168.100.6",
-    "pve_node": "pve2",
-    "pve_memory_mib": 63488,
-    "pve_threads": 24,
-    "pve_storages": {
-        "local": {"type": "dir", "content": ["iso", "import"], "size_gb": 90},
-        "local-lvm": {"type": "lvmthin", "content": ["images", "rootdir"], "size_gb": 800},
-    },
-    "pve_gpus": [
-        {
-            "id": "rtx4090",
-            "pci": "0000:01:00",
-            "vendor_device": "10de:2684",
-            "functions": ["0000:01:00.0", "0000:01:00.1"],
-            "iommu_group": 9,
-        }
-    ],
-}
-VM_GPU2 = {
-    "vm_id": 103,
-    "vm_node": "pve2",
-    "vm_storage": "local-lvm",
-    "vm_cores": 8,
-    "vm_memory_mib": 24576,
-    "vm_balloon": False,
-    "vm_disk_gb": 200,
-    "vm_machine": "q35",
-    "vm_firmware": "ovmf",
-    "vm_cpu": "host",
-    "vm_gpu": "rtx4090",
-    "vm_onboot": True,
-    "vm_address": "192.168.100.56",
-    "vm_ssh_public_key": "ssh-ed25519 AAAAC3Nza test",
-}
+import pytest
+from builders import card, gpu_vm, second_node
+
+# pve2 of labsim fixture cluster with its RTX 4090, and a GPU VM of its own that may start at boot (pve2's
+# screen is the CPU's graphics)
+PVE2 = second_node(card("rtx4090", "0000:01:00", "10de:2684", 9))
+VM_GPU2 = gpu_vm(
+    103, "rtx4090", node="pve2", storage="local-lvm", memory_mib=24576, onboot=True, address="192.168.100.56"
+)
 
 
 @pytest.fixture
 def two(inv):
     """The reference lab plus node pve2 (RTX 4090, the CPU's graphics as its screen) and vm-gpu2 on it."""
-    inv.groups["proxmox"].append("pve2")
-    inv.groups["vms"].append("vm-gpu2")
-    inv.groups["k3s_agent"].append("vm-gpu2")
-    inv.hosts["pve2"] = dict(PVE2)
-    inv.hosts["vm-gpu2"] = dict(VM_GPU2)
+    inv.add_node("pve2", copy.deepcopy(PVE2))
+    inv.add_vm("vm-gpu2", VM_GPU2)
     return inv
 
 

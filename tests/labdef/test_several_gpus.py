@@ -4,33 +4,16 @@ node, a VM with two cards gets one hostpci entry per card, and pinned memory is 
 from __future__ import annotations
 
 import pytest
+from builders import card, gpu_vm
 
 from gpulab import labdef, vmspec
 
 # A second card in the reference host: an RTX 3060 12 GB (GA106, LHR) with its HDMI audio in a group of its own.
-RTX3060 = {
-    "id": "rtx3060",
-    "pci": "0000:03:00",
-    "vendor_device": "10de:2504",
-    "functions": ["0000:03:00.0", "0000:03:00.1"],
-    "iommu_group": 14,
-}
-VM_GPU_B = {
-    "vm_id": 103,
-    "vm_node": "pve",
-    "vm_storage": "local-zfs",
-    "vm_cores": 4,
-    "vm_memory_mib": 8192,
-    "vm_balloon": False,
-    "vm_disk_gb": 100,
-    "vm_machine": "q35",
-    "vm_firmware": "ovmf",
-    "vm_cpu": "host",
-    "vm_gpu": "rtx3060",
-    "vm_onboot": True,
-    "vm_address": "192.168.100.56",
-    "vm_ssh_public_key": "ssh-ed25519 AAAAC3Nza test",
-}
+RTX3060 = card("rtx3060", "0000:03:00", "10de:2504", 14)
+# A second GPU VM on pve for it, smaller than vm-gpu, that may start at boot (the 3060 is not the screen).
+VM_GPU_B = gpu_vm(
+    103, "rtx3060", cores=4, memory_mib=8192, disk_gb=100, onboot=True, address="192.168.100.56"
+)
 
 
 @pytest.fixture
@@ -44,9 +27,7 @@ def cards(inv):
 def two_vms(cards):
     """vm-gpu keeps the 3090 (now 8 GiB), vm-gpu-b gets the 3060: 4 + 4 + 8 + 8 GiB pinned of 31 GiB."""
     cards.hosts["vm-gpu"]["vm_memory_mib"] = 8192
-    cards.groups["vms"].append("vm-gpu-b")
-    cards.groups["k3s_agent"].append("vm-gpu-b")
-    cards.hosts["vm-gpu-b"] = dict(VM_GPU_B)
+    cards.add_vm("vm-gpu-b", VM_GPU_B)
     return cards
 
 

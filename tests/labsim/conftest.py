@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,12 @@ import urllib3
 from pve_sim_client import Api, write_fast_fixture
 
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+
+# pytestmark of the tests on the network lab's real hosts
+NETWORK_LAB = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth links and mounts"),
+]
 
 
 class InProcessPveSim:

@@ -118,19 +118,24 @@ class Api:
         return self.wait(self.data(method, path, **params))
 
 
-def create_vm(api: Api, vmid: int, **extra: Any) -> dict:
-    params = {
+def vm_params(vmid: int, storage: str = "local-zfs", **extra: Any) -> dict:
+    """The create parameters of a small VM: 2 vCPU, 2048 MiB, an 8 GB disk on `storage`, a NIC on vmbr0;
+    then `extra`."""
+    return {
         "vmid": vmid,
         "name": f"vm{vmid}",
         "cores": 2,
         "memory": "2048",
         "scsihw": "virtio-scsi-single",
-        "scsi0": "local-zfs:8,iothread=1",
+        "scsi0": f"{storage}:8,iothread=1",
         "net0": "virtio,bridge=vmbr0",
-        "agent": "enabled=1",
         **extra,
     }
-    st = api.run("POST", "/nodes/pve/qemu", **params)
+
+
+def create_vm(api: Api, vmid: int, **extra: Any) -> dict:
+    """A small VM (vm_params) with the guest agent on node pve; its config once the create task is OK."""
+    st = api.run("POST", "/nodes/pve/qemu", **vm_params(vmid, **{"agent": "enabled=1", **extra}))
     assert st["exitstatus"] == "OK", st
     return api.data("GET", f"/nodes/pve/qemu/{vmid}/config")
 
@@ -144,3 +149,29 @@ def download(api: Api, **params: Any) -> str:
 def task_log(api: Api, upid: str, node: str = "pve") -> list[str]:
     """A task's whole log, its lines' text."""
     return [line["t"] for line in api.data("GET", f"/nodes/{node}/tasks/{upid}/log", limit=0)]
+
+
+def token_api(desc: dict) -> Api:
+    """A client with the token of a lab's description (the line `lab up` prints)."""
+    return Api(
+        desc["pve_url"], headers={"Authorization": f"PVEAPIToken={desc['token_id']}={desc['token_secret']}"}
+    )
+
+
+def create_booting_vm(api: Api, vmid: int, name: str, **extra: Any) -> dict:
+    """Create on node pve a VM that the network lab boots a host for: the guest agent on, a 4 GB disk, a NIC
+    on vmbr0 with a fixed MAC, DHCP and user ubuntu through cloud-init; then `extra`. The create task's final
+    status."""
+    return api.run(
+        "POST",
+        "/nodes/pve/qemu",
+        vmid=vmid,
+        name=name,
+        agent="1",
+        scsi0="local-zfs:4",
+        net0="virtio=BC:24:11:00:01:00,bridge=vmbr0",
+        ipconfig0="ip=dhcp",
+        ciuser="ubuntu",
+        ide2="local-zfs:cloudinit",
+        **extra,
+    )

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 from conftest import InProcessPveSim, start_lab, stop_lab
-from pve_sim_client import EXTRA_TOKENS, FAST_TIMINGS
+from pve_sim_client import EXTRA_TOKENS, FAST_TIMINGS, vm_params
 
 from labsim.fixture import fixtures_dir, load_fixture
 from labsim.pve_api import PveApiSim
@@ -45,17 +45,8 @@ def api(cl):
 
 
 def make_vm(api, node: str, vmid: int, storage: str, **extra) -> dict:
-    params = {
-        "vmid": vmid,
-        "name": f"vm{vmid}",
-        "cores": 2,
-        "memory": "2048",
-        "scsihw": "virtio-scsi-single",
-        "scsi0": f"{storage}:8,iothread=1",
-        "net0": "virtio,bridge=vmbr0",
-        **extra,
-    }
-    upid = api.data("POST", f"/nodes/{node}/qemu", **params)
+    """A small VM (vm_params) on `node`; the create task's final status."""
+    upid = api.data("POST", f"/nodes/{node}/qemu", **vm_params(vmid, storage, **extra))
     return api.wait(upid, node)
 
 

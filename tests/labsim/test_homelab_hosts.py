@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import InProcessPveSim
+from conftest import NETWORK_LAB, InProcessPveSim
 from test_homelab_lab import fast_homelab
 from test_netlab_hosts import ssh
 from test_node_proxy import presented_fingerprint
@@ -28,10 +28,7 @@ from labsim.fixture import load_fixture
 ROOT = Path(__file__).resolve().parents[2]
 LV = "/dev/mapper/ubuntu--vg-ubuntu--lv"
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth links and mounts"),
-]
+pytestmark = NETWORK_LAB
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import NETWORK_LAB
 from simlab import machine_apt_lists_aged
 
 from labsim import network_lab
@@ -25,10 +26,7 @@ from labsim.net import addressing
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth links and mounts"),
-]
+pytestmark = NETWORK_LAB
 
 
 def ssh(facts, user, address, command, check=True, timeout=20):

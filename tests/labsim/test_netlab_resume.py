@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 
-import pytest
-from pve_sim_client import Api, write_fast_fixture
+from conftest import NETWORK_LAB
+from pve_sim_client import Api, create_booting_vm, token_api, write_fast_fixture
 
 from labsim import cli
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the lab's hosts need root (network namespaces)"),
-]
+pytestmark = NETWORK_LAB
 
 
 def agent_addresses(api: Api, vmid: int) -> list[str]:
@@ -46,23 +42,8 @@ def test_running_vm_boots_again_after_down_and_up(tmp_path, capsys, monkeypatch)
     fixture = write_fast_fixture(tmp_path / "fixture.yml")
     try:
         assert cli.main(["up", "--state", str(state), "--fixture", str(fixture)]) == 0
-        desc = json.loads(capsys.readouterr().out)
-        api = Api(
-            desc["pve_url"],
-            headers={"Authorization": f"PVEAPIToken={desc['token_id']}={desc['token_secret']}"},
-        )
-        st = api.run(
-            "POST",
-            "/nodes/pve/qemu",
-            vmid=100,
-            name="vm-1",
-            agent="1",
-            scsi0="local-zfs:4",
-            net0="virtio=BC:24:11:00:01:00,bridge=vmbr0",
-            ipconfig0="ip=dhcp",
-            ciuser="ubuntu",
-            ide2="local-zfs:cloudinit",
-        )
+        api = token_api(json.loads(capsys.readouterr().out))
+        st = create_booting_vm(api, 100, "vm-1")
         assert st["exitstatus"] == "OK", st
         assert api.run("POST", "/nodes/pve/qemu/100/status/start")["exitstatus"] == "OK"
         first = wait_address(api, 100)
@@ -70,11 +51,7 @@ def test_running_vm_boots_again_after_down_and_up(tmp_path, capsys, monkeypatch)
 
         assert cli.main(["down", "--state", str(state)]) == 0
         assert cli.main(["up", "--state", str(state)]) == 0
-        again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-        api = Api(
-            again["pve_url"],
-            headers={"Authorization": f"PVEAPIToken={again['token_id']}={again['token_secret']}"},
-        )
+        api = token_api(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
         assert api.data("GET", "/nodes/pve/qemu/100/status/current")["status"] == "running"
         assert wait_address(api, 100), "after down and up the running VM's host did not boot again"
     finally:

@@ -5,18 +5,15 @@ Needs root (network namespaces, veth links, mounts); run under the lab lock like
 """
 
 import json
-import os
 
 import pytest
+from conftest import NETWORK_LAB
 from test_netlab_hosts import ens18, ssh, vm_config
 
 from labsim import network_lab
 from labsim.fixture import load_fixture
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth links and mounts"),
-]
+pytestmark = NETWORK_LAB
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +62,7 @@ def test_a_vm_with_both_cards_sees_both_and_one_with_a_card_sees_that_one(lab):
 def test_a_start_through_the_api_and_the_resume_after_down_and_up_pass_both_mapped_cards(
     tmp_path, capsys, monkeypatch
 ):
-    from pve_sim_client import Api
+    from pve_sim_client import create_booting_vm, token_api
     from test_netlab_resume import wait_address
 
     from labsim import cli
@@ -78,12 +75,6 @@ def test_a_start_through_the_api_and_the_resume_after_down_and_up_pass_both_mapp
         json.dumps({"extends": str(fixtures_dir() / "two-gpus.yml"), "network": {"vm_init": "simple"}})
     )
 
-    def api_of(desc):
-        return Api(
-            desc["pve_url"],
-            headers={"Authorization": f"PVEAPIToken={desc['token_id']}={desc['token_secret']}"},
-        )
-
     def guest_file():
         path = (
             network_lab.NetworkLab(state).hosts_dir / "vm100" / "upper" / "etc" / "gpulab-sim" / "gpus.json"
@@ -92,7 +83,7 @@ def test_a_start_through_the_api_and_the_resume_after_down_and_up_pass_both_mapp
 
     try:
         assert cli.main(["up", "--state", str(state), "--fixture", str(fixture)]) == 0
-        api = api_of(json.loads(capsys.readouterr().out))
+        api = token_api(json.loads(capsys.readouterr().out))
         for mid, path, vd, group, sub in (
             ("rtx3090", "0000:02:00", "10de:2204", 13, "1462:3881"),
             ("rtx3060", "0000:05:00", "10de:2504", 16, "1462:397d"),
@@ -103,19 +94,12 @@ def test_a_start_through_the_api_and_the_resume_after_down_and_up_pass_both_mapp
                 id=mid,
                 map=f"node=pve,path={path},id={vd},iommugroup={group},subsystem-id={sub}",
             )
-        st = api.run(
-            "POST",
-            "/nodes/pve/qemu",
-            vmid=100,
-            name="vm-gpu",
-            agent="1",
+        st = create_booting_vm(
+            api,
+            100,
+            "vm-gpu",
             machine="q35",
             memory="4096",
-            scsi0="local-zfs:4",
-            net0="virtio=BC:24:11:00:01:00,bridge=vmbr0",
-            ipconfig0="ip=dhcp",
-            ciuser="ubuntu",
-            ide2="local-zfs:cloudinit",
             hostpci0="mapping=rtx3090,pcie=1",
             hostpci1="mapping=rtx3060,pcie=1",
         )
@@ -127,7 +111,7 @@ def test_a_start_through_the_api_and_the_resume_after_down_and_up_pass_both_mapp
 
         assert cli.main(["down", "--state", str(state)]) == 0
         assert cli.main(["up", "--state", str(state), "--fixture", str(fixture)]) == 0
-        api = api_of(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+        api = token_api(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
         assert wait_address(api, 100), "after down and up the running VM's host did not boot again"
         assert guest_file() == first  # the same two cards, the same UUIDs
     finally:

@@ -135,6 +135,23 @@ def stop_lab(lab: PveSimProcess) -> None:
         lab.proc.kill()
 
 
+@contextlib.contextmanager
+def playbook_lab(tmp: pathlib.Path, fixture: dict | None = None, key_comment: str = "test@lab"):
+    """start_lab for playbooks on inventory/demo (or a copy), with what that inventory reads from the lab's
+    state: lab.json, and the lab's public key for cloud-init (the network lab makes a real one; this one
+    ends in `key_comment`)."""
+    lab = start_lab(tmp, fixture=fixture)
+    try:
+        (lab.state / "lab.json").write_text(json.dumps(lab.desc))
+        (lab.state / "ssh").mkdir()
+        (lab.state / "ssh" / "id_ed25519.pub").write_text(
+            f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly {key_comment}\n"
+        )
+        yield lab
+    finally:
+        stop_lab(lab)
+
+
 def wipe_vms(lab: PveSimProcess) -> None:
     """Stop and destroy every VM, so that the next test starts from an empty node."""
     client = lab.client()

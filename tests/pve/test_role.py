@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from .conftest import ROOT, start_lab, stop_lab
+from .conftest import ROOT, playbook_lab
 
 ROLE = ROOT / "roles" / "pve_vms"
 DEMO_GPU = yaml.safe_load((ROOT / "inventory" / "demo" / "host_vars" / "pve.yml").read_text())["pve_gpus"][0]
@@ -64,15 +64,9 @@ def results(out: dict, module: str) -> dict:
 
 @pytest.fixture
 def demo_lab(tmp_path):
-    lab = start_lab(tmp_path)
-    (lab.state / "lab.json").write_text(json.dumps(lab.desc))
-    # inventory/demo reads the lab's public key for cloud-init (netlab makes a real one)
-    (lab.state / "ssh").mkdir()
-    (lab.state / "ssh" / "id_ed25519.pub").write_text(
-        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly test@lab+1\n"
-    )
-    yield lab
-    stop_lab(lab)
+    # a key comment that cloud-init's sshkeys must carry URL-encoded (test@lab%2B1)
+    with playbook_lab(tmp_path, key_comment="test@lab+1") as lab:
+        yield lab
 
 
 @pytest.mark.slow

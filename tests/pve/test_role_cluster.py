@@ -3,54 +3,28 @@ another slot and IOMMU group) with two VMs of its own, against the simulated two
 
 from __future__ import annotations
 
-import json
 import pathlib
 import shutil
 
 import pytest
 import yaml
+from builders import card, gpu_vm, second_node, vm
 
-from .conftest import ROOT, cluster_fixture, start_lab, stop_lab
+from .conftest import ROOT, cluster_fixture, playbook_lab
 from .test_role import play, results
 
+# pve2 with the same kind of card as pve's, so the same mapping id: one mapping, an entry for each node
 PVE2 = {
+    **second_node(card("rtx3090", "0000:01:00", "10de:2204", 9)),
     "ansible_host": "{{ labsim_prefix }}.6",
     "ansible_user": "root",
-    "pve_node": "pve2",
-    "pve_memory_mib": 63488,
-    "pve_threads": 24,
-    "pve_storages": {
-        "local": {"type": "dir", "content": ["iso", "vztmpl", "import", "snippets"], "size_gb": 90},
-        "local-lvm": {"type": "lvmthin", "content": ["images", "rootdir"], "size_gb": 790},
-    },
-    # the same kind of card as pve's, so the same mapping id: one mapping, an entry for each node
-    "pve_gpus": [
-        {
-            "id": "rtx3090",
-            "pci": "0000:01:00",
-            "vendor_device": "10de:2204",
-            "functions": ["0000:01:00.0", "0000:01:00.1"],
-            "iommu_group": 9,
-        }
-    ],
 }
-ON_PVE2 = {"vm_node": "pve2", "vm_storage": "local-lvm"}
-VM_3 = {**ON_PVE2, "vm_id": 103, "vm_cores": 2, "vm_memory_mib": 2048, "vm_disk_gb": 20}
-VM_GPU2 = {
-    **ON_PVE2,
-    "vm_id": 104,
-    "vm_cores": 8,
-    "vm_memory_mib": 8192,
-    "vm_balloon": False,
-    "vm_disk_gb": 100,
-    "vm_machine": "q35",
-    "vm_firmware": "ovmf",
-    "vm_efi_pre_enrolled_keys": False,
-    "vm_cpu": "host",
-    "vm_gpu": "rtx3090",
-    # pve2's screen is the CPU's graphics: its GPU VM may start at boot
-    "vm_onboot": True,
-}
+ON_PVE2 = {"node": "pve2", "storage": "local-lvm"}
+VM_3 = vm(103, cores=2, memory_mib=2048, disk_gb=20, **ON_PVE2)
+# pve2's screen is the CPU's graphics: its GPU VM may start at boot
+VM_GPU2 = gpu_vm(
+    104, "rtx3090", memory_mib=8192, disk_gb=100, efi_pre_enrolled_keys=False, onboot=True, **ON_PVE2
+)
 
 
 def two_node_inventory(tmp_path: pathlib.Path) -> str:
@@ -86,14 +60,8 @@ def second_3090() -> dict:
 
 @pytest.fixture
 def cluster_lab(tmp_path):
-    lab = start_lab(tmp_path, fixture=second_3090())
-    (lab.state / "lab.json").write_text(json.dumps(lab.desc))
-    (lab.state / "ssh").mkdir()
-    (lab.state / "ssh" / "id_ed25519.pub").write_text(
-        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly test@lab\n"
-    )
-    yield lab
-    stop_lab(lab)
+    with playbook_lab(tmp_path, fixture=second_3090()) as lab:
+        yield lab
 
 
 @pytest.mark.slow

@@ -3,33 +3,24 @@ with the node's RTX 3060 added to pve_gpus and vm-gpu given both cards (vm_gpu: 
 
 from __future__ import annotations
 
-import json
 import pathlib
 import shutil
 
 import pytest
 import yaml
+from builders import TWO_GPUS_RTX3060
 
 from labsim.fixture import fixtures_dir
 
-from .conftest import ROOT, start_lab, stop_lab
+from .conftest import ROOT, playbook_lab
 from .test_role import play, results
-
-# Fixture two-gpus's second card as pve_gpus names it (tests/e2e/test_two_cards.py uses it too).
-RTX3060 = {
-    "id": "rtx3060",
-    "pci": "0000:05:00",
-    "vendor_device": "10de:2504",
-    "functions": ["0000:05:00.0", "0000:05:00.1"],
-    "iommu_group": 16,
-}
 
 
 def two_card_inventory(tmp_path: pathlib.Path) -> str:
     inv = tmp_path / "inventory"
     shutil.copytree(ROOT / "inventory" / "demo", inv)
     pve = yaml.safe_load((inv / "host_vars" / "pve.yml").read_text())
-    pve["pve_gpus"].append(RTX3060)
+    pve["pve_gpus"].append(TWO_GPUS_RTX3060)
     (inv / "host_vars" / "pve.yml").write_text(yaml.safe_dump(pve))
     vm = yaml.safe_load((inv / "host_vars" / "vm-gpu.yml").read_text())
     vm["vm_gpu"] = ["rtx3090", "rtx3060"]
@@ -39,14 +30,8 @@ def two_card_inventory(tmp_path: pathlib.Path) -> str:
 
 @pytest.fixture
 def two_gpu_lab(tmp_path):
-    lab = start_lab(tmp_path, fixture={"extends": str(fixtures_dir() / "two-gpus.yml")})
-    (lab.state / "lab.json").write_text(json.dumps(lab.desc))
-    (lab.state / "ssh").mkdir()
-    (lab.state / "ssh" / "id_ed25519.pub").write_text(
-        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly test@lab\n"
-    )
-    yield lab
-    stop_lab(lab)
+    with playbook_lab(tmp_path, fixture={"extends": str(fixtures_dir() / "two-gpus.yml")}) as lab:
+        yield lab
 
 
 @pytest.mark.slow

@@ -163,6 +163,16 @@ def test_lvextend_insufficient_space(disk):
     assert out.stderr == "  Insufficient free space: 262144 extents needed, but only 7424 available\n"
 
 
+def test_lvextend_percent_free_absolute(disk):
+    # without '+' a share of the free extents is the new size itself: 100%FREE is 7424 extents, one more than now
+    out = disk("lvextend", "-l", "100%FREE", "ubuntu-vg/ubuntu-lv")
+    assert out.returncode == 0, out.stderr
+    assert "changed from <29.00 GiB (7423 extents) to 29.00 GiB (7424 extents)." in out.stdout
+    # half of the VG is less than the LV already: lvextend refuses to shrink
+    half = disk("lvextend", "-l", "40%VG", "ubuntu-vg/ubuntu-lv")
+    assert half.returncode == 5 and "not larger than existing size (7424 extents)" in half.stderr
+
+
 def test_lvm_report_size_units(disk):
     # sizes rounded for display carry '<' when the shown value is above the real one (libdm dm_size_to_string)
     pvs = disk("pvs", "--noheadings", "-o", "pv_size,pv_free").stdout.split()

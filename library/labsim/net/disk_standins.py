@@ -676,10 +676,9 @@ def _parse_amount(text, lv_extents, free, vg_extents, ext, extents_flag):
         }.get(what.upper())
         if base is None:
             raise Fail(f"  Specified %{what} is unknown.", 3)
-        n = int(base * float(pct) / 100)
-        if what.upper() == "FREE" and not plus:
-            plus = True  # %FREE is always relative to the current size
-        return plus, n
+        # lvm2's percent_of_extents rounds up; without '+' the share is the new size itself (for %FREE too,
+        # so `-l 100%FREE` asks for as many extents as are free, not for all of them added)
+        return plus, math.ceil(base * float(pct) / 100)
     if extents_flag:
         return plus, int(body)
     unit = body[-1].lower() if body[-1].isalpha() else "m"

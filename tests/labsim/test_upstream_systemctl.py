@@ -54,6 +54,9 @@ def test_systemctl_is_enabled(units, run):
     assert run("enable", "idle")[0] == 0
     assert run("is-enabled", "idle") == (0, "enabled\n", "")
     assert run("is-enabled", "nosuch") == (4, "not-found\n", "")
+    # a unit file without [Install] settings cannot be enabled: it is static, which counts as enabled
+    units("static.service", "[Service]\nType=oneshot\n")
+    assert run("is-enabled", "static") == (0, "static\n", "")
 
 
 def test_systemctl_start_not_found(units, run):
@@ -101,9 +104,13 @@ def test_systemctl_show(units, run):
         "LoadState": "loaded",
         "ActiveState": "inactive",
         "SubState": "dead",
-        "UnitFileState": "disabled",
+        "UnitFileState": "static",
         "MainPID": "0",
     }
     rc, out, _ = run("show", "nosuch")
     props = dict(line.split("=", 1) for line in out.splitlines())
-    assert rc == 0 and (props["LoadState"], props["ActiveState"]) == ("not-found", "inactive")
+    assert rc == 0 and (props["LoadState"], props["ActiveState"], props["UnitFileState"]) == (
+        "not-found",
+        "inactive",
+        "",
+    )

@@ -76,6 +76,16 @@ def environment(unit):
     return env
 
 
+INSTALL_KEYS = ("WantedBy", "RequiredBy", "UpheldBy", "Alias", "Also", "DefaultInstance")
+
+
+def file_state(unit, st):
+    """The unit file's state as is-enabled says it: enabled, disabled, or static (no [Install] settings)."""
+    if st["enabled"]:
+        return "enabled"
+    return "disabled" if any(k in INSTALL_KEYS for k, _ in directives(unit)) else "static"
+
+
 def load(unit):
     try:
         with open(f"{STATE_DIR}/{unit}.json") as f:
@@ -166,7 +176,7 @@ def systemctl(args):
             print(
                 f"Id={unit}\nNames={unit}\nLoadState={'loaded' if loaded else 'not-found'}\n"
                 f"ActiveState={'active' if on else 'inactive'}\nSubState={'running' if on else 'dead'}\n"
-                f"UnitFileState={'enabled' if st['enabled'] else 'disabled'}\nMainPID={st.get('pid') or 0}"
+                f"UnitFileState={file_state(unit, st) if loaded else ''}\nMainPID={st.get('pid') or 0}"
             )
         elif verb in ("enable", "disable"):
             st["enabled"] = verb == "enable"
@@ -203,8 +213,9 @@ def is_state(verb, units):
             on = exists and active(unit, st)
             print("active" if on else "inactive")
         else:
-            on = exists and st["enabled"]
-            print(("enabled" if on else "disabled") if exists else "not-found")
+            state = file_state(unit, st) if exists else "not-found"
+            on = state in ("enabled", "static")
+            print(state)
         good = good or on
     if good:
         return 0

@@ -150,6 +150,11 @@ def test_update_initramfs_proxmox_boot_sync(node):
     # called from a kernel's installation, the hook leaves the ESPs to the kernel hooks
     hooked = node("update-initramfs", "-u", env={"INITRAMFS_TOOLS_KERNEL_HOOK": "1"})
     assert hooked.stdout == f"update-initramfs: Generating /boot/initrd.img-{KERNEL}\n"
+    # a guest (no node.json, no proxmox-kernel-helper) has no such hook
+    (node.root / "etc/gpulab-sim/node.json").unlink()
+    guest = node("update-initramfs", "-u")
+    assert guest.returncode == 0 and guest.stdout.startswith("update-initramfs: Generating /boot/initrd.img-")
+    assert len(guest.stdout.splitlines()) == 1 and guest.stderr == ""
     usage = node("update-initramfs")
     assert usage.returncode == 1
     assert usage.stderr == "Usage: update-initramfs {-c|-d|-u} [-k version] [-v] [-b directory]\n"

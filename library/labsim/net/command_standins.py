@@ -221,9 +221,10 @@ def cmd_update_grub(argv):
 
 
 def cmd_update_initramfs(argv):
-    """``update-initramfs``: packs /etc/modprobe.d and /etc/modules; then its post-update hook proxmox-boot-sync
-    (proxmox-kernel-helper) runs ``proxmox-boot-tool refresh --hook zz-proxmox-boot``, unless a kernel's
-    installation called it (INITRAMFS_TOOLS_KERNEL_HOOK), whose own hooks sync the ESPs."""
+    """``update-initramfs``: packs /etc/modprobe.d and /etc/modules; then, on a PVE node (proxmox-kernel-helper is
+    installed there, not on a guest), its post-update hook proxmox-boot-sync runs ``proxmox-boot-tool refresh
+    --hook zz-proxmox-boot``, unless a kernel's installation called it (INITRAMFS_TOOLS_KERNEL_HOOK), whose own
+    hooks sync the ESPs."""
     conf = node_conf()
     if not any(a in argv for a in ("-u", "-c", "-d")):
         err("Usage: update-initramfs {-c|-d|-u} [-k version] [-v] [-b directory]")
@@ -242,7 +243,8 @@ def cmd_update_initramfs(argv):
     if os.path.isfile(host("/etc/modules")):
         shutil.copyfile(host("/etc/modules"), f"{dest}/modules")
     print(f"update-initramfs: Generating /boot/initrd.img-{conf['kernel']}")
-    if not os.environ.get("INITRAMFS_TOOLS_KERNEL_HOOK"):
+    on_node = conf.get("loader", "none") != "none"  # a guest has no node.json (node_conf's default)
+    if on_node and not os.environ.get("INITRAMFS_TOOLS_KERNEL_HOOK"):
         return pbt_refresh(conf, ("zz-proxmox-boot",))
     return 0
 

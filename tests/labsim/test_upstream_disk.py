@@ -110,8 +110,16 @@ def test_growpart_lvm_pv(disk):
 
 
 def test_growpart_no_disk(disk):
+    # growpart's failures are echoed on stdout
     grow = disk("growpart", "/dev/sdb", "1")
-    assert grow.returncode == 2 and grow.stderr == "FAILED: /dev/sdb: does not exist\n"
+    assert (grow.returncode, grow.stdout, grow.stderr) == (2, "FAILED: /dev/sdb: does not exist\n", "")
+    grow = disk("growpart", "/dev/sda", "5")
+    assert (grow.returncode, grow.stdout) == (
+        2,
+        "FAILED: failed to get start and end for /dev/sda5 in /dev/sda\n",
+    )
+    grow = disk("growpart", "/dev/sda", "x")
+    assert (grow.returncode, grow.stdout) == (2, "FAILED: partition-number must be a number\n")
 
 
 # --- lvm2 2.03.16 -------------------------------------------------------------------------------------------

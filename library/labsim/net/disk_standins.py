@@ -48,9 +48,11 @@ LV_DEV = f"/dev/mapper/{DM_NAME}"
 
 
 class Fail(Exception):
-    def __init__(self, message, rc=5):
+    """A refusal: its message (on stderr, or on stdout where the tool prints it there) and exit code."""
+
+    def __init__(self, message, rc=5, stream="stderr"):
         super().__init__(message)
-        self.rc = rc
+        self.rc, self.stream = rc, stream
 
 
 # --- the installation (what the Ubuntu installer's guided LVM layout leaves) ------------------------------
@@ -606,11 +608,14 @@ def cmd_growpart(argv):
         )
     disk, number = args
     layout = load_layout()
+    # growpart's fail() echoes its FAILED: line on stdout
     if disk != f"/dev/{layout['disk']}":
-        raise Fail(f"FAILED: {disk}: does not exist", 2)
-    part = partition(layout, int(number)) if number.isdigit() else None
+        raise Fail(f"FAILED: {disk}: does not exist", 2, "stdout")
+    if not number.isdigit():
+        raise Fail("FAILED: partition-number must be a number", 2, "stdout")
+    part = partition(layout, int(number))
     if part is None:
-        raise Fail(f"FAILED: {disk} has no partition {number}", 2)
+        raise Fail(f"FAILED: failed to get start and end for {disk}{number} in {disk}", 2, "stdout")
     if part is not layout["partitions"][-1]:
         print(f"NOCHANGE: partition {number} is size {part['sectors']}. it cannot be grown")
         return 1
@@ -859,7 +864,7 @@ def main(argv):
     try:
         rc = COMMANDS[cmd](args)
     except Fail as exc:
-        print(str(exc), file=sys.stderr)
+        print(str(exc), file=sys.stdout if exc.stream == "stdout" else sys.stderr)
         rc = exc.rc
     log_call(cmd, args, rc)
     return rc

@@ -233,3 +233,13 @@ def test_lsblk_unknown_column(disk):
 def test_lsblk_not_a_block_device(disk):
     out = disk("lsblk", "/dev/sdz")
     assert out.returncode == 32 and out.stderr == "lsblk: /dev/sdz: not a block device\n"
+
+
+def test_findmnt_target(disk):
+    # --target finds the filesystem a path is on: the deepest mount point above it
+    out = disk("findmnt", "--noheadings", "--output", "SOURCE", "--target", "/")
+    assert (out.returncode, out.stdout) == (0, "/dev/mapper/ubuntu--vg-ubuntu--lv\n")
+    boot = disk("findmnt", "-n", "-o", "TARGET,SOURCE,FSTYPE", "/boot")
+    assert boot.stdout.split() == ["/boot", "/dev/sda2", "ext4"]
+    as_json = json.loads(disk("findmnt", "-J", "-b", "-o", "TARGET,SIZE", "--target", "/").stdout)
+    assert as_json == {"filesystems": [{"target": "/", "size": 7423 * 4 * 2**20}]}

@@ -521,8 +521,8 @@ def boot_state(
 
     Rules (kmod and kernel behaviour, see shared/reference/pve-host.md sections 2 and 4):
     - a host driver is kept off a device by `blacklist <mod>` in modprobe.d, `modprobe.blacklist=` or
-      `module_blacklist=` on the command line, or `install <mod> /bin/false`; `nomodeset` also keeps the
-      DRM/fbdev drivers nouveau and nvidiafb off (nova_core is neither);
+      `module_blacklist=` on the command line, or `install <mod> /bin/false`; `nomodeset` (with any value, as
+      the kernel reads it) also keeps the DRM/fbdev drivers nouveau and nvidiafb off (nova_core is neither);
     - 02:00.0 may bind nvidiafb, nouveau, nova_core (modules.order), 02:00.1 snd_hda_intel;
     - vfio-pci claims a function when vfio_pci loads at boot (listed in /etc/modules, or a `softdep
       <mod> pre: vfio-pci` of a module that does load) and its `ids=` (modprobe.d `options vfio-pci` or
@@ -541,11 +541,13 @@ def boot_state(
     kernel_blacklist: set[str] = set()
     nomodeset = False
     for word in words:
-        name, sep, value = word.partition("=")
+        name, _sep, value = word.partition("=")
         value = value.strip('"')
         if name in ("modprobe.blacklist", "module_blacklist"):
             kernel_blacklist.update(_norm(m) for m in value.split(",") if m.strip())
-        elif name == "nomodeset" and not sep:
+        elif _norm(name).startswith("nomodeset"):
+            # the kernel matches a __setup() name as a prefix of the word and ignores the rest: nomodeset=0
+            # is nomodeset too (init/main.c obsolete_checksetup, drivers/video/nomodeset.c)
             nomodeset = True
         elif name in ("vfio-pci.ids", "vfio_pci.ids"):
             cfg.options.setdefault("vfio_pci", []).append(f"ids={value}")

@@ -15,8 +15,9 @@ Boot-loader state (what the next boot uses) lives in ``/var/lib/gpulab-sim/``:
   snippets set them);
 * ``initramfs/``: the ``/etc/modprobe.d`` and ``/etc/modules`` copies ``update-initramfs`` packed.
 
-The lab's node host reads these at each (simulated) boot. Messages follow the real tools' wording
-(shared/reference/pve-host.md, samples/pve-boot.txt).
+The lab's node host reads these at each (simulated) boot. Messages follow the real tools' wording and
+streams (library/labsim/UPSTREAM.md names the upstream file of each). ``GPULAB_STANDIN_ROOT`` puts every
+path the stand-ins read or write under another folder (tests run them on this machine that way).
 """
 
 import json
@@ -33,17 +34,22 @@ NODE_CONF = "/etc/gpulab-sim/node.json"
 RUN = "/run/gpulab"
 
 
+def host(path):
+    """`path` of the lab host, under ``GPULAB_STANDIN_ROOT`` when that is set."""
+    return os.environ.get("GPULAB_STANDIN_ROOT", "") + path
+
+
 def node_conf():
     try:
-        with open(NODE_CONF) as f:
+        with open(host(NODE_CONF)) as f:
             return json.load(f)
     except OSError:
         return {"loader": "none", "kernel": os.uname().release}
 
 
 def log_call(cmd, argv, rc):
-    os.makedirs(os.path.dirname(LOG), exist_ok=True)
-    with open(LOG, "a") as f:
+    os.makedirs(os.path.dirname(host(LOG)), exist_ok=True)
+    with open(host(LOG), "a") as f:
         f.write(json.dumps({"time": time.time(), "command": cmd, "argv": argv, "rc": rc}) + "\n")
 
 
@@ -52,8 +58,8 @@ def err(msg):
 
 
 def request(what):
-    os.makedirs(RUN, exist_ok=True)
-    with open(os.path.join(RUN, what), "w") as f:
+    os.makedirs(host(RUN), exist_ok=True)
+    with open(os.path.join(host(RUN), what), "w") as f:
         f.write(f"{time.time()}\n")
 
 
@@ -70,37 +76,61 @@ def cmd_poweroff(argv):
     return 0
 
 
+def shutdown_time(when, now=None):
+    """The time ``shutdown`` is asked for (systemd's shutdown: ``now``, ``+MINUTES``, ``HH:MM`` today or, when that
+    has passed, tomorrow), as seconds since the epoch; None for now."""
+    now = time.time() if now is None else now
+    if when in ("now", "0", "+0"):
+        return None
+    if when.startswith("+") and when[1:].isdigit():
+        return now + 60 * int(when[1:])
+    hour, sep, minute = when.partition(":")
+    if sep and hour.isdigit() and minute.isdigit():
+        day = time.localtime(now)
+        at = time.mktime((day.tm_year, day.tm_mon, day.tm_mday, int(hour), int(minute), 0, 0, 0, -1))
+        return at if at > now else at + 86400
+    return None
+
+
 def cmd_shutdown(argv):
     if "-c" in argv:
         return 0
     words = [a for a in argv if not a.startswith("-")]
-    when = words[0] if words else "+1"
+    when = shutdown_time(words[0] if words else "+1")
     if "-r" in argv or "--reboot" in argv:
         request("reboot")
         what = "Reboot"
     else:
         request("poweroff")
         what = "Shutdown"
-    if when not in ("now", "0", "+0"):
-        err(f"{what} scheduled, use 'shutdown -c' to cancel.")
+    if when is not None:
+        # systemd's logind_schedule_shutdown: the action and the time, on stderr (log_info)
+        stamp = time.strftime("%a %Y-%m-%d %H:%M:%S %Z", time.localtime(when))
+        err(f"{what} scheduled for {stamp}, use 'shutdown -c' to cancel.")
     return 0
 
 
 # --- boot loader ------------------------------------------------------------------------------------------
+# proxmox-boot-tool, its hooks and its GRUB snippet are proxmox-kernel-helper's: the hooks' warnings go to
+# stderr, proxmox-boot-tool's own lines ("Running hook script ...", the namespace re-exec) to stdout.
+
+ESP_LIST = "/etc/kernel/proxmox-boot-uuids"
+HOOKS = ("proxmox-auto-removal", "zz-proxmox-boot")
 
 
 def kernel_cmdline_line():
     try:
-        with open("/etc/kernel/cmdline") as f:
+        with open(host("/etc/kernel/cmdline")) as f:
             return f.readline().strip()
     except OSError:
         return None
 
 
 def grub_cmdline(conf):
+    etc = host("/etc/default")
     script = (
-        "GRUB_CMDLINE_LINUX=; GRUB_CMDLINE_LINUX_DEFAULT=; . /etc/default/grub; "
-        'for f in /etc/default/grub.d/*.cfg; do [ -e "$f" ] && . "$f"; done; '
+        f"GRUB_CMDLINE_LINUX=; GRUB_CMDLINE_LINUX_DEFAULT=; . {shlex.quote(etc)}/grub; "
+        f'for f in {shlex.quote(etc)}/grub.d/*.cfg; do [ -e "$f" ] && . "$f"; done; '
         'printf "%s\\n%s\\n" "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT"'
     )
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.split("\n")
@@ -110,23 +140,28 @@ def grub_cmdline(conf):
 
 
 def write_boot_cmdline(line):
-    os.makedirs(f"{SIM}/boot", exist_ok=True)
-    with open(f"{SIM}/boot/cmdline", "w") as f:
+    os.makedirs(host(f"{SIM}/boot"), exist_ok=True)
+    with open(host(f"{SIM}/boot/cmdline"), "w") as f:
         f.write(line + "\n")
 
 
-def pbt_refresh(conf):
-    if not os.path.exists("/etc/kernel/proxmox-boot-uuids"):
-        print("No /etc/kernel/proxmox-boot-uuids found, skipping ESP sync.")
+def pbt_refresh(conf, hooks=HOOKS, out=print):
+    """``proxmox-boot-tool refresh``: run the kernel hooks (`hooks`); zz-proxmox-boot copies the kernels to
+    every ESP of the list and writes the boot loader's command line. `out` prints proxmox-boot-tool's own
+    stdout lines (update-grub's snippet sends them to /dev/null)."""
+    for hook in hooks:
+        out(f"Running hook script '{hook}'..")
+    if "zz-proxmox-boot" not in hooks:
+        return 0
+    out("Re-executing '/etc/kernel/postinst.d/zz-proxmox-boot' in new private mount namespace..")
+    if not os.path.exists(host(ESP_LIST)):
+        err(f"No {ESP_LIST} found, skipping ESP sync.")
         return 0
     line = kernel_cmdline_line()
     if line is not None and "root=" not in line:
         err("No root= parameter in /etc/kernel/cmdline found!")
         return 1
     kver = conf["kernel"]
-    err("Running hook script 'proxmox-auto-removal'..")
-    err("Running hook script 'zz-proxmox-boot'..")
-    err("Re-executing '/etc/kernel/postinst.d/zz-proxmox-boot' in new private mount namespace..")
     err(f"Copying and configuring kernels on /dev/disk/by-uuid/{conf.get('esp_uuid', '1A2B-3C4D')}")
     if conf["loader"] == "systemd-boot":
         err(f"\tCopying kernel and creating boot-entry for {kver}")
@@ -141,11 +176,15 @@ def cmd_proxmox_boot_tool(argv):
     conf = node_conf()
     sub = argv[0] if argv else ""
     if sub == "refresh":
-        return pbt_refresh(conf)
+        hook = argv[argv.index("--hook") + 1] if "--hook" in argv[:-1] else None
+        if hook is not None and hook not in HOOKS:
+            err(f"E: '{hook}' is not a valid hook script name.")
+            return 1
+        return pbt_refresh(conf, (hook,) if hook else HOOKS)
     if sub == "status":
-        if not os.path.exists("/etc/kernel/proxmox-boot-uuids"):
+        if not os.path.exists(host(ESP_LIST)):
             if "--quiet" not in argv:
-                err("E: /etc/kernel/proxmox-boot-uuids does not exist.")
+                err(f"E: {ESP_LIST} does not exist.")
             return 2
         if "--quiet" in argv:
             return 0
@@ -161,40 +200,52 @@ def cmd_proxmox_boot_tool(argv):
 
 
 def cmd_update_grub(argv):
+    """``update-grub`` (grub-mkconfig): on a proxmox-boot-tool host its 000_proxmox_boot_header snippet warns and
+    runs ``proxmox-boot-tool refresh > /dev/null`` before the rest of the configuration is made."""
     conf = node_conf()
-    if os.path.exists("/etc/kernel/proxmox-boot-uuids"):
+    err("Generating grub configuration file ...")
+    if os.path.exists(host(ESP_LIST)):
         err("W: This system is booted via proxmox-boot-tool:")
         err("W: Executing 'update-grub' directly does not update the correct configs!")
         err("W: Running: 'proxmox-boot-tool refresh'")
-        return pbt_refresh(conf)
-    err("Generating grub configuration file ...")
+        err("")
+        rc = pbt_refresh(conf, out=lambda _line: None)
+        if rc:
+            return rc
+    else:
+        write_boot_cmdline(grub_cmdline(conf))
     err(f"Found linux image: /boot/vmlinuz-{conf['kernel']}")
     err(f"Found initrd image: /boot/initrd.img-{conf['kernel']}")
-    write_boot_cmdline(grub_cmdline(conf))
     err("done")
     return 0
 
 
 def cmd_update_initramfs(argv):
+    """``update-initramfs``: packs /etc/modprobe.d and /etc/modules; then, on a PVE node (proxmox-kernel-helper is
+    installed there, not on a guest), its post-update hook proxmox-boot-sync runs ``proxmox-boot-tool refresh
+    --hook zz-proxmox-boot``, unless a kernel's installation called it (INITRAMFS_TOOLS_KERNEL_HOOK), whose own
+    hooks sync the ESPs."""
     conf = node_conf()
     if not any(a in argv for a in ("-u", "-c", "-d")):
         err("Usage: update-initramfs {-c|-d|-u} [-k version] [-v] [-b directory]")
         return 1
     if "-d" in argv:
         return 0
-    dest = f"{SIM}/initramfs"
+    dest = host(f"{SIM}/initramfs")
     shutil.rmtree(dest, ignore_errors=True)
     os.makedirs(f"{dest}/modprobe.d")
-    if os.path.isdir("/etc/modprobe.d"):
-        for name in sorted(os.listdir("/etc/modprobe.d")):
-            src = os.path.join("/etc/modprobe.d", name)
+    modprobe_d = host("/etc/modprobe.d")
+    if os.path.isdir(modprobe_d):
+        for name in sorted(os.listdir(modprobe_d)):
+            src = os.path.join(modprobe_d, name)
             if name.endswith(".conf") and os.path.isfile(src):
                 shutil.copyfile(src, os.path.join(dest, "modprobe.d", name))
-    if os.path.isfile("/etc/modules"):
-        shutil.copyfile("/etc/modules", f"{dest}/modules")
+    if os.path.isfile(host("/etc/modules")):
+        shutil.copyfile(host("/etc/modules"), f"{dest}/modules")
     print(f"update-initramfs: Generating /boot/initrd.img-{conf['kernel']}")
-    if os.path.exists("/etc/kernel/proxmox-boot-uuids") and not os.environ.get("INITRAMFS_TOOLS_KERNEL_HOOK"):
-        return pbt_refresh(conf)
+    on_node = conf.get("loader", "none") != "none"  # a guest has no node.json (node_conf's default)
+    if on_node and not os.environ.get("INITRAMFS_TOOLS_KERNEL_HOOK"):
+        return pbt_refresh(conf, ("zz-proxmox-boot",))
     return 0
 
 
@@ -204,7 +255,7 @@ def cmd_qm(argv):
         err(f"qm {' '.join(argv)}: not available in the gpulab lab (its stand-in answers 'qm list' only)")
         return 255
     try:
-        with open(f"{SIM}/pve/vms.json") as f:
+        with open(host(f"{SIM}/pve/vms.json")) as f:
             vms = json.load(f)
     except (OSError, ValueError):
         vms = {}
@@ -224,7 +275,7 @@ def cmd_qm(argv):
 def cmd_mokutil(argv):
     """``mokutil --sb-state`` from the VM's firmware settings (OVMF, pre-enrolled keys) the lab wrote."""
     try:
-        with open("/etc/gpulab-sim/firmware.json") as f:
+        with open(host("/etc/gpulab-sim/firmware.json")) as f:
             fw = json.load(f)
     except (OSError, ValueError):
         fw = {"efi": False}

@@ -17,8 +17,10 @@ disk as two small files, read and changed by these stand-ins (installed as
 Commands: ``lsblk``, ``findmnt`` (for ``/``, ``/boot`` and ``/boot/efi``; anything else goes to the real
 one), ``pvs``/``vgs``/``lvs``, ``pvresize``, ``lvextend``/``lvresize`` (``-r`` runs the resize2fs
 stand-in), ``resize2fs`` and ``growpart``, with the real tools' options that matter and their wording
-(util-linux 2.39, lvm2 2.03.16, e2fsprogs 1.47.0, cloud-guest-utils 0.33). A few lab rules: growpart
-reports NOCHANGE when the partition could grow by less than 1 MiB; shrinking is refused.
+(Ubuntu 24.04's util-linux 2.39.3, lvm2 2.03.16, e2fsprogs 1.47.0, cloud-guest-utils 0.33; the upstream file of
+each behaviour is in library/labsim/UPSTREAM.md). As growpart 0.33 does, a partition that holds an LVM PV has
+its PV resized right after it grew, and a partition that could grow by less than 1 MiB (growpart's fudge) is
+NOCHANGE. Shrinking is refused.
 
 Standard library only; ``GPULAB_DISK_HW`` and ``GPULAB_DISK_LAYOUT`` name other files (tests).
 """
@@ -39,15 +41,18 @@ GiB = 2**30
 EXTENT = 4 * MiB
 PE_START = MiB
 GPT_TAIL = 33  # the backup GPT's 32 entry sectors and header: the last usable sector is total - 34
+FUDGE = MiB // SECTOR  # growpart's GROWPART_FUDGE (1 MiB), in sectors
 VG, LV = "ubuntu-vg", "ubuntu-lv"
 DM_NAME = "ubuntu--vg-ubuntu--lv"
 LV_DEV = f"/dev/mapper/{DM_NAME}"
 
 
 class Fail(Exception):
-    def __init__(self, message, rc=5):
+    """A refusal: its message (on stderr, or on stdout where the tool prints it there) and exit code."""
+
+    def __init__(self, message, rc=5, stream="stderr"):
         super().__init__(message)
-        self.rc = rc
+        self.rc, self.stream = rc, stream
 
 
 # --- the installation (what the Ubuntu installer's guided LVM layout leaves) ------------------------------
@@ -603,25 +608,35 @@ def cmd_growpart(argv):
         )
     disk, number = args
     layout = load_layout()
+    # growpart's fail() echoes its FAILED: line on stdout
     if disk != f"/dev/{layout['disk']}":
-        raise Fail(f"FAILED: {disk}: does not exist", 2)
-    part = partition(layout, int(number)) if number.isdigit() else None
+        raise Fail(f"FAILED: {disk}: does not exist", 2, "stdout")
+    if not number.isdigit():
+        raise Fail("FAILED: partition-number must be a number", 2, "stdout")
+    part = partition(layout, int(number))
     if part is None:
-        raise Fail(f"FAILED: {disk} has no partition {number}", 2)
+        raise Fail(f"FAILED: failed to get start and end for {disk}{number} in {disk}", 2, "stdout")
     if part is not layout["partitions"][-1]:
         print(f"NOCHANGE: partition {number} is size {part['sectors']}. it cannot be grown")
         return 1
     total = disk_bytes(layout) // SECTOR
     new = total - GPT_TAIL - part["start"]
     old = part["sectors"]
-    if new - old < 2048:
+    if new == old:
         print(f"NOCHANGE: partition {number} is size {old}. it cannot be grown")
         return 1
+    if new - old < FUDGE:
+        print(f"NOCHANGE: partition {number} could only be grown by {new - old} [fudge={FUDGE}]")
+        return 1
     word = "CHANGE" if dry else "CHANGED"
-    print(f"{word}: partition={number} start={part['start']} old: size={old} end={part['start'] + old} "
-          f"new: size={new} end={part['start'] + new}")  # fmt: skip
+    # growpart's ends are the last sector of the partition (start + size - 1)
+    print(f"{word}: partition={number} start={part['start']} old: size={old} end={part['start'] + old - 1} "
+          f"new: size={new} end={part['start'] + new - 1}")  # fmt: skip
     if not dry:
         part["sectors"] = new
+        if layout["pv"]["device"] == f"{disk}{number}":
+            # growpart's maybe_lvm_resize: the partition is an LVM PV, so `lvm pvresize` follows (quietly)
+            layout["pv"]["bytes"] = new * SECTOR
         save_layout(layout)
     return 0
 
@@ -641,6 +656,11 @@ def cmd_pvresize(argv):
     if "-t" not in argv and "--test" not in argv:
         layout["pv"]["bytes"] = partition(layout, 3)["sectors"] * SECTOR
         save_layout(layout)
+    else:
+        print(
+            "  TEST MODE: Metadata will NOT be updated and volumes will not be (de)activated.",
+            file=sys.stderr,
+        )
     print(f'  Physical volume "{args[0]}" changed')
     print("  1 physical volume(s) resized or updated / 0 physical volume(s) not resized")
     return 0
@@ -661,10 +681,9 @@ def _parse_amount(text, lv_extents, free, vg_extents, ext, extents_flag):
         }.get(what.upper())
         if base is None:
             raise Fail(f"  Specified %{what} is unknown.", 3)
-        n = int(base * float(pct) / 100)
-        if what.upper() == "FREE" and not plus:
-            plus = True  # %FREE is always relative to the current size
-        return plus, n
+        # lvm2's percent_of_extents rounds up; without '+' the share is the new size itself (for %FREE too,
+        # so `-l 100%FREE` asks for as many extents as are free, not for all of them added)
+        return plus, math.ceil(base * float(pct) / 100)
     if extents_flag:
         return plus, int(body)
     unit = body[-1].lower() if body[-1].isalpha() else "m"
@@ -704,7 +723,7 @@ def cmd_lvextend(argv, name="lvextend"):
             3,
         )
     if target is None:
-        raise Fail("  Please provide the logical volume name", 3)
+        raise Fail("  Please provide the logical volume name.", 3)
     layout = load_layout()
     lv = find_lv(layout, target)
     if lv is None:
@@ -715,7 +734,7 @@ def cmd_lvextend(argv, name="lvextend"):
     if amount.startswith("-"):
         raise Fail("  gpulab lab stand-in: shrinking a logical volume is not simulated", 5)
     new = old + n if plus else n
-    if new == old:
+    if new == old and not resizefs:
         raise Fail(f"  New size ({new} extents) matches existing size ({old} extents).", 5)
     if new < old:
         if name == "lvextend":
@@ -728,9 +747,15 @@ def cmd_lvextend(argv, name="lvextend"):
         )
     full = f"{VG}/{lv['name']}"
     if test:
-        print("  TEST MODE: Metadata will NOT be updated and volumes will not be (de)activated.")
-    print(f"  Size of logical volume {full} changed from {lvm_long_size(old * ext)} ({old} extents) to "
-          f"{lvm_long_size(new * ext)} ({new} extents).")  # fmt: skip
+        print(
+            "  TEST MODE: Metadata will NOT be updated and volumes will not be (de)activated.",
+            file=sys.stderr,
+        )
+    if new == old:  # with --resizefs lvm2 2.03.16 goes on with a zero extension and resizes the filesystem
+        print(f"  Size of logical volume {full} unchanged from {lvm_long_size(old * ext)} ({old} extents).")
+    else:
+        print(f"  Size of logical volume {full} changed from {lvm_long_size(old * ext)} ({old} extents) to "
+              f"{lvm_long_size(new * ext)} ({new} extents).")  # fmt: skip
     if test:
         return 0
     lv["extents"] = new
@@ -765,12 +790,12 @@ def cmd_resize2fs(argv):
                 1,
             )
         blocks = part["sectors"] * SECTOR // 4096
-        print(f"The filesystem is already {blocks} (4k) blocks long.  Nothing to do!\n")
+        print(f"The filesystem is already {blocks} (4k) blocks long.  Nothing to do!\n", file=sys.stderr)
         return 0
     size = int(lv["extents"]) * int(layout["vg"]["extent_bytes"])
     old_blocks, new_blocks = int(lv["fs_bytes"]) // 4096, size // 4096
     if new_blocks == old_blocks:
-        print(f"The filesystem is already {new_blocks} (4k) blocks long.  Nothing to do!\n")
+        print(f"The filesystem is already {new_blocks} (4k) blocks long.  Nothing to do!\n", file=sys.stderr)
         return 0
     if new_blocks < old_blocks:
         raise Fail("resize2fs: On-line shrinking not supported", 1)
@@ -778,8 +803,8 @@ def cmd_resize2fs(argv):
     def desc(blocks):
         return math.ceil(math.ceil(blocks / 32768) / 64)
 
-    print(f"Filesystem at {dev} is mounted on /; on-line resizing required", file=sys.stderr)
-    print(f"old_desc_blocks = {desc(old_blocks)}, new_desc_blocks = {desc(new_blocks)}", file=sys.stderr)
+    print(f"Filesystem at {dev} is mounted on /; on-line resizing required")
+    print(f"old_desc_blocks = {desc(old_blocks)}, new_desc_blocks = {desc(new_blocks)}")
     lv["fs_bytes"] = size
     save_layout(layout)
     print(f"The filesystem on {dev} is now {new_blocks} (4k) blocks long.\n")
@@ -839,7 +864,7 @@ def main(argv):
     try:
         rc = COMMANDS[cmd](args)
     except Fail as exc:
-        print(str(exc), file=sys.stderr)
+        print(str(exc), file=sys.stdout if exc.stream == "stdout" else sys.stderr)
         rc = exc.rc
     log_call(cmd, args, rc)
     return rc

@@ -8,6 +8,7 @@ environment systemd would give it (a plain PATH plus the unit's EnvironmentFile=
 to /var/log/<unit>.log. Unit state lives in /var/lib/gpulab-sim/systemd/<unit>.json; every call is appended
 to the lab's stand-in log, /var/log/gpulab-standins.log (JSON lines: time, command, argv, rc, as
 :mod:`labsim.net.command_standins` writes them). Standard library only; all paths are the host's own.
+Answers, streams and exit codes are systemd 255's (Ubuntu 24.04), as library/labsim/UPSTREAM.md lists them.
 """
 
 import contextlib
@@ -22,6 +23,7 @@ UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/sys
 STATE_DIR = "/var/lib/gpulab-sim/systemd"
 LOG = "/var/log/gpulab-standins.log"  # command_standins.LOG (this file runs alone in the host)
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+LOG_DIR = "/var/log"  # where a unit's output goes (/var/log/<unit>.log)
 
 
 def unit_name(name):
@@ -74,6 +76,16 @@ def environment(unit):
     return env
 
 
+INSTALL_KEYS = ("WantedBy", "RequiredBy", "UpheldBy", "Alias", "Also", "DefaultInstance")
+
+
+def file_state(unit, st):
+    """The unit file's state as is-enabled says it: enabled, disabled, or static (no [Install] settings)."""
+    if st["enabled"]:
+        return "enabled"
+    return "disabled" if any(k in INSTALL_KEYS for k, _ in directives(unit)) else "static"
+
+
 def load(unit):
     try:
         with open(f"{STATE_DIR}/{unit}.json") as f:
@@ -117,8 +129,8 @@ def stop(st):
 def start(unit, st):
     argv = exec_start(unit)
     if argv:
-        os.makedirs("/var/log", exist_ok=True)
-        with open(f"/var/log/{unit}.log", "a") as out:
+        os.makedirs(LOG_DIR, exist_ok=True)
+        with open(f"{LOG_DIR}/{unit}.log", "a") as out:
             proc = subprocess.Popen(
                 argv,
                 stdout=out,
@@ -147,12 +159,15 @@ def systemctl(args):
             if unit_file(unit):
                 print(f"{unit} {'enabled' if load(unit)['enabled'] else 'disabled'}")
         return 0
+    if verb in ("is-active", "is-enabled"):
+        return is_state(verb, [unit_name(n) for n in names])
     rc = 0
     for n in names:
         unit = unit_name(n)
         if verb != "show" and not unit_file(unit):
+            # systemctl's start/stop/...: the manager's NoSuchUnit error, exit EXIT_NOTINSTALLED (5)
             print(f"Failed to {verb} {unit}: Unit {unit} not found.", file=sys.stderr)
-            rc = 4 if verb in ("is-enabled", "is-active") else 5
+            rc = 5
             continue
         st = load(unit)
         if verb == "show":
@@ -161,15 +176,8 @@ def systemctl(args):
             print(
                 f"Id={unit}\nNames={unit}\nLoadState={'loaded' if loaded else 'not-found'}\n"
                 f"ActiveState={'active' if on else 'inactive'}\nSubState={'running' if on else 'dead'}\n"
-                f"UnitFileState={'enabled' if st['enabled'] else 'disabled'}\nMainPID={st.get('pid') or 0}"
+                f"UnitFileState={file_state(unit, st) if loaded else ''}\nMainPID={st.get('pid') or 0}"
             )
-        elif verb == "is-enabled":
-            print("enabled" if st["enabled"] else "disabled")
-            rc = rc or (0 if st["enabled"] else 1)
-        elif verb == "is-active":
-            on = active(unit, st)
-            print("active" if on else "inactive")
-            rc = rc or (0 if on else 3)
         elif verb in ("enable", "disable"):
             st["enabled"] = verb == "enable"
             if now:
@@ -190,6 +198,30 @@ def systemctl(args):
             return 1
         save(unit, st)
     return rc
+
+
+def is_state(verb, units):
+    """``is-active``/``is-enabled``: one state a line on stdout; 0 when any unit is active (enabled), else 4
+    (LSB "status unknown") when no unit file exists, else 3 for is-active and 1 for is-enabled (systemd 253+:
+    a unit that does not exist reads ``inactive`` or ``not-found``)."""
+    good, found = False, False
+    for unit in units:
+        exists = unit_file(unit) is not None
+        found = found or exists
+        st = load(unit)
+        if verb == "is-active":
+            on = exists and active(unit, st)
+            print("active" if on else "inactive")
+        else:
+            state = file_state(unit, st) if exists else "not-found"
+            on = state in ("enabled", "static")
+            print(state)
+        good = good or on
+    if good:
+        return 0
+    if not found:
+        return 4
+    return 3 if verb == "is-active" else 1
 
 
 def main(argv):

@@ -1,0 +1,142 @@
+"""The PVE API simulator's task outcomes, locks, download-url and hardware/pci against PVE's source: one test per
+behaviour listed in library/labsim/UPSTREAM.md (## PVE tasks), named after its id. The start task's rows are
+kept with the start's own tests."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import InProcessPveSim, start_lab, stop_lab
+from pve_sim_client import write_fast_fixture
+
+NOBLE = "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img"
+NOBLE_SHA256 = "d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac"
+#: pve-common's UPID: node, then pid, pstart and start time as 8 upper-case hex digits, type, id, user, ':'
+UPID = re.compile(
+    r"^UPID:pve:[0-9A-F]{8}:[0-9A-F]{8,9}:[0-9A-F]{8}:download:(?P<id>[^:]*):gpulab@pve!ansible:$"
+)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The tests' lab with a create task long enough to meet its lock (one second)."""
+    root = tmp_path_factory.mktemp("lab")
+    fixture = write_fast_fixture(root / "fixture.yml", timings={"qmcreate": 1.0})
+    server, desc, thread = start_lab(root / "state", fixture)
+    yield InProcessPveSim(server, desc, root / "state")
+    stop_lab(server, thread)
+
+
+def download(api, filename, **params):
+    return api.data(
+        "POST",
+        "/nodes/pve/storage/local/download-url",
+        content="import",
+        filename=filename,
+        url=NOBLE,
+        **params,
+    )
+
+
+def log_of(api, upid):
+    return [line["t"] for line in api.data("GET", f"/nodes/pve/tasks/{upid}/log", limit=0)]
+
+
+def test_pve_task_upid(api):
+    upid = download(api, "upid.qcow2")
+    m = UPID.match(upid)
+    assert m and m["id"] == "upid.qcow2", upid
+    api.wait(upid)
+
+
+def test_pve_task_status(api):
+    upid = download(api, "status.qcow2")
+    first = api.data("GET", f"/nodes/pve/tasks/{upid}/status")
+    assert first["status"] == "running" and "exitstatus" not in first
+    final = api.wait(upid)
+    assert (final["status"], final["exitstatus"]) == ("stopped", "OK")
+    # a failed task's exit status is its error text
+    failed = api.wait(download(api, "status.qcow2"))
+    assert failed["exitstatus"] == "refusing to override existing file '/var/lib/vz/import/status.qcow2'"
+
+
+def test_pve_task_log_end(api):
+    ok = download(api, "end.qcow2")
+    api.wait(ok)
+    assert log_of(api, ok)[-1] == "TASK OK"
+    failed = download(api, "end.qcow2")
+    api.wait(failed)
+    assert (
+        log_of(api, failed)[-1]
+        == "TASK ERROR: refusing to override existing file '/var/lib/vz/import/end.qcow2'"
+    )
+
+
+def test_pve_lock_create(api):
+    # while its create task runs the VM is locked: a config change then fails (HTTP 500) naming the lock
+    upid = api.data(
+        "POST",
+        "/nodes/pve/qemu",
+        vmid=310,
+        name="vm310",
+        memory="2048",
+        scsi0="local-zfs:8",
+        scsihw="virtio-scsi-single",
+    )
+    r = api.put("/nodes/pve/qemu/310/config", description="x")
+    assert r.status_code == 500 and r.json()["message"].rstrip().endswith("is locked (create)"), r.text
+    assert api.data("GET", "/nodes/pve/qemu/310/config")["lock"] == "create"
+    assert api.wait(upid)["exitstatus"] == "OK"
+    assert "lock" not in api.data("GET", "/nodes/pve/qemu/310/config")  # the task's end removes the lock
+
+
+def test_pve_download_url_existing_checksum(api):
+    sha = {"checksum": NOBLE_SHA256, "checksum-algorithm": "sha256"}
+    api.wait(download(api, "have.qcow2", **sha))
+    again = download(api, "have.qcow2", **sha)
+    assert api.wait(again)["exitstatus"] == "OK"
+    assert log_of(api, again) == [
+        f"downloading {NOBLE} to /var/lib/vz/import/have.qcow2",
+        "calculating checksum of existing file...OK, got correct file already, no need to download",
+        "TASK OK",
+    ]
+
+
+def test_pve_download_url_existing_no_checksum(api):
+    api.wait(download(api, "twice.qcow2"))
+    st = api.wait(download(api, "twice.qcow2"))
+    assert st["exitstatus"] == "refusing to override existing file '/var/lib/vz/import/twice.qcow2'"
+
+
+def test_pve_download_url_checksum_mismatch(api):
+    # a fresh download whose checksum differs fails and keeps nothing
+    st = api.wait(download(api, "bad.qcow2", checksum="0" * 64, **{"checksum-algorithm": "sha256"}))
+    assert st["exitstatus"] == f"checksum mismatch: got '{NOBLE_SHA256}' != expect '{'0' * 64}'"
+    assert "local:import/bad.qcow2" not in {
+        v["volid"] for v in api.data("GET", "/nodes/pve/storage/local/content")
+    }
+    # an existing file whose checksum differs is not downloaded again: the task aborts
+    api.wait(download(api, "kept.qcow2"))
+    st = api.wait(download(api, "kept.qcow2", checksum="0" * 64, **{"checksum-algorithm": "sha256"}))
+    assert st["exitstatus"].endswith(f" != expect '{'0' * 64}', aborting")
+
+
+def test_pve_hardware_pci_class_blacklist(api):
+    default = api.data("GET", "/nodes/pve/hardware/pci")
+    everything = api.data("GET", "/nodes/pve/hardware/pci", **{"pci-class-blacklist": ""})
+    # the default list hides memory controllers (05), bridges (06) and processors (0b)
+    hidden = {d["class"][:4] for d in everything} - {d["class"][:4] for d in default}
+    assert hidden and hidden <= {"0x05", "0x06", "0x0b"}
+    assert not [d for d in default if d["class"].startswith(("0x05", "0x06", "0x0b"))]
+    only_audio_off = api.data("GET", "/nodes/pve/hardware/pci", **{"pci-class-blacklist": "04"})
+    assert not [d for d in only_audio_off if d["class"].startswith("0x04")]
+    assert [d for d in only_audio_off if d["class"].startswith("0x06")]
+
+
+def test_pve_hardware_pci_verbose(api):
+    verbose = api.data("GET", "/nodes/pve/hardware/pci")
+    gpu = next(d for d in verbose if d["id"] == "0000:02:00.0")
+    assert gpu["vendor_name"].startswith("NVIDIA") and gpu["iommugroup"] == 13
+    terse = api.data("GET", "/nodes/pve/hardware/pci", verbose=0)
+    assert terse and all(set(d) <= {"id", "class", "vendor", "device", "iommugroup", "mdev"} for d in terse)

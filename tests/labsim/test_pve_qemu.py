@@ -434,20 +434,3 @@ def test_pve_start_locked(api):
     assert api.wait(upid)["exitstatus"] == "VM 364 is locked (create)"
     assert api.wait(create)["exitstatus"] == "OK"
     assert api.data("GET", "/nodes/pve/qemu/364/status/current")["status"] == "stopped"
-
-
-def test_pve_conformance_rows_name_their_tests():
-    """Each row of UPSTREAM.md's "PVE tasks" names a test that exists, called after the row's id."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    text = (root / "library/labsim/UPSTREAM.md").read_text()
-    section = text.split("## PVE tasks", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| pve.")]
-    assert len(rows) >= 5, section
-    for row in rows:
-        ident, _what, source, test = (cell.strip() for cell in row.strip("|").split("|"))
-        path, name = test.split("::")
-        assert name == "test_" + re.sub(r"[.-]", "_", ident), row
-        assert re.search(rf"^def {name}\(", (root / path).read_text(), re.M), row
-        assert re.fullmatch(r"proxmox/[\w-]+ \S+@[\w.]+", source), row

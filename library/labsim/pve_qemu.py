@@ -158,7 +158,7 @@ class QemuHandlers:
     def _check_lock(self, vm: dict, vmid: int, args: dict, who: Principal) -> None:
         self._check_skiplock(args, who)
         if vm.get("lock") and not args.get("skiplock"):
-            raise ApiError(500, f"VM {vmid} is locked ({vm['lock']})")
+            raise ApiError(500, f"VM is locked ({vm['lock']})")
 
     def _sleep(self, kind: str) -> None:
         time.sleep(float(self.timings.get(kind, 0.2)))
@@ -812,7 +812,7 @@ class QemuHandlers:
         src/PVE/QemuServer.pm@e6352be (9.2.6), vm_start): its lock (unless skiplock), then whether it runs.
         Both end the task in error; the call itself has answered its UPID."""
         if vm.get("lock") and not skiplock:
-            raise TaskFailed(f"VM {vmid} is locked ({vm['lock']})")
+            raise TaskFailed(f"VM is locked ({vm['lock']})")
         if vm["status"] == "running":
             raise TaskFailed(f"VM {vmid} already running")
 

@@ -31,7 +31,7 @@ def test_create_allocates_disks_and_mac_and_locks_while_running(api, lab):
     assert upid.split(":")[5:8] == ["qmcreate", "200", "gpulab@pve!ansible"]
     r = api.put("/nodes/pve/qemu/200/config", name="other")
     assert r.status_code == 500
-    assert r.json()["message"].strip() == "VM 200 is locked (create)"
+    assert r.json()["message"].strip() == "VM is locked (create)"
     assert api.wait(upid)["exitstatus"] == "OK"
     cfg = api.data("GET", "/nodes/pve/qemu/200/config")
     assert cfg["scsi0"] == "local-zfs:vm-200-disk-1,discard=on,iothread=1,size=60G"
@@ -431,6 +431,6 @@ def test_pve_start_locked(api):
         "POST", "/nodes/pve/qemu", vmid=364, memory="1024", scsi0="local-zfs:1", net0="virtio,bridge=vmbr0"
     )
     upid = api.data("POST", "/nodes/pve/qemu/364/status/start")
-    assert api.wait(upid)["exitstatus"] == "VM 364 is locked (create)"
+    assert api.wait(upid)["exitstatus"] == "VM is locked (create)"
     assert api.wait(create)["exitstatus"] == "OK"
     assert api.data("GET", "/nodes/pve/qemu/364/status/current")["status"] == "stopped"

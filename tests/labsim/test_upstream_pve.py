@@ -85,7 +85,7 @@ def test_pve_lock_create(api):
         scsihw="virtio-scsi-single",
     )
     r = api.put("/nodes/pve/qemu/310/config", description="x")
-    assert r.status_code == 500 and r.json()["message"].rstrip().endswith("is locked (create)"), r.text
+    assert r.status_code == 500 and r.json()["message"].rstrip() == "VM is locked (create)", r.text
     assert api.data("GET", "/nodes/pve/qemu/310/config")["lock"] == "create"
     assert api.wait(upid)["exitstatus"] == "OK"
     assert "lock" not in api.data("GET", "/nodes/pve/qemu/310/config")  # the task's end removes the lock

@@ -149,7 +149,7 @@ def test_download_progress_is_the_last_percentage():
     [
         (["TASK ERROR: PCI device mapping not found for 'rtx3090'"], "no PCI resource mapping 'rtx3090'"),
         (["TASK ERROR: VM 102 already running"], "started by someone else"),
-        (["TASK ERROR: VM 102 is locked (backup)"], "qm unlock 102"),
+        (["TASK ERROR: VM is locked (backup)"], "qm unlock 102"),
         (["TASK ERROR: PCI device '0000:02:00.0' already in use by VMID '240'"], "passed through to VM 240"),
         (
             [

@@ -212,7 +212,7 @@ START_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
         "finds stopped): run again, which finds it running and leaves it so",
     ),
     (
-        re.compile(r"VM \d+ is locked \((?P<lock>[^)]+)\)"),
+        re.compile(r"VM (?:\d+ )?is locked \((?P<lock>[^)]+)\)"),
         "another task holds VM {vmid} ({lock}): wait for it to end and run again, or clear a stale lock "
         "with `qm unlock {vmid}` on node {node}",
     ),

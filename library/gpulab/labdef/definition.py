@@ -13,25 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.labdef.catalogue import BY_NAME, CATALOGUE, GROUPS, Var, owned_prefixes
-
-
-@dataclass(frozen=True)
-class Problem:
-    host: str
-    field: str
-    value: Any
-    why: str
-    fix: str
-
-    def __str__(self) -> str:
-        shown = "(not set)" if self.value is None else repr(self.value)
-        return f"{self.host}: {self.field}={shown}: {self.why}. Fix: {self.fix}."
-
-
-class LabDefinitionError(Exception):
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
+from gpulab.labdef.problems import Problem
 
 
 @dataclass

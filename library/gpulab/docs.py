@@ -109,9 +109,39 @@ def update_vm_module(root: Path) -> bool:
     return new != text
 
 
+# gpulab_dhcp_reservation's documentation of `options`: generated from the router kinds table
+# gpulab.routers.kinds (one line per kind).
+ROUTER_MODULE = "plugins/modules/gpulab_dhcp_reservation.py"
+ROUTER_OPTIONS_START = "  options:\n    description:  # generated from gpulab.routers.kinds by `make docs`\n"
+ROUTER_OPTIONS_END = "    type: dict\n"
+
+
+def render_router_options() -> str:
+    from gpulab.routers.kinds import option_docs
+
+    body = yaml.dump(option_docs(), Dumper=_Indented, width=110)
+    return ROUTER_OPTIONS_START + "".join(f"      {line}\n" for line in body.splitlines())
+
+
+def router_options_block(text: str) -> str:
+    """The generated lines of the module's `options` description, from its start marker to `type: dict`."""
+    return ROUTER_OPTIONS_START + text.split(ROUTER_OPTIONS_START, 1)[1].split(ROUTER_OPTIONS_END, 1)[0]
+
+
+def update_router_module(root: Path) -> bool:
+    path = root / ROUTER_MODULE
+    text = path.read_text()
+    new = text.replace(router_options_block(text), render_router_options())
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
 if __name__ == "__main__":
     root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     changed = update_readme(root)
     print("README.md variables updated" if changed else "README.md variables up to date")
     changed = update_vm_module(root)
     print(f"{VM_MODULE} options updated" if changed else f"{VM_MODULE} options up to date")
+    changed = update_router_module(root)
+    print(f"{ROUTER_MODULE} options updated" if changed else f"{ROUTER_MODULE} options up to date")

@@ -112,21 +112,23 @@ options:
         type: bool
         default: false
   options:
-    description:
-      - Backend-specific settings. V(dnsmasq) C(hostsfile) (default C(/etc/dnsmasq.gpulab-hosts), the
-        C(--dhcp-hostsfile) dnsmasq reads), C(leasefile) (C(/var/lib/misc/dnsmasq.leases)), C(pidfile)
-        (C(/run/dnsmasq/dnsmasq.pid), SIGHUP goes to it), C(reload_command) (instead of the SIGHUP),
-        C(check_wiring) (true; refuse when the running dnsmasq does not read C(hostsfile)).
-      - V(openwrt) C(leasefile) (default from C(uci get dhcp.@dnsmasq[0].leasefile), else C(/tmp/dhcp.leases)),
-        C(reload_command) (C(/etc/init.d/dnsmasq reload)).
-      - V(kea) C(url) (control agent, default C(http://<address>:8000/)), C(service) (C(dhcp4); empty
-        for Kea 3 daemons listening on HTTP themselves), C(subnet_id) (default the C(subnet4) entry
-        equal to O(subnet)), C(config_write) (true).
-      - V(mikrotik) C(server) (the DHCP server's name; default the server that holds the lease).
-      - V(opnsense) C(dhcp) (V(kea) or V(dnsmasq), the DHCP service in use).
-      - V(pfsense) C(interface) (C(parent_id), default C(lan)), C(auth) (V(basic) or V(api_key)).
-      - V(huawei_ont) C(profile) (an http_form profile mapping overriding the built-in Huawei one, for
-        ISP firmware with other paths).
+    description:  # generated from gpulab.routers.kinds by `make docs`
+      - Backend-specific settings (the inventory's C(router_options)).
+      - 'V(dnsmasq): C(hostsfile) (default C(/etc/dnsmasq.gpulab-hosts)): the C(--dhcp-hostsfile) dnsmasq reads; C(leasefile)
+        (default C(/var/lib/misc/dnsmasq.leases)); C(pidfile) (default C(/run/dnsmasq/dnsmasq.pid)): SIGHUP goes to it;
+        C(reload_command): run instead of the SIGHUP; C(check_wiring) (default C(true)): refuse when the running dnsmasq
+        does not read C(hostsfile).'
+      - 'V(openwrt): C(leasefile): default from C(uci get dhcp.@dnsmasq[0].leasefile), else C(/tmp/dhcp.leases); C(reload_command)
+        (default C(/etc/init.d/dnsmasq reload)).'
+      - 'V(kea): C(url): the control agent, default C(http://<address>:8000/); C(service) (default C(dhcp4)): empty for
+        Kea 3 daemons listening on HTTP themselves; C(subnet_id): default the C(subnet4) entry equal to O(subnet); C(config_write)
+        (default C(true)).'
+      - 'V(mikrotik): C(server): the DHCP server''s name, default the server that holds the lease.'
+      - 'V(opnsense): C(dhcp) (default C(kea)): V(kea) or V(dnsmasq), the DHCP service in use.'
+      - 'V(pfsense): C(interface) (default C(lan)): the C(parent_id) of the static mappings; C(auth) (default C(basic)):
+        V(basic) or V(api_key).'
+      - 'V(huawei_ont): C(profile): an http_form profile mapping overriding the built-in Huawei one, for ISP firmware
+        with other paths.'
     type: dict
     default: {}
   reservations:
@@ -259,15 +261,14 @@ error_code:
 from ansible.module_utils.gpulab_module import HAS_GPULAB, controller_module  # noqa: E402
 
 if HAS_GPULAB:
-    from gpulab.constants import ROUTER_KINDS
-    from gpulab.routers import RouterError, make_backend
+    from gpulab.routers import KINDS, RouterError, make_backend
     from gpulab.routers.http import mask
 
 ARGUMENT_SPEC = dict(
     kind=dict(
         type="str",
         required=True,
-        choices=list(ROUTER_KINDS) if HAS_GPULAB else None,  # DOCUMENTATION repeats them (a test compares)
+        choices=list(KINDS) if HAS_GPULAB else None,  # DOCUMENTATION repeats them (a test compares)
     ),
     address=dict(type="str", required=True),
     subnet=dict(type="str", required=True),

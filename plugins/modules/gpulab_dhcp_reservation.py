@@ -21,22 +21,23 @@ description:
     limit (16 on the Huawei ONT), and authentication failures.
   - Runs on the controller and needs the C(gpulab) Python package (the project's virtualenv). SSH
     routers (V(dnsmasq), V(openwrt)) are reached with paramiko, so the router needs no Python.
+  - Its action plugin fills what the task leaves out from the router preflight resolved (the fact
+    C(gpulab_router), C(gpulab.routerspec)) when the task names no O(kind); without that fact (stage network
+    run on its own) it resolves the inventory's router the same way. The router's secrets are read from the
+    variables C(gpulab_router.secrets) names (C(router_password), C(ansible_password)) of the router's host.
 version_added: "0.1.0"
 author: gpulab contributors
 options:
   kind:
-    description: The router's kind (the inventory's C(router_kind)).
+    description: The router's kind (the inventory's C(router_kind)); default the router spec's.
     type: str
-    required: true
     choices: [dnsmasq, openwrt, kea, mikrotik, opnsense, pfsense, huawei_ont]
   address:
     description: The router's LAN address (C(router_address)); the default host for SSH and HTTP.
     type: str
-    required: true
   subnet:
     description: The LAN subnet in CIDR form (C(router_subnet)); reservations must lie inside it.
     type: str
-    required: true
   pool:
     description: The DHCP pool (C(router_dhcp_pool)), used for the pfSense in-pool refusal and messages.
     type: dict
@@ -65,9 +66,10 @@ options:
         V(huawei_ont), C(http://<address>:8000/) for V(kea) (the control agent).
     type: str
   validate_certs:
-    description: Check the router's TLS certificate (C(router_validate_certs)).
+    description:
+      - Check the router's TLS certificate (C(router_validate_certs), true unless the inventory says otherwise).
+      - Unset, the backend checks it.
     type: bool
-    default: true
   ssh:
     description: How to reach SSH routers (V(dnsmasq), V(openwrt)); ignored for the others.
     type: dict
@@ -132,10 +134,14 @@ options:
     type: dict
     default: {}
   reservations:
-    description: The reservations to ensure (or, with O(state=absent), to remove).
+    description:
+      - The reservations to ensure (or, with O(state=absent), to remove).
+      - Omitted, the action plugin gives one per VM of the router spec (C(gpulab_router.reservations)), with
+        the MAC stage vms recorded for a VM without C(vm_mac) (C(gpulab_vm_mac)) and the address it holds
+        (C(gpulab_vm_address)); the VMs of group C(gpulab_new_vms) (not created yet) are left out.
     type: list
     elements: dict
-    required: true
+    default: []
     suboptions:
       mac:
         description: The VM's MAC address, in any common spelling.
@@ -183,6 +189,12 @@ options:
       what:
         description: What holds the address, for messages.
         type: str
+  known_only:
+    description:
+      - With O(reservations) omitted, leave out the VMs whose MAC is not known yet instead of failing (preflight
+        plans the reservations of the VMs that exist).
+    type: bool
+    default: false
   state:
     description: V(present) ensures the reservations; V(absent) removes every reservation of each MAC.
     type: str
@@ -252,6 +264,11 @@ reservations:
   returned: when state is present
   type: dict
   sample: {"bc:24:11:00:00:01": {"mac": "bc:24:11:00:00:01", "address": "192.168.100.53", "hostname": "vm-1"}}
+addresses:
+  description: Each reservation's O(reservations[].name) -> the address reserved for it after the run.
+  returned: when state is present
+  type: dict
+  sample: {"vm-1": "192.168.100.53"}
 error_code:
   description: On failure, the kind of refusal (conflict, policy, limit, auth_failed, unreachable, apply_failed, verify_failed).
   returned: failure
@@ -267,18 +284,17 @@ if HAS_GPULAB:
 ARGUMENT_SPEC = dict(
     kind=dict(
         type="str",
-        required=True,
         choices=list(KINDS) if HAS_GPULAB else None,  # DOCUMENTATION repeats them (a test compares)
     ),
-    address=dict(type="str", required=True),
-    subnet=dict(type="str", required=True),
+    address=dict(type="str"),
+    subnet=dict(type="str"),
     pool=dict(
         type="dict", options=dict(start=dict(type="str", required=True), end=dict(type="str", required=True))
     ),
     user=dict(type="str"),
     password=dict(type="str", no_log=True),
     url=dict(type="str"),
-    validate_certs=dict(type="bool", default=True),
+    validate_certs=dict(type="bool"),
     ssh=dict(
         type="dict",
         options=dict(
@@ -298,7 +314,7 @@ ARGUMENT_SPEC = dict(
     reservations=dict(
         type="list",
         elements="dict",
-        required=True,
+        default=[],
         options=dict(
             mac=dict(type="str", required=True),
             address=dict(type="str"),
@@ -319,6 +335,7 @@ ARGUMENT_SPEC = dict(
             what=dict(type="str"),
         ),
     ),
+    known_only=dict(type="bool", default=False),
     state=dict(type="str", choices=["present", "absent"], default="present"),
 )
 
@@ -326,7 +343,7 @@ ARGUMENT_SPEC = dict(
 def run(params: dict, check_mode: bool) -> dict:
     """Everything but Ansible: build the backend, stage, apply once. Raises RouterError/ValueError."""
     cfg = {k: params.get(k) for k in ("kind", "address", "subnet", "pool", "user", "password", "url")}
-    cfg["validate_certs"] = params.get("validate_certs", True)
+    cfg["validate_certs"] = params.get("validate_certs")
     cfg["ssh"] = params.get("ssh") or {}
     cfg["options"] = params.get("options") or {}
     cfg["name"] = f"the {params['kind']} router at {params['address']}"
@@ -341,7 +358,7 @@ def run(params: dict, check_mode: bool) -> dict:
                     r["mac"],
                     r.get("address"),
                     r.get("hostname"),
-                    hint=r.get("current_address"),
+                    current_address=r.get("current_address"),
                     name=r.get("name"),
                     expect=r.get("expect"),
                 )

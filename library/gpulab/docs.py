@@ -100,13 +100,18 @@ def vm_options_block(text: str) -> str:
     return VM_OPTIONS_START + text.split(VM_OPTIONS_START, 1)[1].split('"""', 1)[0]
 
 
-def update_vm_module(root: Path) -> bool:
-    path = root / VM_MODULE
+def _rewrite_block(path: Path, block_of, render) -> bool:
+    """Replace the generated block of a module's DOCUMENTATION (`block_of(text)`) with `render()`; True when
+    it changed."""
     text = path.read_text()
-    new = text.replace(vm_options_block(text), render_vm_options())
+    new = text.replace(block_of(text), render())
     if new != text:
         path.write_text(new)
     return new != text
+
+
+def update_vm_module(root: Path) -> bool:
+    return _rewrite_block(root / VM_MODULE, vm_options_block, render_vm_options)
 
 
 # gpulab_dhcp_reservation's documentation of `options`: generated from the router kinds table
@@ -129,12 +134,7 @@ def router_options_block(text: str) -> str:
 
 
 def update_router_module(root: Path) -> bool:
-    path = root / ROUTER_MODULE
-    text = path.read_text()
-    new = text.replace(router_options_block(text), render_router_options())
-    if new != text:
-        path.write_text(new)
-    return new != text
+    return _rewrite_block(root / ROUTER_MODULE, router_options_block, render_router_options)
 
 
 if __name__ == "__main__":

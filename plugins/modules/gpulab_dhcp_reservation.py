@@ -78,9 +78,8 @@ options:
         description: SSH host (default O(address)).
         type: str
       port:
-        description: SSH port.
+        description: SSH port (unset, 22; gpulab.routers.kinds fills what O(ssh) leaves out).
         type: int
-        default: 22
       user:
         description: SSH user (default O(user), then C(root)).
         type: str
@@ -93,10 +92,9 @@ options:
       host_key_checking:
         description:
           - Check the router's host key. V(false) accepts any key; turn it off only for throw-away labs.
-          - With V(true), O(ssh.ssh_args) may still say C(StrictHostKeyChecking=accept-new) (trust a
+          - With V(true) (or unset), O(ssh.ssh_args) may still say C(StrictHostKeyChecking=accept-new) (trust a
             first-seen key and record it in the known_hosts file).
         type: bool
-        default: true
       known_hosts:
         description: An extra known_hosts file (the user's own is always read).
         type: path
@@ -299,11 +297,11 @@ ARGUMENT_SPEC = dict(
         type="dict",
         options=dict(
             host=dict(type="str"),
-            port=dict(type="int", default=22),
+            port=dict(type="int"),
             user=dict(type="str"),
             password=dict(type="str", no_log=True),
             key_file=dict(type="path", no_log=False),
-            host_key_checking=dict(type="bool", default=True),
+            host_key_checking=dict(type="bool"),
             known_hosts=dict(type="path"),
             ssh_args=dict(type="str"),
             become=dict(type="bool", default=False),

@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_router_kinds_are_one_list():
-    assert set(routers.OPTION_DEFAULTS) == set(constants.ROUTER_KINDS)
+    assert tuple(routers.KINDS) == constants.ROUTER_KINDS
+    ssh = tuple(name for name, kind in routers.KINDS.items() if kind.reach == "ssh")
+    assert ssh == constants.SSH_ROUTER_KINDS
     [rule] = rules.RULES["router_kind"]
     assert [k for k in constants.ROUTER_KINDS if rule.test(k)] == list(constants.ROUTER_KINDS)
     assert not rule.test("fritzbox")

@@ -100,13 +100,41 @@ def vm_options_block(text: str) -> str:
     return VM_OPTIONS_START + text.split(VM_OPTIONS_START, 1)[1].split('"""', 1)[0]
 
 
-def update_vm_module(root: Path) -> bool:
-    path = root / VM_MODULE
+def _rewrite_block(path: Path, block_of, render) -> bool:
+    """Replace the generated block of a module's DOCUMENTATION (`block_of(text)`) with `render()`; True when
+    it changed."""
     text = path.read_text()
-    new = text.replace(vm_options_block(text), render_vm_options())
+    new = text.replace(block_of(text), render())
     if new != text:
         path.write_text(new)
     return new != text
+
+
+def update_vm_module(root: Path) -> bool:
+    return _rewrite_block(root / VM_MODULE, vm_options_block, render_vm_options)
+
+
+# gpulab_dhcp_reservation's documentation of `options`: generated from the router kinds table
+# gpulab.routers.kinds (one line per kind).
+ROUTER_MODULE = "plugins/modules/gpulab_dhcp_reservation.py"
+ROUTER_OPTIONS_START = "  options:\n    description:  # generated from gpulab.routers.kinds by `make docs`\n"
+ROUTER_OPTIONS_END = "    type: dict\n"
+
+
+def render_router_options() -> str:
+    from gpulab.routers.kinds import option_docs
+
+    body = yaml.dump(option_docs(), Dumper=_Indented, width=110)
+    return ROUTER_OPTIONS_START + "".join(f"      {line}\n" for line in body.splitlines())
+
+
+def router_options_block(text: str) -> str:
+    """The generated lines of the module's `options` description, from its start marker to `type: dict`."""
+    return ROUTER_OPTIONS_START + text.split(ROUTER_OPTIONS_START, 1)[1].split(ROUTER_OPTIONS_END, 1)[0]
+
+
+def update_router_module(root: Path) -> bool:
+    return _rewrite_block(root / ROUTER_MODULE, router_options_block, render_router_options)
 
 
 if __name__ == "__main__":
@@ -115,3 +143,5 @@ if __name__ == "__main__":
     print("README.md variables updated" if changed else "README.md variables up to date")
     changed = update_vm_module(root)
     print(f"{VM_MODULE} options updated" if changed else f"{VM_MODULE} options up to date")
+    changed = update_router_module(root)
+    print(f"{ROUTER_MODULE} options updated" if changed else f"{ROUTER_MODULE} options up to date")

@@ -5,7 +5,9 @@ names no default inventory) stops here with a message naming -i.
 It reads the inventory's hostvars (only the lab definition's variables), and the names the inventory
 itself sets for each host (not facts or extra vars: a misspelt variable is refused), and hands them to
 gpulab.labdef, the same validation `gpulab plan` runs, so the messages are the same. When the definition
-is valid and a selected stage talks to the Proxmox VE API (vms, network, verify), it reads GET /version
+is valid it resolves each VM (gpulab.vmspec) and the router with every VM's reservation (gpulab.routerspec,
+with the run's router_dhcp settings); and when a selected stage talks to the Proxmox VE API (vms, network,
+verify), it reads GET /version
 with the inventory's API settings (gpulab.reach): a refused token or a node that is down stops the run
 before any stage has changed anything.
 """
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from gpulab import inventory, labdef, reach, vmspec
+from gpulab import inventory, labdef, reach, routerspec, vmspec
 
 
 def _plain(value):
@@ -85,6 +87,9 @@ class ActionModule(ActionBase):
         # Returned as results, not facts: playbooks/preflight.yml sets them as variables (facts used as plain
         # variables are deprecated, INJECT_FACTS_AS_VARS).
         result["vms"] = vmspec.resolve(definition)
+        # ...and the router with each VM's reservation (gpulab.routerspec), read by gpulab_dhcp_reservation's
+        # action plugin: names of the router host's secret variables, never their values.
+        result["router"] = routerspec.resolve(definition, lambda name: hostvar("localhost", name))
         result["stages"] = sorted(stages)
         result["msg"] = "The lab definition is valid."
         if stages & reach.PVE_STAGES:

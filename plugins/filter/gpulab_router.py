@@ -1,6 +1,7 @@
 """Filters of stage network.
 
-`router_dhcp_vm_hosts | gpulab_dhcp_move_order(hostvars)` reads each VM's held address (gpulab_vm_address,
+`router_dhcp_result.addresses | list | gpulab_dhcp_move_order(hostvars)` reads each VM's held address
+(gpulab_vm_address,
 stage vms) and its reservation (router_dhcp_reserved_address, set by roles/router_dhcp) and returns
 gpulab.routers.model.move_order: `{"first": [...], "cycle": [...]}`, the order the VMs restart in.
 """

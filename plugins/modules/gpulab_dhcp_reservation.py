@@ -21,22 +21,23 @@ description:
     limit (16 on the Huawei ONT), and authentication failures.
   - Runs on the controller and needs the C(gpulab) Python package (the project's virtualenv). SSH
     routers (V(dnsmasq), V(openwrt)) are reached with paramiko, so the router needs no Python.
+  - Its action plugin fills what the task leaves out from the router preflight resolved (the fact
+    C(gpulab_router), C(gpulab.routerspec)) when the task names no O(kind); without that fact (stage network
+    run on its own) it resolves the inventory's router the same way. The router's secrets are read from the
+    variables C(gpulab_router.secrets) names (C(router_password), C(ansible_password)) of the router's host.
 version_added: "0.1.0"
 author: gpulab contributors
 options:
   kind:
-    description: The router's kind (the inventory's C(router_kind)).
+    description: The router's kind (the inventory's C(router_kind)); default the router spec's.
     type: str
-    required: true
     choices: [dnsmasq, openwrt, kea, mikrotik, opnsense, pfsense, huawei_ont]
   address:
     description: The router's LAN address (C(router_address)); the default host for SSH and HTTP.
     type: str
-    required: true
   subnet:
     description: The LAN subnet in CIDR form (C(router_subnet)); reservations must lie inside it.
     type: str
-    required: true
   pool:
     description: The DHCP pool (C(router_dhcp_pool)), used for the pfSense in-pool refusal and messages.
     type: dict
@@ -65,9 +66,10 @@ options:
         V(huawei_ont), C(http://<address>:8000/) for V(kea) (the control agent).
     type: str
   validate_certs:
-    description: Check the router's TLS certificate (C(router_validate_certs)).
+    description:
+      - Check the router's TLS certificate (C(router_validate_certs), true unless the inventory says otherwise).
+      - Unset, the backend checks it.
     type: bool
-    default: true
   ssh:
     description: How to reach SSH routers (V(dnsmasq), V(openwrt)); ignored for the others.
     type: dict
@@ -76,9 +78,8 @@ options:
         description: SSH host (default O(address)).
         type: str
       port:
-        description: SSH port.
+        description: SSH port (unset, 22; gpulab.routers.kinds fills what O(ssh) leaves out).
         type: int
-        default: 22
       user:
         description: SSH user (default O(user), then C(root)).
         type: str
@@ -91,10 +92,9 @@ options:
       host_key_checking:
         description:
           - Check the router's host key. V(false) accepts any key; turn it off only for throw-away labs.
-          - With V(true), O(ssh.ssh_args) may still say C(StrictHostKeyChecking=accept-new) (trust a
+          - With V(true) (or unset), O(ssh.ssh_args) may still say C(StrictHostKeyChecking=accept-new) (trust a
             first-seen key and record it in the known_hosts file).
         type: bool
-        default: true
       known_hosts:
         description: An extra known_hosts file (the user's own is always read).
         type: path
@@ -112,28 +112,34 @@ options:
         type: bool
         default: false
   options:
-    description:
-      - Backend-specific settings. V(dnsmasq) C(hostsfile) (default C(/etc/dnsmasq.gpulab-hosts), the
-        C(--dhcp-hostsfile) dnsmasq reads), C(leasefile) (C(/var/lib/misc/dnsmasq.leases)), C(pidfile)
-        (C(/run/dnsmasq/dnsmasq.pid), SIGHUP goes to it), C(reload_command) (instead of the SIGHUP),
-        C(check_wiring) (true; refuse when the running dnsmasq does not read C(hostsfile)).
-      - V(openwrt) C(leasefile) (default from C(uci get dhcp.@dnsmasq[0].leasefile), else C(/tmp/dhcp.leases)),
-        C(reload_command) (C(/etc/init.d/dnsmasq reload)).
-      - V(kea) C(url) (control agent, default C(http://<address>:8000/)), C(service) (C(dhcp4); empty
-        for Kea 3 daemons listening on HTTP themselves), C(subnet_id) (default the C(subnet4) entry
-        equal to O(subnet)), C(config_write) (true).
-      - V(mikrotik) C(server) (the DHCP server's name; default the server that holds the lease).
-      - V(opnsense) C(dhcp) (V(kea) or V(dnsmasq), the DHCP service in use).
-      - V(pfsense) C(interface) (C(parent_id), default C(lan)), C(auth) (V(basic) or V(api_key)).
-      - V(huawei_ont) C(profile) (an http_form profile mapping overriding the built-in Huawei one, for
-        ISP firmware with other paths).
+    description:  # generated from gpulab.routers.kinds by `make docs`
+      - Backend-specific settings (the inventory's C(router_options)).
+      - 'V(dnsmasq): C(hostsfile) (default C(/etc/dnsmasq.gpulab-hosts)): the C(--dhcp-hostsfile) dnsmasq reads; C(leasefile)
+        (default C(/var/lib/misc/dnsmasq.leases)); C(pidfile) (default C(/run/dnsmasq/dnsmasq.pid)): SIGHUP goes to it;
+        C(reload_command): run instead of the SIGHUP; C(check_wiring) (default C(true)): refuse when the running dnsmasq
+        does not read C(hostsfile).'
+      - 'V(openwrt): C(leasefile): default from C(uci get dhcp.@dnsmasq[0].leasefile), else C(/tmp/dhcp.leases); C(reload_command)
+        (default C(/etc/init.d/dnsmasq reload)).'
+      - 'V(kea): C(url): the control agent, default C(http://<address>:8000/); C(service) (default C(dhcp4)): empty for
+        Kea 3 daemons listening on HTTP themselves; C(subnet_id): default the C(subnet4) entry equal to O(subnet); C(config_write)
+        (default C(true)).'
+      - 'V(mikrotik): C(server): the DHCP server''s name, default the server that holds the lease.'
+      - 'V(opnsense): C(dhcp) (default C(kea)): V(kea) or V(dnsmasq), the DHCP service in use.'
+      - 'V(pfsense): C(interface) (default C(lan)): the C(parent_id) of the static mappings; C(auth) (default C(basic)):
+        V(basic) or V(api_key).'
+      - 'V(huawei_ont): C(profile): an http_form profile mapping overriding the built-in Huawei one, for ISP firmware
+        with other paths.'
     type: dict
     default: {}
   reservations:
-    description: The reservations to ensure (or, with O(state=absent), to remove).
+    description:
+      - The reservations to ensure (or, with O(state=absent), to remove).
+      - Omitted, the action plugin gives one per VM of the router spec (C(gpulab_router.reservations)), with
+        the MAC stage vms recorded for a VM without C(vm_mac) (C(gpulab_vm_mac)) and the address it holds
+        (C(gpulab_vm_address)); the VMs of group C(gpulab_new_vms) (not created yet) are left out.
     type: list
     elements: dict
-    required: true
+    default: []
     suboptions:
       mac:
         description: The VM's MAC address, in any common spelling.
@@ -181,6 +187,12 @@ options:
       what:
         description: What holds the address, for messages.
         type: str
+  known_only:
+    description:
+      - With O(reservations) omitted, leave out the VMs whose MAC is not known yet instead of failing (preflight
+        plans the reservations of the VMs that exist).
+    type: bool
+    default: false
   state:
     description: V(present) ensures the reservations; V(absent) removes every reservation of each MAC.
     type: str
@@ -250,6 +262,11 @@ reservations:
   returned: when state is present
   type: dict
   sample: {"bc:24:11:00:00:01": {"mac": "bc:24:11:00:00:01", "address": "192.168.100.53", "hostname": "vm-1"}}
+addresses:
+  description: Each reservation's O(reservations[].name) -> the address reserved for it after the run.
+  returned: when state is present
+  type: dict
+  sample: {"vm-1": "192.168.100.53"}
 error_code:
   description: On failure, the kind of refusal (conflict, policy, limit, auth_failed, unreachable, apply_failed, verify_failed).
   returned: failure
@@ -259,34 +276,32 @@ error_code:
 from ansible.module_utils.gpulab_module import HAS_GPULAB, controller_module  # noqa: E402
 
 if HAS_GPULAB:
-    from gpulab.constants import ROUTER_KINDS
-    from gpulab.routers import RouterError, make_backend
+    from gpulab.routers import KINDS, RouterError, make_backend
     from gpulab.routers.http import mask
 
 ARGUMENT_SPEC = dict(
     kind=dict(
         type="str",
-        required=True,
-        choices=list(ROUTER_KINDS) if HAS_GPULAB else None,  # DOCUMENTATION repeats them (a test compares)
+        choices=list(KINDS) if HAS_GPULAB else None,  # DOCUMENTATION repeats them (a test compares)
     ),
-    address=dict(type="str", required=True),
-    subnet=dict(type="str", required=True),
+    address=dict(type="str"),
+    subnet=dict(type="str"),
     pool=dict(
         type="dict", options=dict(start=dict(type="str", required=True), end=dict(type="str", required=True))
     ),
     user=dict(type="str"),
     password=dict(type="str", no_log=True),
     url=dict(type="str"),
-    validate_certs=dict(type="bool", default=True),
+    validate_certs=dict(type="bool"),
     ssh=dict(
         type="dict",
         options=dict(
             host=dict(type="str"),
-            port=dict(type="int", default=22),
+            port=dict(type="int"),
             user=dict(type="str"),
             password=dict(type="str", no_log=True),
             key_file=dict(type="path", no_log=False),
-            host_key_checking=dict(type="bool", default=True),
+            host_key_checking=dict(type="bool"),
             known_hosts=dict(type="path"),
             ssh_args=dict(type="str"),
             become=dict(type="bool", default=False),
@@ -297,7 +312,7 @@ ARGUMENT_SPEC = dict(
     reservations=dict(
         type="list",
         elements="dict",
-        required=True,
+        default=[],
         options=dict(
             mac=dict(type="str", required=True),
             address=dict(type="str"),
@@ -318,6 +333,7 @@ ARGUMENT_SPEC = dict(
             what=dict(type="str"),
         ),
     ),
+    known_only=dict(type="bool", default=False),
     state=dict(type="str", choices=["present", "absent"], default="present"),
 )
 
@@ -325,7 +341,7 @@ ARGUMENT_SPEC = dict(
 def run(params: dict, check_mode: bool) -> dict:
     """Everything but Ansible: build the backend, stage, apply once. Raises RouterError/ValueError."""
     cfg = {k: params.get(k) for k in ("kind", "address", "subnet", "pool", "user", "password", "url")}
-    cfg["validate_certs"] = params.get("validate_certs", True)
+    cfg["validate_certs"] = params.get("validate_certs")
     cfg["ssh"] = params.get("ssh") or {}
     cfg["options"] = params.get("options") or {}
     cfg["name"] = f"the {params['kind']} router at {params['address']}"
@@ -340,7 +356,7 @@ def run(params: dict, check_mode: bool) -> dict:
                     r["mac"],
                     r.get("address"),
                     r.get("hostname"),
-                    hint=r.get("current_address"),
+                    current_address=r.get("current_address"),
                     name=r.get("name"),
                     expect=r.get("expect"),
                 )

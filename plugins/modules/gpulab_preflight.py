@@ -14,8 +14,10 @@ description:
     network, verify), reads C(GET /version) with the inventory's C(pve_api_*) settings (10 s timeout, one
     retry) and fails the same way when the API cannot be reached or refuses the credentials.
   - When the definition is valid, returns C(vms), each VM resolved once (C(gpulab.vmspec)) into the whole spec
-    stage vms sends, with every default and decision made, and C(stages), the stages the run's tags select.
-    C(playbooks/preflight.yml) keeps them for the later stages as C(gpulab_vms) and C(gpulab_stages).
+    stage vms sends, with every default and decision made, C(router), the router and each VM's reservation
+    resolved once (C(gpulab.routerspec)) for stage network, and C(stages), the stages the run's tags select.
+    C(playbooks/preflight.yml) keeps them for the later stages as C(gpulab_vms), C(gpulab_router) and
+    C(gpulab_stages).
   - Runs on the controller; takes no options.
 options: {}
 author: gpulab
@@ -48,6 +50,18 @@ vms:
     - Each VM by inventory host, plain VMs first and GPU VMs last, with C(host), C(node), C(node_host), C(vmid),
       C(name), C(install), C(gpus) (the card ids of vm_gpu, empty for a VM without one), C(address),
       C(ssh_user), C(snippet) and C(spec), the options of gpulab_pve_vm.
+  returned: when the lab definition is valid
+  type: dict
+router:
+  description:
+    - The router as gpulab_dhcp_reservation takes it, with C(host) (the inventory host describing it), C(kind),
+      C(address), C(subnet), C(pool), C(user), C(url) (HTTP routers), C(validate_certs), C(options) (the kind's
+      defaults, C(router_options) and C(router_dhcp_options) merged), C(ssh) (for SSH routers, host, port, user,
+      key_file, ssh_args, host_key_checking, local), C(secrets) (the names of the router host's variables that
+      hold the password and the SSH password; never their values) and C(mode) (C(router_dhcp_reservation_mode)).
+    - C(reservations), one per VM in inventory order, each with C(host), C(hostname), C(mac) (C(vm_mac)
+      normalised, null when PVE picks it), C(address) (C(vm_address) in planned mode) and C(expect) (C(vm_address)
+      in keep mode, which the address kept must be).
   returned: when the lab definition is valid
   type: dict
 stages:

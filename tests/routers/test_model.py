@@ -97,8 +97,8 @@ def test_keep_reserves_the_leased_address():
     assert p.changes[0].after.ip == IP("192.168.100.53")
 
 
-def test_keep_uses_hint_without_lease_and_fails_without_either():
-    p = plan([Desired.make(A, hint="192.168.100.60")])
+def test_keep_uses_the_current_address_without_lease_and_fails_without_either():
+    p = plan([Desired.make(A, current_address="192.168.100.60")])
     assert p.resolved[A].ip == IP("192.168.100.60")
     with pytest.raises(RouterError, match="no lease"):
         plan([Desired.make(A, name="vm-1")])

@@ -80,3 +80,32 @@ def test_run_refuses_a_kept_free_vip_that_another_mac_holds_and_writes_nothing()
             assert str(err.value).startswith("all: k3s_registration_address = 192.168.88.60")
             assert "is leased to bc:24:11:00:0b:02 (laptop)" in str(err.value) and "Fix:" in str(err.value)
             assert err.value.code == "conflict" and sim.leases == before
+
+
+def test_the_options_docs_are_the_kinds_table():
+    """The module documents each kind's options as gpulab.routers.kinds has them (`make docs` writes them)."""
+    import yaml
+
+    from gpulab.routers.kinds import option_docs
+
+    assert yaml.safe_load(mod.DOCUMENTATION)["options"]["options"]["description"] == option_docs()
+
+
+def test_each_kind_builds_its_class_and_its_options_are_the_classs_keyword_arguments():
+    import inspect
+
+    from gpulab.routers import KINDS
+
+    for name, kind in KINDS.items():
+        params = inspect.signature(kind.cls.__init__).parameters
+        assert set(kind.options) <= set(params), name
+        assert kind.cls.kind == name
+        backend = make_backend({"kind": name, "address": "192.0.2.1", "ssh": {"local": True}})
+        assert type(backend) is kind.cls
+    assert OPTION_DEFAULTS["dnsmasq"]["hostsfile"] == "/etc/dnsmasq.gpulab-hosts"
+    assert OPTION_DEFAULTS["kea"] == {
+        "url": None,
+        "service": "dhcp4",
+        "subnet_id": None,
+        "config_write": True,
+    }

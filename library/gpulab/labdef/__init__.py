@@ -7,7 +7,8 @@ runs it. Nothing here knows about Ansible; callers hand in ``groups``, a way to 
 and the names the inventory sets for each host.
 
 - ``catalogue``: the variables (:data:`CATALOGUE`), their formats, and the roles' declared options;
-- ``definition``: :class:`LabDefinition` as read from the inventory, :class:`Problem`;
+- ``problems``: :class:`Problem` and the list the checks add to (below every check, so none imports another);
+- ``definition``: :class:`LabDefinition` as read from the inventory;
 - ``rules``: the table of single-value rules;
 - ``checks``, ``vm_checks`` and ``node_checks``: everything that ties values together (``node_checks``: one
   node to the others), and the inventory's own names;
@@ -18,8 +19,9 @@ Every message names the host, the field, the value, why it is wrong and how to f
 
 from gpulab.labdef.catalogue import BY_NAME, CATALOGUE, GROUPS, Var, known_names, role_options
 from gpulab.labdef.checks import check, validate
-from gpulab.labdef.definition import LabDefinition, LabDefinitionError, Problem, gpu_ids, load, pinned_mib
+from gpulab.labdef.definition import LabDefinition, gpu_ids, load, pinned_mib
 from gpulab.labdef.plan import plan_text
+from gpulab.labdef.problems import LabDefinitionError, Problem
 
 __all__ = [
     "BY_NAME",

@@ -32,19 +32,15 @@ from gpulab.labdef.catalogue import (
     known_names,
     role_options,
 )
-from gpulab.labdef.definition import LabDefinition, Problem, gpu_ids, load, pinned_mib
+from gpulab.labdef.definition import LabDefinition, gpu_ids, load, pinned_mib
 from gpulab.labdef.hami_values import check_hami_values
 from gpulab.labdef.node_checks import check_cluster
+from gpulab.labdef.problems import Problem, Problems
 from gpulab.labdef.rules import first_failure
 from gpulab.labdef.vm_checks import check_vms
 
 # An unknown variable's value is shown unless its name looks like it holds a secret.
 _SECRET_NAME_RE = re.compile(r"secret|passw|token|key", re.IGNORECASE)
-
-
-class Problems(list[Problem]):
-    def add(self, host: str, field: str, value: Any, why: str, fix: str) -> None:
-        self.append(Problem(host, field, value, why, fix))
 
 
 def _rule_problem(host: str, name: str, value: Any) -> Problem | None:

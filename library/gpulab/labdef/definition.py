@@ -13,25 +13,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.labdef.catalogue import BY_NAME, CATALOGUE, GROUPS, Var, owned_prefixes
+from gpulab.labdef.problems import Problem
 
-
-@dataclass(frozen=True)
-class Problem:
-    host: str
-    field: str
-    value: Any
-    why: str
-    fix: str
-
-    def __str__(self) -> str:
-        shown = "(not set)" if self.value is None else repr(self.value)
-        return f"{self.host}: {self.field}={shown}: {self.why}. Fix: {self.fix}."
-
-
-class LabDefinitionError(Exception):
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
+# The router host's connection variables, read with its catalogue variables: an SSH router (dnsmasq,
+# openwrt) is reached with them (gpulab.routerspec). Its ansible_password is a secret and is not read here.
+ROUTER_CONNECTION = (
+    "ansible_host",
+    "ansible_port",
+    "ansible_user",
+    "ansible_connection",
+    "ansible_ssh_private_key_file",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_host_key_checking",
+)
 
 
 @dataclass
@@ -147,6 +142,7 @@ def load(
     if groups["router"]:
         rh = groups["router"][0]
         router = (rh, _read(rh, "router", lambda n: hostvar(rh, n), problems))
+        router[1].update((name, hostvar(rh, name)) for name in ROUTER_CONNECTION)
         for extra in groups["router"][1:]:
             fix = f"keep one host in group router (first is {rh})"
             problems.append(Problem(extra, "group router", extra, "only one router is supported", fix))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpulab import hami
-from gpulab.labdef.definition import LabDefinition, Problem
+from gpulab.labdef.definition import LabDefinition
+from gpulab.labdef.problems import Problem
 
 
 def check_hami_values(d: LabDefinition, out: list[Problem]) -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpulab.labdef.checks import Problems
     from gpulab.labdef.definition import LabDefinition
+    from gpulab.labdef.problems import Problems
 
 
 def _true(value: Any) -> bool:

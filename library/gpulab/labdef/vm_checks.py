@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from gpulab.labdef.rules import first_failure
 
 if TYPE_CHECKING:
-    from gpulab.labdef.checks import Problems
     from gpulab.labdef.definition import LabDefinition
+    from gpulab.labdef.problems import Problems
 
 # What a VM with a passed-through GPU must have: (field, is it right, why, fix).
 GPU_VM_RULES: tuple[tuple[str, Any, str, str], ...] = (

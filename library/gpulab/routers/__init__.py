@@ -13,9 +13,8 @@ router limit, in-pool on pfSense) are raised before any write, authentication fa
 
 from __future__ import annotations
 
-from gpulab.constants import ROUTER_KINDS
-
 from .backend import Backend, Result
+from .kinds import KINDS, OPTION_DEFAULTS, SSH, ssh_settings
 from .model import (
     ApplyError,
     AuthError,
@@ -30,6 +29,7 @@ from .model import (
 # The interface: build a backend (or probe a router) and the errors it raises. The data model the
 # backends share (Desired, Lease, Reservation, norm_mac, make_plan) stays in gpulab.routers.model.
 __all__ = [
+    "KINDS",
     "OPTION_DEFAULTS",
     "ApplyError",
     "AuthError",
@@ -45,100 +45,60 @@ __all__ = [
     "probe",
 ]
 
-# Backend-specific options (the `options` mapping), with their defaults; documented in the module.
-OPTION_DEFAULTS = {
-    "dnsmasq": {
-        "hostsfile": "/etc/dnsmasq.gpulab-hosts",
-        "leasefile": "/var/lib/misc/dnsmasq.leases",
-        "pidfile": "/run/dnsmasq/dnsmasq.pid",
-        "reload_command": None,
-        "check_wiring": True,
-    },
-    "openwrt": {"leasefile": None, "reload_command": "/etc/init.d/dnsmasq reload"},
-    "kea": {"url": None, "service": "dhcp4", "subnet_id": None, "config_write": True},
-    "mikrotik": {"server": None},
-    "opnsense": {"dhcp": "kea"},
-    "pfsense": {"interface": "lan", "auth": "basic"},
-    "huawei_ont": {"profile": None},
-}
-
 
 def _shell(cfg: dict):
     from .shell import LocalShell, SSHShell, parse_ssh_args
 
-    ssh = cfg.get("ssh") or {}
-    if ssh.get("local"):
+    ssh = ssh_settings(cfg.get("address"), cfg.get("user"), cfg.get("ssh"))
+    if ssh["local"]:
         return LocalShell()
-    parsed = parse_ssh_args(ssh.get("ssh_args"))
-    policy = "no" if ssh.get("host_key_checking") is False else parsed["policy"]
+    parsed = parse_ssh_args(ssh["ssh_args"])
+    policy = "no" if not ssh["host_key_checking"] else parsed["policy"]
     return SSHShell(
-        ssh.get("host") or cfg["address"],
-        port=int(ssh.get("port") or 22),
-        user=ssh.get("user") or cfg.get("user") or "root",
-        password=ssh.get("password"),
-        key_filename=ssh.get("key_file"),
-        known_hosts=ssh.get("known_hosts") or parsed["known_hosts"],
+        ssh["host"],
+        port=ssh["port"],
+        user=ssh["user"],
+        password=ssh["password"],
+        key_filename=ssh["key_file"],
+        known_hosts=ssh["known_hosts"] or parsed["known_hosts"],
         host_key_policy=policy or "strict",
-        become=bool(ssh.get("become")),
+        become=ssh["become"],
     )
 
 
 def make_backend(cfg: dict) -> Backend:
-    """Build the backend for `cfg`: kind, address, subnet, pool {start, end}, user, password, url,
-    validate_certs, ssh {host, port, user, password, key_file, host_key_checking, known_hosts, ssh_args,
-    become, local},
-    options (backend-specific, see OPTION_DEFAULTS), name (for messages)."""
-    kind = cfg.get("kind")
-    if kind not in ROUTER_KINDS:
+    """Build the backend of `cfg`'s kind (its row of gpulab.routers.kinds.KINDS): kind, address, subnet,
+    pool {start, end}, user, password, url, validate_certs, ssh {host, port, user, password, key_file,
+    host_key_checking, known_hosts, ssh_args, become, local}, options (the kind's, see KINDS), name (for
+    messages)."""
+    kind = KINDS.get(cfg.get("kind"))
+    if kind is None:
         raise RouterError(
-            f"unknown router kind {kind!r}: router_kind must be one of {', '.join(ROUTER_KINDS)}"
+            f"unknown router kind {cfg.get('kind')!r}: router_kind must be one of {', '.join(KINDS)}"
         )
-    unknown = set(cfg.get("options") or {}) - set(OPTION_DEFAULTS[kind])
+    given = cfg.get("options") or {}
+    unknown = set(given) - set(kind.options)
     if unknown:
         raise RouterError(
-            f"unknown option(s) {', '.join(sorted(unknown))} for router kind {kind}; known: "
-            + ", ".join(sorted(OPTION_DEFAULTS[kind]))
+            f"unknown option(s) {', '.join(sorted(unknown))} for router kind {kind.name}; known: "
+            + ", ".join(sorted(kind.options))
         )
-    opts = {**OPTION_DEFAULTS[kind], **{k: v for k, v in (cfg.get("options") or {}).items() if v is not None}}
+    opts = {**kind.defaults(), **{k: v for k, v in given.items() if v is not None}}
     common = {
         "subnet": cfg.get("subnet"),
         "pool": cfg.get("pool"),
-        "name": cfg.get("name") or f"{kind} router",
+        "name": cfg.get("name") or f"{kind.name} router",
         "address": cfg.get("address"),
     }
-    address = cfg.get("address")
-    url = cfg.get("url") or (f"https://{address}" if address else None)
-    verify = cfg.get("validate_certs", True)
-    user, password = cfg.get("user"), cfg.get("password")
-    if kind == "dnsmasq":
-        from .dnsmasq import DnsmasqBackend
-
-        return DnsmasqBackend(_shell(cfg), **opts, **common)
-    if kind == "openwrt":
-        from .openwrt import OpenWrtBackend
-
-        return OpenWrtBackend(_shell(cfg), **opts, **common)
-    if kind == "kea":
-        from .kea import KeaBackend
-
-        kea_url = opts.pop("url") or cfg.get("url") or f"http://{address}:8000/"
-        return KeaBackend(kea_url, user=user, password=password, validate_certs=verify, **opts, **common)
-    if kind == "mikrotik":
-        from .mikrotik import MikroTikBackend
-
-        return MikroTikBackend(url, user=user, password=password, validate_certs=verify, **opts, **common)
-    if kind == "opnsense":
-        from .opnsense import OPNsenseBackend
-
-        return OPNsenseBackend(url, key=user, secret=password, validate_certs=verify, **opts, **common)
-    if kind == "pfsense":
-        from .pfsense import PfSenseBackend
-
-        return PfSenseBackend(url, user=user, password=password, validate_certs=verify, **opts, **common)
-    from .huawei import HuaweiOntBackend
-
-    url = cfg.get("url") or f"http://{address}"  # these ONTs serve their admin page over plain HTTP
-    return HuaweiOntBackend(url, user=user, password=password, validate_certs=verify, **opts, **common)
+    if kind.reach == SSH:
+        return kind.cls(_shell(cfg), **opts, **common)
+    # a kind with a `url` option (Kea's control agent) takes it before router_url
+    url = opts.pop("url", None) or kind.base_url(cfg.get("address"), cfg.get("url"))
+    user, password = kind.login
+    login = {user: cfg.get("user"), password: cfg.get("password")}
+    if cfg.get("validate_certs") is not None:  # else the class's own default: check the certificate
+        login["validate_certs"] = cfg["validate_certs"]
+    return kind.cls(url, **login, **opts, **common)
 
 
 def probe(cfg: dict) -> dict:

@@ -35,6 +35,8 @@ class Result:
     before: list[Reservation]
     after: list[Reservation]
     reservations: dict[str, Reservation]  # mac -> reservation the lab holds after the run
+    # inventory name -> the address reserved for it after the run, for each staged MAC that has a name
+    addresses: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
@@ -50,6 +52,7 @@ class Result:
                 for c in self.changes
             ],
             "reservations": {mac: r.as_dict() for mac, r in sorted(self.reservations.items())},
+            "addresses": dict(self.addresses),
         }
 
     def diff(self) -> dict:
@@ -94,11 +97,11 @@ class Backend(abc.ABC):
 
     # --- staging --------------------------------------------------------------------------------
     def ensure(
-        self, mac: str, ip=None, hostname: str | None = None, *, hint=None, name=None, expect=None
+        self, mac: str, ip=None, hostname: str | None = None, *, current_address=None, name=None, expect=None
     ) -> None:
         """Stage a reservation for `mac`: `ip` None keeps the address it holds, which must then be `expect`
         when given (see Desired)."""
-        self._present.append(Desired.make(mac, ip, hostname, hint, name, expect))
+        self._present.append(Desired.make(mac, ip, hostname, current_address, name, expect))
 
     def keep_free(
         self, ip, host: str | None = None, field: str | None = None, what: str | None = None
@@ -138,9 +141,14 @@ class Backend(abc.ABC):
             elif plan.changes:
                 self.write(plan)
                 self.verify(plan)
+            addresses = {
+                d.name: str(plan.resolved[d.mac].ip)
+                for d in self._present
+                if d.name and d.mac in plan.resolved
+            }
         finally:
             self._present, self._absent, self._free = [], [], []
-        return Result(bool(plan.changes), plan.changes, plan.before, plan.after, plan.resolved)
+        return Result(bool(plan.changes), plan.changes, plan.before, plan.after, plan.resolved, addresses)
 
     def dry_run(self, plan: Plan) -> None:
         """Check mode: validate the plan on the router without changing it, where possible."""

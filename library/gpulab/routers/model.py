@@ -77,25 +77,25 @@ class Desired:
     """What the lab wants for one MAC.
 
     `ip` None means "keep": an existing reservation stays as it is, otherwise the address the MAC
-    holds now (the router's lease, else `hint`, the address the VM reports) is reserved.
+    holds now (the router's lease, else `current_address`, the address the VM reports) is reserved.
     """
 
     mac: str
     ip: ipaddress.IPv4Address | None = None
     hostname: str | None = None
-    hint: ipaddress.IPv4Address | None = None
+    current_address: ipaddress.IPv4Address | None = None
     name: str | None = None  # inventory name, for messages only
     # In keep mode: the address the rest of the run uses for this VM (its vm_address); a kept address that
     # differs is refused before any write.
     expect: ipaddress.IPv4Address | None = None
 
     @classmethod
-    def make(cls, mac, ip=None, hostname=None, hint=None, name=None, expect=None) -> Desired:
+    def make(cls, mac, ip=None, hostname=None, current_address=None, name=None, expect=None) -> Desired:
         return cls(
             mac=norm_mac(mac),
             ip=ip4(ip) if ip not in (None, "", "keep") else None,
             hostname=hostname or None,
-            hint=ip4(hint) if hint not in (None, "") else None,
+            current_address=ip4(current_address) if current_address not in (None, "") else None,
             name=name,
             expect=ip4(expect) if expect not in (None, "", "keep") else None,
         )
@@ -267,8 +267,8 @@ def make_plan(
             targets[d.mac], held = mine[0].ip, "its reservation"
         elif d.mac in lease_by_mac:
             targets[d.mac], held = lease_by_mac[d.mac].ip, "its DHCP lease"
-        elif d.hint is not None:
-            targets[d.mac], held = d.hint, "the address the VM reports"
+        elif d.current_address is not None:
+            targets[d.mac], held = d.current_address, "the address the VM reports"
         else:
             raise RouterError(
                 f"cannot keep the address of {d.label()}: {router} has no lease for it and the VM reported "

@@ -2,8 +2,7 @@
 inside a function, relative or absolute, and importlib with a literal name (tests/imports.py reads them).
 
 A function-level import hides a cycle from Python at load time, not from the reader: both ends still depend on
-each other. A package is checked by adding it to PACKAGES (or, while a known cycle is being removed, to
-PENDING with the reason, which fails the moment the cycle is gone, so that the entry moves to PACKAGES).
+each other. Both packages are checked (PACKAGES).
 """
 
 from __future__ import annotations
@@ -11,10 +10,7 @@ from __future__ import annotations
 import pytest
 from imports import LIBRARY, cycles, import_graph
 
-PACKAGES = ["labsim"]
-PENDING = {
-    "gpulab": "labdef.checks imports labdef.vm_checks and labdef.node_checks, which import checks back",
-}
+PACKAGES = ["gpulab", "labsim"]
 
 
 def describe(package: str) -> list[str]:
@@ -34,14 +30,6 @@ def test_no_import_cycle(package):
     assert len(import_graph(LIBRARY / package)) > 5, f"library/{package} holds almost no modules"
     found = describe(package)
     assert not found, f"import cycles in library/{package}:\n" + "\n".join(found)
-
-
-@pytest.mark.parametrize(
-    "package",
-    [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=why)) for p, why in PENDING.items()],
-)
-def test_no_import_cycle_pending(package):
-    test_no_import_cycle(package)
 
 
 def test_cycles_are_found_through_function_level_and_relative_imports(tmp_path):

@@ -25,9 +25,20 @@ CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 KUBE_VERSION_RE = re.compile(r"^(v\d+\.\d+\.\d+)")
 
 
+_GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+             "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}  # fmt: skip
+
+
 def parse_register(text: str | None) -> list[dict[str, Any]] | None:
     """The cards of a register annotation (JSON array or the pre-2.8 colon string); None when absent or
-    unreadable."""
+    unreadable.
+
+    JSON entries come as HAMi wrote them; a member left out is Go's zero value (``health`` absent means an
+    unhealthy card), so ``health`` is always set here. The colon string is read as HAMi's DecodeNodeDevices
+    reads it (pkg/device/devices.go@v2.10.0): `UUID,count,devmem,devcore,type,numa,health` per card, or with
+    `,index,mode` after it, `:` after each card; a card of another length, a field that is not a number or a
+    Go boolean, or a negative index makes the whole annotation unreadable, as at v2.10.0.
+    """
     if not text:
         return None
     text = text.strip()
@@ -36,25 +47,35 @@ def parse_register(text: str | None) -> list[dict[str, Any]] | None:
             cards = json.loads(text)
         except ValueError:
             return None
-        return [c for c in cards if isinstance(c, dict) and c.get("id")] if isinstance(cards, list) else None
+        if not isinstance(cards, list):
+            return None
+        return [
+            {**c, "health": c.get("health") is True} for c in cards if isinstance(c, dict) and c.get("id")
+        ]
+    if ":" not in text:
+        return None
     cards = []
     for item in (part for part in text.split(":") if part.strip()):
         fields = item.split(",")
-        if len(fields) < 5:
+        if len(fields) not in (7, 9) or fields[6] not in _GO_BOOLS:
             return None
         try:
-            cards.append(
-                {
-                    "id": fields[0],
-                    "count": int(fields[1]),
-                    "devmem": int(fields[2]),
-                    "devcore": int(fields[3]),
-                    "type": fields[4],
-                    "health": fields[-1].strip() == "true",
-                }
-            )
+            card = {
+                "id": fields[0],
+                "count": int(fields[1]),
+                "devmem": int(fields[2]),
+                "devcore": int(fields[3]),
+                "type": fields[4],
+                "numa": int(fields[5]),
+                "health": _GO_BOOLS[fields[6]],
+                "index": int(fields[7]) if len(fields) == 9 else 0,
+                "mode": fields[8] if len(fields) == 9 else "hami-core",
+            }
         except ValueError:
             return None
+        if card["index"] < 0:
+            return None
+        cards.append(card)
     return cards
 
 
@@ -323,8 +344,8 @@ def decode_allocated(text: str | None) -> list[dict[str, Any]]:
 
 def card_usage(nodes_doc: Mapping[str, Any], pods_doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Who holds what on each card HAMi registered: per card (node, uuid, type, devmem) the pods that HAMi's
-    scheduler allocated on it (from their hami.io/vgpu-devices-allocated), their memory, share and cores, and
-    the percent of the card's memory that is free. Pods that ended (Succeeded, Failed) hold nothing."""
+    scheduler allocated on it (from their hami.io/vgpu-devices-allocated), their memory, share and cores, the
+    percent of the card's memory that is free, and its cores (devcore) and the cores held (used_cores). Pods that ended (Succeeded, Failed) hold nothing."""
     cards = []
     by_uuid = {}
     for node in nodes_doc.get("items") or []:
@@ -335,6 +356,7 @@ def card_usage(nodes_doc: Mapping[str, Any], pods_doc: Mapping[str, Any]) -> lis
                 "uuid": card["id"],
                 "type": card.get("type", ""),
                 "devmem": int(card.get("devmem") or 0),
+                "devcore": int(card.get("devcore") or 0),
                 "pods": [],
             }
             cards.append(entry)
@@ -359,5 +381,6 @@ def card_usage(nodes_doc: Mapping[str, Any], pods_doc: Mapping[str, Any]) -> lis
     for card in cards:
         used = sum(p["mem_mib"] for p in card["pods"])
         card["used_mib"] = used
+        card["used_cores"] = sum(p["cores"] for p in card["pods"])
         card["free_percent"] = max(0, 100 - round(100 * used / card["devmem"])) if card["devmem"] else 0
     return cards

@@ -177,3 +177,76 @@ def test_the_kube_scheduler_tag_must_be_the_servers_version():
     (p,) = hami_checks.scheduler_problems(doc, None)
     assert p["wait"] and "hami-scheduler is missing" in p["cause"]
     assert "[1] k3s server: deployment" in hami_checks.problems_text([p])
+
+
+def test_the_pending_reason_is_read_as_kube_scheduler_writes_hamis_filter_result():
+    message = (
+        "0/3 nodes are available: 1 1/2 CardInsufficientMemory, 1/2 CardUuidMismatch, 2 node unregistered. "
+        "preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.."
+    )
+    got = hami_checks.scheduling_reasons(message)
+    assert got["nodes"] == 3
+    assert got["reasons"] == [
+        {"nodes": 1, "reason": "1/2 CardInsufficientMemory, 1/2 CardUuidMismatch",
+         "hami": [[1, 2, "CardInsufficientMemory"], [1, 2, "CardUuidMismatch"]]},
+        {"nodes": 2, "reason": "node unregistered", "hami": []},
+    ]  # fmt: skip
+    assert got["hami"] == ["CardInsufficientMemory", "CardUuidMismatch"]
+    assert got["preemption"].startswith("0/3 nodes are available: 3 No preemption victims")
+    # the default scheduler's own reasons carry no HAMi card counts; HAMi's Event text is no PodScheduled message
+    plain = hami_checks.scheduling_reasons(
+        "0/3 nodes are available: 3 Insufficient nvidia.com/gpumem-percentage."
+    )
+    assert plain["reasons"] == [
+        {"nodes": 3, "reason": "Insufficient nvidia.com/gpumem-percentage", "hami": []}
+    ]
+    assert hami_checks.scheduling_reasons("no available node, 3 nodes do not meet") is None
+
+
+def test_pods_around_hami_say_what_the_kubelet_and_the_scheduler_made_of_them():
+    rejected = {
+        "metadata": {"namespace": "default", "name": "e0-1"},
+        "spec": {"schedulerName": "default-scheduler", "nodeName": "vm-gpu"},
+        "status": {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                   "message": "Pod was rejected: Allocate failed due to rpc error: code = Unknown desc = no binding pod "
+                              "found on node vm-gpu, which is unexpected"},
+    }  # fmt: skip
+    pending = {
+        "metadata": {"namespace": "default", "name": "e0-2"},
+        "spec": {},  # no schedulerName: default-scheduler
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                   "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpumem-percentage."}]},
+    }  # fmt: skip
+    placed = {
+        "metadata": {"namespace": "default", "name": "e0-3"},
+        "spec": {"schedulerName": "hami-scheduler"},
+    }
+    got = hami_checks.around_hami([rejected, pending, placed])
+    assert (got["pods"], got["rejected"], got["pending"]) == (["e0-1", "e0-2"], 1, 1)
+    assert (
+        "rejected by the kubelet (UnexpectedAdmissionError" in got["text"]
+        and "again and again" in got["text"]
+    )
+    assert (
+        "e0-2 (schedulerName default-scheduler) Pending: 0/3 nodes are available: 3 Insufficient"
+        in got["text"]
+    )
+    assert hami_checks.around_hami([placed]) == {"pods": [], "rejected": 0, "pending": 0, "text": ""}
+
+
+def test_the_webhook_state_counts_the_ready_endpoints_of_its_service():
+    hooks = {"items": [{"metadata": {"name": "hami-webhook"}, "webhooks": [{"name": "vgpu.hami.io",
+             "failurePolicy": "Ignore", "clientConfig": {"service": {"name": "hami-scheduler",
+                                                                     "namespace": "kube-system"}}}]}]}  # fmt: skip
+    deployment = {
+        "metadata": {"name": "hami-scheduler"},
+        "spec": {"replicas": 1},
+        "status": {"readyReplicas": 1},
+    }
+    slices = {"items": [{"endpoints": [{"conditions": {"ready": False}}, {"conditions": {}}]}]}
+    text = hami_checks.webhook_state(hooks, deployment, slices)
+    assert "failurePolicy Ignore" in text and "has 1 of 1 replica(s) ready" in text
+    assert "its Service kube-system/hami-scheduler has 1 ready endpoint(s)" in text
+    none = hami_checks.webhook_state(hooks, deployment, {"items": [{"endpoints": None}]})
+    assert "has 0 ready endpoint(s) (the API server cannot reach the webhook" in none
+    assert "endpoint" not in hami_checks.webhook_state(hooks, deployment)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import json
 import pathlib
 import sys
@@ -260,6 +261,30 @@ def build_values(
     if image_registry:
         values["global"] = {"imageRegistry": image_registry}
     return deep_merge(values, extra_values or {})
+
+
+#: role hami's variables (defaults/main.yml) that tasks/chart.yml passes to module gpulab_hami_values as values
+ROLE_VALUE_ARGS = {
+    "device_split_count": "hami_device_split_count",
+    "device_memory_scaling": "hami_device_memory_scaling",
+    "runtime_class_name": "hami_runtime_class_name",
+    "node_selector": "hami_node_selector",
+    "kube_scheduler_image": "hami_kube_scheduler_image",
+    "image_registry": "hami_image_registry",
+    "extra_values": "hami_extra_values",
+}
+
+
+def role_values(role_vars):
+    """The chart values role hami renders from its variables (`role_vars`: defaults/main.yml, or the
+    inventory's), as tasks/chart.yml passes them to build_values."""
+    return build_values(**{arg: role_vars[var] for arg, var in ROLE_VALUE_ARGS.items()})
+
+
+def values_digest(values):
+    """SHA-256 of the values as canonical JSON (sorted keys), to tell whether two renderings used the same."""
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def values_content(values):

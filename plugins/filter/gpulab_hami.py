@@ -50,13 +50,36 @@ def gpulab_hami_problems_text(problems):
 
 
 def gpulab_hami_webhook_state(look):
-    """`{"webhooks": <get mutatingwebhookconfigurations -o json>, "scheduler": <its Deployment or null>}` as a
-    sentence (roles/workloads/tasks/webhook_state.yml)."""
+    """`{"webhooks": <get mutatingwebhookconfigurations -o json>, "scheduler": <its Deployment or null>,
+    "endpoints": <get endpointslices of its Service -o json>}` as a sentence (roles/workloads/tasks/
+    webhook_state.yml)."""
     try:
         doc = json.loads(look or "{}")
     except ValueError:
         return f"unreadable ({look!r})"
-    return hami_checks.webhook_state(doc.get("webhooks"), doc.get("scheduler"))
+    return hami_checks.webhook_state(doc.get("webhooks"), doc.get("scheduler"), doc.get("endpoints"))
+
+
+def gpulab_hami_around(pods, scheduler_name="hami-scheduler"):
+    """Pods (a `get pods -o json` text, its document or its items) that went around HAMi's scheduler: their
+    names, how many the kubelet rejected and how many are Pending, and a sentence (hami_checks.around_hami)."""
+    if isinstance(pods, str):
+        try:
+            pods = json.loads(pods or "{}")
+        except ValueError as exc:
+            raise AnsibleFilterError(f"gpulab_hami_around: the pods are not JSON ({exc})") from exc
+    items = pods.get("items") or [] if isinstance(pods, dict) else list(pods or [])
+    return hami_checks.around_hami(items, scheduler_name)
+
+
+def gpulab_hami_pod_state(pod):
+    """One pod (its `get pods -o json` item) in words: scheduler, phase and why it does not run."""
+    return hami_checks.pod_state(pod or {})
+
+
+def gpulab_hami_scheduling_reasons(message):
+    """A PodScheduled message parsed as kube-scheduler writes it (hami_checks.scheduling_reasons), or None."""
+    return hami_checks.scheduling_reasons(message)
 
 
 def gpulab_hami_card_usage(look):
@@ -72,4 +95,7 @@ class FilterModule:
             "gpulab_hami_problems_text": gpulab_hami_problems_text,
             "gpulab_hami_webhook_state": gpulab_hami_webhook_state,
             "gpulab_hami_card_usage": gpulab_hami_card_usage,
+            "gpulab_hami_around": gpulab_hami_around,
+            "gpulab_hami_scheduling_reasons": gpulab_hami_scheduling_reasons,
+            "gpulab_hami_pod_state": gpulab_hami_pod_state,
         }

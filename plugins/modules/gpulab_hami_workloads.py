@@ -14,7 +14,9 @@ description:
     pinned by UUID (C(nvidia.com/use-gpuuuid)) from the GPU facts of the guests stage, with a number of cards
     (C(nvidia.com/gpu)) and a share of each (C(nvidia.com/gpumem-percentage)), the C(nvidia) RuntimeClass,
     and C(CUDA_DISABLE_CONTROL=true) for engines that size their own memory (vLLM).
-  - Refuses a plan that puts a card above 100 % before anything is applied.
+  - Refuses a plan that puts a card above 100 % of its memory, or shares a card's cores in a way HAMi's scheduler
+    would leave an engine Pending (all 100 cores beside another engine, more than 100, or all 100 taken beside an
+    engine without C(gpu_cores)), before anything is applied.
   - Returns the engines in start order; an engine that shares a card with a later one is marked
     RV(engines[].wait_ready) so that the next one starts only once it is Ready.
   - The order also holds on every later start of the pods (a node reboot, an eviction, a reschedule), kept by

@@ -512,3 +512,14 @@ def test_hami_webhook_and_card_shares_as_hamis_components_would_keep_them(cluste
     assert scaled.returncode == 0, scaled.stderr
     probe = json.loads(create(gpu_pod("probe", 10), dry=True).stdout)
     assert probe["spec"]["schedulerName"] == "default-scheduler"
+    # its Service has no ready endpoint now; a pod asking nvidia.com/gpu alone is bound by default-scheduler
+    # and rejected by the kubelet (HAMi's device plugin finds no pod bound by HAMi)
+    slices = server.k3s("kubectl", "-n", "kube-system", "get", "endpointslices", "-l",
+                        "kubernetes.io/service-name=hami-scheduler", "-o", "json")  # fmt: skip
+    assert [s["endpoints"] for s in json.loads(slices.stdout)["items"]] == [None], slices.stderr
+    whole = gpu_pod("whole", 10)
+    del whole["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"]
+    assert create(whole).returncode == 0
+    rejected = wait_for(lambda: (p := pods().get("whole")) and p["status"]["phase"] == "Failed" and p)
+    assert rejected["status"]["reason"] == "UnexpectedAdmissionError"
+    assert "no binding pod found on node vm-gpu" in rejected["status"]["message"]

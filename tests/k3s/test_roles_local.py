@@ -51,12 +51,19 @@ FAKE_K3S = textwrap.dedent(
         # HAMi's webhook: the scheduler it writes into a GPU pod (file webhook-scheduler), hami-scheduler by default
         path = state / "webhook-scheduler"
         sys.stdout.write(path.read_text() if path.exists() else "hami-scheduler")
+    elif a[2:4] == ["get", "pods"] and (state / "pods.json").exists():
+        print((state / "pods.json").read_text())
     elif a[2:4] == ["get", "pods"]:
         name = a[a.index("-l") + 1].split("=", 1)[1]
         path = state / "pod-scheduler"
         scheduler = path.read_text() if path.exists() else "hami-scheduler"
         pod = {"metadata": {"name": name + "-0"}, "spec": {"schedulerName": scheduler}}
         print(json.dumps({"items": [pod]}))
+    elif a[2:4] == ["get", "endpointslices"]:
+        # the webhook Service's EndpointSlices: file endpointslices.json, else one ready endpoint
+        path = state / "endpointslices.json"
+        ready = {"items": [{"endpoints": [{"addresses": ["10.42.0.9"], "conditions": {"ready": True}}]}]}
+        print(path.read_text() if path.exists() else json.dumps(ready))
     elif a[:2] == ["get", "mutatingwebhookconfigurations"]:
         hook = {"name": "vgpu.hami.io", "failurePolicy": "Ignore",
                 "clientConfig": {"service": {"name": "hami-scheduler", "namespace": "kube-system", "port": 443}}}
@@ -572,17 +579,39 @@ def test_workloads_wait_for_hamis_webhook_and_place_nothing_while_it_fails_open(
         in msg
     )
     assert "has 0 of 0 replica(s) ready" in msg and "scale deployment/hami-scheduler --replicas=1" in msg
+    assert "UnexpectedAdmissionError" in msg and "delete pods" not in msg  # nothing was made to delete
     assert list((lab.root / "manifests").iterdir()) == [], "no GPU pod before the webhook answers"
 
 
+def around_pod(name, **status):
+    return {"metadata": {"namespace": "default", "name": name}, "spec": {"schedulerName": "default-scheduler",
+            **({"nodeName": "vm-gpu"} if status.get("phase") == "Failed" else {})}, "status": status}  # fmt: skip
+
+
 def test_workloads_stop_on_an_engine_pod_that_went_around_hami(lab):
-    (lab.root / "state" / "pod-scheduler").write_text("default-scheduler")
+    # as a cluster shows it: the kubelet rejected the pods default-scheduler bound (HAMi's device plugin found no
+    # pod bound by HAMi) and the ReplicaSet made new ones; the webhook's Service has no ready endpoint
+    rejected = (
+        "Pod was rejected: Allocate failed due to rpc error: code = Unknown desc = no binding pod found on node "
+        "vm-gpu, which is unexpected"
+    )
+    pods = [around_pod(f"e0-{i}", phase="Failed", reason="UnexpectedAdmissionError", message=rejected)
+            for i in range(2)] + [around_pod("e0-2", phase="Pending")]  # fmt: skip
+    (lab.root / "state" / "pods.json").write_text(json.dumps({"items": pods}))
+    (lab.root / "state" / "endpointslices.json").write_text(json.dumps({"items": [{"endpoints": None}]}))
     rc, out = lab.play([WORKLOADS], extra_vars={"workloads_engines": engines(45)})
     assert rc != 0
     msg = lab.failures(out)[0]
+    assert "Engine default/e0 has pods that went around HAMi" in msg
+    assert "2 pod(s) were bound by default-scheduler and rejected by the kubelet (UnexpectedAdmissionError" in msg
+    assert "again and again" in msg and "1 pod(s) are Pending under default-scheduler" in msg
+    assert "default/e0-0 (schedulerName default-scheduler) was bound to vm-gpu and then rejected" in msg
+    assert "no binding pod found on node vm-gpu" in msg
+    assert "its Service kube-system/hami-scheduler has 0 ready endpoint(s)" in msg
     assert (
-        "Pod default/e0-0 of engine e0 runs under schedulerName default-scheduler, not hami-scheduler" in msg
+        "delete pods -l app.kubernetes.io/name=e0 --field-selector spec.schedulerName!=hami-scheduler" in msg
     )
+    assert msg.index("get the webhook answering") < msg.index("delete pods -l")
     assert not [c for c in lab.calls() if "rollout" in c["args"]], "not waited for"
 
 

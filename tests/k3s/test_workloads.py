@@ -143,6 +143,71 @@ def test_an_engine_without_a_share_takes_the_whole_card():
         workloads.plan([whole, {**VLLM, "gpu_memory_percent": 1, "args": []}], GPUS)
 
 
+def sharing(*cores, percent=30):
+    """Engines on card 0, each with its share of the memory and the given gpu_cores (None: not set)."""
+    return [
+        {"name": f"e{i}", "image": "x", "node": "vm-gpu", "gpu_memory_percent": percent, "port": 80,
+         "readiness_path": "/", **({"gpu_cores": c} if c is not None else {})}
+        for i, c in enumerate(cores)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cores", "reason"),
+    [
+        ((100, None), "e0 ask\\(s\\) all 100 cores.*ExclusiveDeviceAllocateConflict"),
+        ((None, 100), "e1 ask\\(s\\) all 100 cores.*ExclusiveDeviceAllocateConflict"),
+        ((100, 10), "ExclusiveDeviceAllocateConflict"),
+        ((60, 50), "e0 60 \\+ e1 50 = 110 cores, more than the card's 100: CardInsufficientCore"),
+        (
+            (60, 40, None),
+            "all 100 cores, and e2 \\(no gpu_cores\\) cannot be placed.*CardComputeUnitsExhausted",
+        ),
+    ],
+)
+def test_core_shares_hami_would_leave_pending_are_refused_naming_card_and_engines(cores, reason):
+    with pytest.raises(workloads.PlanError, match=f"{UUID0}: .*{reason}.*Fix: give the engines"):
+        workloads.plan(sharing(*cores), GPUS)
+
+
+@pytest.mark.parametrize("cores", [(60, 40), (50, None), (None, None), (99, None), (100,)])
+def test_core_shares_hami_places_in_any_order_are_planned(cores):
+    planned = workloads.plan(sharing(*cores), GPUS)["engines"]
+    limits = [pod_spec(e)["containers"][0]["resources"]["limits"] for e in planned]
+    assert [lim.get("nvidia.com/gpucores") for lim in limits] == list(cores)
+
+
+def test_an_engine_on_a_whole_card_counts_all_its_cores():
+    # no share of the memory: HAMi's webhook asks gpucores 100 for it, so a core-less engine beside it is refused
+    # by the memory check first, and one with a whole card to itself plans
+    assert workloads.hami_cores(100, None) == 100 and workloads.hami_cores(45, None) == 0
+    assert workloads.hami_cores(45, 30) == 30
+    assert workloads.plan(sharing(None, percent=100), GPUS)["cards"] == {UUID0: 100}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(1, 100)), min_size=1, max_size=4))
+def test_core_shares_are_refused_exactly_when_some_start_order_leaves_one_pending(cores):
+    # HAMi's Fit on one card of 100 cores (pkg/device/nvidia/device.go@v2.10.0), every start order tried
+    import itertools
+
+    def fits_in(order):
+        used = held = 0
+        for c in order:
+            c = c or 0
+            if 100 - used < c or (c == 100 and held) or (used == 100 and c == 0):
+                return False
+            used, held = used + c, held + 1
+        return True
+
+    all_fit = all(fits_in(order) for order in itertools.permutations(cores))
+    if all_fit:
+        workloads.plan(sharing(*cores, percent=20), GPUS)
+    else:
+        with pytest.raises(workloads.PlanError, match="HAMi's scheduler cannot share"):
+            workloads.plan(sharing(*cores, percent=20), GPUS)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -25,9 +25,20 @@ CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 KUBE_VERSION_RE = re.compile(r"^(v\d+\.\d+\.\d+)")
 
 
+_GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+             "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}  # fmt: skip
+
+
 def parse_register(text: str | None) -> list[dict[str, Any]] | None:
     """The cards of a register annotation (JSON array or the pre-2.8 colon string); None when absent or
-    unreadable."""
+    unreadable.
+
+    JSON entries come as HAMi wrote them; a member left out is Go's zero value (``health`` absent means an
+    unhealthy card), so ``health`` is always set here. The colon string is read as HAMi's DecodeNodeDevices
+    reads it (pkg/device/devices.go@v2.10.0): `UUID,count,devmem,devcore,type,numa,health` per card, or with
+    `,index,mode` after it, `:` after each card; a card of another length, a field that is not a number or a
+    Go boolean, or a negative index makes the whole annotation unreadable, as at v2.10.0.
+    """
     if not text:
         return None
     text = text.strip()
@@ -36,25 +47,35 @@ def parse_register(text: str | None) -> list[dict[str, Any]] | None:
             cards = json.loads(text)
         except ValueError:
             return None
-        return [c for c in cards if isinstance(c, dict) and c.get("id")] if isinstance(cards, list) else None
+        if not isinstance(cards, list):
+            return None
+        return [
+            {**c, "health": c.get("health") is True} for c in cards if isinstance(c, dict) and c.get("id")
+        ]
+    if ":" not in text:
+        return None
     cards = []
     for item in (part for part in text.split(":") if part.strip()):
         fields = item.split(",")
-        if len(fields) < 5:
+        if len(fields) not in (7, 9) or fields[6] not in _GO_BOOLS:
             return None
         try:
-            cards.append(
-                {
-                    "id": fields[0],
-                    "count": int(fields[1]),
-                    "devmem": int(fields[2]),
-                    "devcore": int(fields[3]),
-                    "type": fields[4],
-                    "health": fields[-1].strip() == "true",
-                }
-            )
+            card = {
+                "id": fields[0],
+                "count": int(fields[1]),
+                "devmem": int(fields[2]),
+                "devcore": int(fields[3]),
+                "type": fields[4],
+                "numa": int(fields[5]),
+                "health": _GO_BOOLS[fields[6]],
+                "index": int(fields[7]) if len(fields) == 9 else 0,
+                "mode": fields[8] if len(fields) == 9 else "hami-core",
+            }
         except ValueError:
             return None
+        if card["index"] < 0:
+            return None
+        cards.append(card)
     return cards
 
 
@@ -271,9 +292,26 @@ def problems_text(problems: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def webhook_state(webhooks_doc: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None) -> str:
-    """HAMi's admission webhook as the cluster shows it: its configuration (failure policy, service) and the
-    replicas of the scheduler Deployment that serves it, as one sentence."""
+def ready_endpoints(slices_doc: Mapping[str, Any] | None) -> int:
+    """Ready endpoints of a Service's EndpointSlices (`get endpointslices -l kubernetes.io/service-name=NAME`);
+    a missing `ready` condition counts as ready, as the EndpointSlice API says."""
+    return sum(
+        1
+        for item in (slices_doc or {}).get("items") or []
+        for ep in item.get("endpoints") or []
+        if (ep.get("conditions") or {}).get("ready") is not False
+    )
+
+
+def webhook_state(
+    webhooks_doc: Mapping[str, Any] | None,
+    deployment: Mapping[str, Any] | None,
+    endpoints_doc: Mapping[str, Any] | None = None,
+) -> str:
+    """HAMi's admission webhook as the cluster shows it: its configuration (failure policy, service), the
+    replicas of the scheduler Deployment that serves it and, when given, the ready endpoints of its Service
+    (the API server calls the webhook through the Service: without a ready endpoint it cannot), as one
+    sentence."""
     hooks = [
         (item.get("metadata", {}).get("name"), hook)
         for item in (webhooks_doc or {}).get("items") or []
@@ -301,6 +339,18 @@ def webhook_state(webhooks_doc: Mapping[str, Any] | None, deployment: Mapping[st
         )
     else:
         parts.append("its scheduler Deployment is missing")
+    if endpoints_doc is not None:
+        svc = next(((h.get("clientConfig") or {}).get("service") or {} for _, h in hooks), {})
+        name = f"{svc.get('namespace', '?')}/{svc.get('name', '?')}"
+        ready = ready_endpoints(endpoints_doc)
+        parts.append(
+            f"its Service {name} has {ready} ready endpoint(s)"
+            + (
+                ""
+                if ready
+                else " (the API server cannot reach the webhook: no pod of the scheduler is ready and elected)"
+            )
+        )
     return "; ".join(parts)
 
 
@@ -323,8 +373,8 @@ def decode_allocated(text: str | None) -> list[dict[str, Any]]:
 
 def card_usage(nodes_doc: Mapping[str, Any], pods_doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Who holds what on each card HAMi registered: per card (node, uuid, type, devmem) the pods that HAMi's
-    scheduler allocated on it (from their hami.io/vgpu-devices-allocated), their memory, share and cores, and
-    the percent of the card's memory that is free. Pods that ended (Succeeded, Failed) hold nothing."""
+    scheduler allocated on it (from their hami.io/vgpu-devices-allocated), their memory, share and cores, the
+    percent of the card's memory that is free, and its cores (devcore) and the cores held (used_cores). Pods that ended (Succeeded, Failed) hold nothing."""
     cards = []
     by_uuid = {}
     for node in nodes_doc.get("items") or []:
@@ -335,6 +385,7 @@ def card_usage(nodes_doc: Mapping[str, Any], pods_doc: Mapping[str, Any]) -> lis
                 "uuid": card["id"],
                 "type": card.get("type", ""),
                 "devmem": int(card.get("devmem") or 0),
+                "devcore": int(card.get("devcore") or 0),
                 "pods": [],
             }
             cards.append(entry)
@@ -359,5 +410,121 @@ def card_usage(nodes_doc: Mapping[str, Any], pods_doc: Mapping[str, Any]) -> lis
     for card in cards:
         used = sum(p["mem_mib"] for p in card["pods"])
         card["used_mib"] = used
+        card["used_cores"] = sum(p["cores"] for p in card["pods"])
         card["free_percent"] = max(0, 100 - round(100 * used / card["devmem"])) if card["devmem"] else 0
     return cards
+
+
+# --- pods as the scheduler and the kubelet leave them ----------------------------------------------------------
+
+#: kube-scheduler's FitError (pkg/scheduler/framework/types.go): "0/N nodes are available: <count reason, ...>."
+#: then " preemption: ..." once the preemption plugin has run
+_FIT_RE = re.compile(r"^0/(\d+) nodes are available: (.*?)\.(?: preemption: (.*))?$", re.S)
+_HAMI_CARD_RE = re.compile(r"^(\d+)/(\d+) (\w+)$")
+#: what HAMi's device plugin answers the kubelet for a pod HAMi's scheduler did not bind
+#: (GetPendingPod, pkg/util/util.go@v2.10.0, the same at v2.9.0)
+NO_BINDING_POD = "no binding pod found on node"
+#: the kubelet's reason for a pod whose device allocation failed at admission (pkg/kubelet/cm/admission)
+UNEXPECTED_ADMISSION = "UnexpectedAdmissionError"
+
+
+def scheduling_reasons(message: str | None) -> dict[str, Any] | None:
+    """A PodScheduled condition's message, as kube-scheduler writes it: the node count, each reason with the
+    number of nodes that gave it, and the preemption part; None for another text.
+
+    HAMi's scheduler extender gives kube-scheduler one reason per node: `node unregistered` for a node without
+    HAMi's devices, else the per-card counts of HAMi's Fit (`1/1 CardInsufficientMemory`, several joined by
+    `, `, GenReason in pkg/device/common/common.go@v2.10.0), so `0/3 nodes are available: 1 1/1
+    CardInsufficientMemory, 2 node unregistered.` reads as one node refused for its card's memory and two
+    without HAMi's devices. Each reason is (nodes, text, HAMi's card reasons in it as [cards, of, reason]);
+    `hami` names every card reason of HAMi's that the message holds.
+    """
+    m = _FIT_RE.match((message or "").strip())
+    if not m:
+        return None
+    reasons: list[list[Any]] = []
+    for token in m[2].split(", "):
+        head = re.match(r"^(\d+) (.*)$", token)
+        if head:
+            reasons.append([int(head[1]), head[2]])
+        elif reasons:
+            reasons[-1][1] += ", " + token  # the next card reason of the same node (HAMi's GenReason)
+        else:
+            return None
+    out = []
+    for count, text in reasons:
+        cards = [_HAMI_CARD_RE.match(part) for part in text.split(", ")]
+        hami = [[int(c[1]), int(c[2]), c[3]] for c in cards if c] if all(cards) else []
+        out.append({"nodes": count, "reason": text, "hami": hami})
+    names = sorted({r[2] for entry in out for r in entry["hami"]})
+    return {"nodes": int(m[1]), "reasons": out, "hami": names, "preemption": m[3]}
+
+
+def pod_scheduled_message(pod: Mapping[str, Any]) -> str | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return cond.get("message")
+    return None
+
+
+def pod_state(pod: Mapping[str, Any]) -> str:
+    """One pod as a cluster shows it, in words: its scheduler, phase, and why it does not run."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    name = f"{meta.get('namespace')}/{meta.get('name')}"
+    scheduler = spec.get("schedulerName") or "default-scheduler"
+    phase = status.get("phase") or "Pending"
+    if phase == "Failed" and status.get("reason") == UNEXPECTED_ADMISSION:
+        return (
+            f"{name} (schedulerName {scheduler}) was bound to {spec.get('nodeName') or '?'} and then rejected by "
+            f"the kubelet: Failed, {UNEXPECTED_ADMISSION} ({status.get('message') or 'no message'})"
+        )
+    if phase == "Failed":
+        return f"{name} (schedulerName {scheduler}) Failed: {status.get('reason') or ''} {status.get('message') or ''}"
+    if phase == "Pending" and not spec.get("nodeName"):
+        return (
+            f"{name} (schedulerName {scheduler}) Pending: {pod_scheduled_message(pod) or 'not scheduled yet'}"
+        )
+    return f"{name} (schedulerName {scheduler}) {phase} on {spec.get('nodeName') or '?'}"
+
+
+def around_hami(pods: Sequence[Mapping[str, Any]], scheduler_name: str = "hami-scheduler") -> dict[str, Any]:
+    """The pods that went around HAMi (another schedulerName) and what became of them, with a sentence.
+
+    When HAMi's webhook does not answer and its failurePolicy is Ignore (the chart's default), a GPU pod is
+    created unchanged, for default-scheduler. Asking HAMi's share resources (nvidia.com/gpumem-percentage,
+    gpumem, gpucores, which no node offers: only HAMi's scheduler ignores them), it stays Pending with
+    `Insufficient nvidia.com/...`. Asking nvidia.com/gpu alone, default-scheduler binds it to a node offering
+    HAMi's vGPUs, and at admission the kubelet asks HAMi's device plugin for them: its Allocate finds no pod
+    that HAMi's scheduler bound to the node (GetPendingPod: `no binding pod found on node NODE`), so the kubelet
+    rejects the pod (phase Failed, reason UnexpectedAdmissionError), and a Deployment's ReplicaSet makes a new
+    pod, which goes the same way, again and again.
+    """
+    around = [
+        p
+        for p in pods
+        if ((p.get("spec") or {}).get("schedulerName") or "default-scheduler") != scheduler_name
+    ]
+    rejected = [
+        p for p in around
+        if (p.get("status") or {}).get("phase") == "Failed" and (p.get("status") or {}).get("reason") == UNEXPECTED_ADMISSION
+    ]  # fmt: skip
+    pending = [p for p in around if (p.get("status") or {}).get("phase", "Pending") == "Pending"]
+    parts = []
+    if rejected:
+        parts.append(
+            f"{len(rejected)} pod(s) were bound by default-scheduler and rejected by the kubelet "
+            f"({UNEXPECTED_ADMISSION}: HAMi's device plugin hands out cards only to pods HAMi's scheduler bound, "
+            f"'{NO_BINDING_POD} ...'); a Deployment's ReplicaSet makes a new pod after each, again and again"
+        )
+    if pending:
+        parts.append(
+            f"{len(pending)} pod(s) are Pending under default-scheduler (HAMi's share resources are known only to "
+            "HAMi's scheduler, or the kubelet has not admitted them yet)"
+        )
+    return {
+        "pods": [p.get("metadata", {}).get("name") for p in around],
+        "rejected": len(rejected),
+        "pending": len(pending),
+        "text": "; ".join(parts + [pod_state(p) for p in around[:3]])
+        + (f"; and {len(around) - 3} more" if len(around) > 3 else ""),
+    }

@@ -15,7 +15,9 @@ makes) and ends only when every one answers. The pod stays `Init:0/1`, not Ready
 engine itself, not the Kubernetes API, needs no ServiceAccount, token or kubectl image, and cannot be fooled
 by a pod status the API still shows as Ready right after a reboot: only a running engine answers. An engine
 that a later one waits for therefore needs `port` and `readiness_path`. The plan also orders the engines and
-marks which ones to wait for at apply time. A plan that puts a card above 100 % is refused before anything is
+marks which ones to wait for at apply time. A plan that puts a card above 100 % of its memory, or shares a
+card's cores in a way HAMi's scheduler would leave an engine Pending (an engine asking all 100 cores beside
+another, more than 100 in all, or all 100 taken beside an engine asking none), is refused before anything is
 applied.
 
 HAMi's share (`nvidia.com/gpumem-percentage`) is enforced by HAMi-core inside the container; with
@@ -45,7 +47,8 @@ ENGINE_KEYS = {
     "node": "inventory host whose GPU facts hold the cards (required)",
     "gpus": "cards, each an index into the node's GPUs or a GPU UUID (default [0])",
     "gpu_memory_percent": "share of each card's memory, 1-100 (default 100: the whole card)",
-    "gpu_cores": "share of each card's compute, 1-100 (default: no limit)",
+    "gpu_cores": "share of each card's compute, 1-100 (default: none for a share of the memory; a whole card "
+    "gets all 100 from HAMi's webhook)",
     "cuda_disable_control": "true for engines that size their own GPU memory, such as vLLM: HAMi-core off "
     "(default true for vLLM, false otherwise)",
     "kind": "vllm or other (default vllm for an image whose name contains vllm); a vLLM engine with "
@@ -199,6 +202,47 @@ def _memory_utilization(engine, kind, percent, core_off):
     return f"{percent / 100:.2f}"
 
 
+def hami_cores(percent, cores):
+    """The cores one copy of an engine holds on each of its cards, as HAMi's scheduler counts them.
+
+    gpu_cores when set; otherwise HAMi's webhook gives a container that asks for a whole card (no
+    nvidia.com/gpumem or gpumem-percentage, or 100 %) nvidia.com/gpucores 100, the card to itself, and a share
+    of the memory asks for no cores (defaultExclusiveCoreIfNeeded, pkg/device/nvidia/device.go@v2.10.0, the
+    same at v2.9.0).
+    """
+    if cores is not None:
+        return cores
+    return 100 if percent >= 100 else 0
+
+
+def core_problem(uuid, users):
+    """Why HAMi's Fit (pkg/device/nvidia/device.go@v2.10.0) would leave one of `users` (engine name, cores per
+    copy) Pending on card `uuid` in some start order, or None. A card has 100 cores. An engine asking all 100
+    gets only a card nobody else holds (ExclusiveDeviceAllocateConflict), one asking none is not placed on a
+    card whose cores are all taken (CardComputeUnitsExhausted), and the cores asked must fit
+    (CardInsufficientCore). Engines start one at a time, but after a reschedule in any order, so every order
+    must fit."""
+    if len(users) < 2:
+        return None
+    total = sum(c for _, c in users)
+    shares = " + ".join(f"{n} {c}" for n, c in users)
+    whole = sorted({n for n, c in users if c >= 100})
+    if whole:
+        return (
+            f"{uuid}: {', '.join(whole)} ask(s) all 100 cores, which HAMi gives only on a card no other pod "
+            f"holds, but the card is shared ({shares} cores): ExclusiveDeviceAllocateConflict"
+        )
+    if total > 100:
+        return f"{uuid}: {shares} = {total} cores, more than the card's 100: CardInsufficientCore"
+    none = sorted({n for n, c in users if c == 0})
+    if total == 100 and none:
+        return (
+            f"{uuid}: {shares} = all 100 cores, and {', '.join(none)} (no gpu_cores) cannot be placed on a card "
+            "whose cores are all taken: CardComputeUnitsExhausted"
+        )
+    return None
+
+
 def readiness_url(engine):
     """Where a later engine on the same card polls this one: its Service, at its readiness path."""
     ns = engine.get("namespace", "default")
@@ -340,7 +384,7 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None):
     wait_image = WAIT_IMAGE if wait_image is None else wait_image
     if not isinstance(wait_image, str) or not wait_image.strip():
         raise PlanError(f"the wait container's image must be an image name, not {wait_image!r}")
-    seen, planned, usage = set(), [], {}
+    seen, planned, usage, compute = set(), [], {}, {}
     for engine in engines:
         if not isinstance(engine, dict):
             raise PlanError(f"workloads_engines items must be maps, not {engine!r}")
@@ -386,6 +430,7 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None):
         utilization = _memory_utilization(engine, kind, percent, core_off)
         for uuid in cards:
             usage.setdefault(uuid, []).append((engine["name"], percent * replicas))
+            compute.setdefault(uuid, []).extend([(engine["name"], hami_cores(percent, cores))] * replicas)
         planned.append(
             {
                 "engine": engine,
@@ -409,6 +454,16 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None):
         raise PlanError(
             "cards above 100 % of their memory (lower gpu_memory_percent or move an engine): "
             + "; ".join(lines)
+        )
+
+    problems = [p for uuid, users in compute.items() for p in [core_problem(uuid, users)] if p]
+    if problems:
+        raise PlanError(
+            "cards whose compute HAMi's scheduler cannot share this way (it would leave an engine Pending): "
+            + "; ".join(problems)
+            + ". Fix: give the engines on such a card gpu_cores shares that add up to at most 100 (below 100 "
+            "when an engine without gpu_cores shares the card, or give it a share too), or move an engine to "
+            "another card; an engine asking all 100 cores needs a card of its own"
         )
 
     # Inventory order is the start order; an engine waits for the earlier ones that share a card with it (at

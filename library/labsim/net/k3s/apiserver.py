@@ -12,7 +12,7 @@ import time
 from .cluster import node_object, pod_object, pod_status
 from .common import http_send
 from .etcd import NO_QUORUM
-from .hami import webhook_configuration
+from .hami import webhook_configuration, webhook_endpoints
 
 
 def token_ok(given, token):
@@ -83,6 +83,9 @@ def make_handler(cluster, token):
             if self.path == "/gpulab/pods":
                 pods = state.get("pods", []) + list(state.get("direct_pods", {}).values())
                 return self.reply(200, [{**p, "status": pod_status(p)} for p in pods])
+            if self.path == "/gpulab/endpointslices":
+                hami = state.get("hami")
+                return self.reply(200, [webhook_endpoints(state)] if hami and hami.get("enabled") else [])
             if self.path == "/gpulab/webhooks":
                 hami = state.get("hami")
                 items = [webhook_configuration(hami)] if hami and hami.get("enabled") else []

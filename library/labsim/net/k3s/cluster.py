@@ -4,7 +4,8 @@ The state is one JSON document (``STATE``, in k3s' server data folder); with emb
 copy (module ``etcd``).
 
 * Deployments placed in the manifests folder get one pod each, placed on a node their GPU request fits
-  (HAMi's vGPUs, the pinned UUIDs; not a cordoned node). A pod runs its init containers one after the other,
+  (HAMi's vGPUs, the pinned UUIDs; not a cordoned node); a GPU pod that went around HAMi's webhook is placed by
+  default-scheduler and rejected by the kubelet (module ``hami``), and the Deployment makes a new one. A pod runs its init containers one after the other,
   then its container, which is Ready ``DEPLOY_READY_S`` after it started. The stand-in runs no images: an
   init container ends once every ``http://`` URL in its command, args or env answers, as a poll from inside
   the cluster would see it. ``NAME.NAMESPACE.svc[...]:PORT/PATH`` answers when a Service of the manifests
@@ -96,7 +97,9 @@ def pod_object(pod):
                                                if k in ("image", "resources", "env", "command", "args")}}
                                 for n in pod["containers"]]},
         "status": {
-            "phase": "Running" if running else "Pending",
+            "phase": "Failed" if pod.get("phase") == "Failed" else ("Running" if running else "Pending"),
+            **({"reason": pod["failed_reason"], "message": pod["failed_message"]}
+               if pod.get("phase") == "Failed" else {}),
             "conditions": [
                 scheduled,
                 cond("Initialized", passed >= len(inits)),
@@ -110,7 +113,9 @@ def pod_object(pod):
 
 
 def pod_status(pod):
-    """kubectl's STATUS column: Pending, Init:N/M, PodInitializing, Running."""
+    """kubectl's STATUS column: Pending, Init:N/M, PodInitializing, Running, or a Failed pod's reason."""
+    if pod.get("phase") == "Failed":
+        return pod.get("failed_reason") or "Error"
     if pod["node"] is None:
         return "Pending"
     if pod["init_passed"] < len(pod["init"]):
@@ -309,7 +314,9 @@ class Cluster:
                 out[key] = {"ready": True, "seen": entry["seen"], "ready_at": entry["ready_at"]}
                 continue
             pod = self.step_pod(key, doc, entry, found, services, now)
-            pods.append(pod)
+            pods.extend(entry.get("failed", []))  # pods the kubelet rejected stay, Failed (module hami)
+            if pod.get("phase") != "Failed":
+                pods.append(pod)
             ready = pod["ready"] is not None
             out[key] = {
                 "ready": ready,
@@ -359,6 +366,11 @@ class Cluster:
                 if not self.hami_schedule(pod):
                     return pod  # Pending, with HAMi's reason
                 target = pod["node"]
+            elif hami.gpu_request(pod.get("spec") or {}) != hami.gpu_request({}):
+                # a GPU pod that went around HAMi's webhook: default-scheduler's resource fit (module hami)
+                target = hami.default_schedule(self.state, pod, self.gpu_pods(), self.alive)
+                if target is None:
+                    return pod  # Pending, with default-scheduler's reason
             else:
                 target = self.placement(doc)
                 if target is None:
@@ -367,6 +379,11 @@ class Cluster:
         node = self.state["nodes"][pod["node"]]
         if not self.alive(pod["node"]):
             return pod  # the node is down: nothing runs, and the API keeps showing the last status
+        if pod["started"] is None and self.reject(pod):
+            # rejected at admission: the ReplicaSet makes a new pod on the next step, which goes the same way
+            entry["failed"] = [*entry.get("failed", []), pod][-hami.FAILED_KEPT :]
+            entry["pod"] = None
+            return pod
         if node.get("boot_id") != pod["boot"]:
             # the node rebooted: the pod's sandbox is gone, its init containers and its container run again
             pod.update(boot=node.get("boot_id"), init_passed=0, started=None, ready=None)
@@ -450,6 +467,13 @@ class Cluster:
     def hami_schedule(self, pod):
         return hami.schedule(self.state, pod, self.gpu_pods(), self.alive)
 
+    def reject(self, pod):
+        """The kubelet's admission of a bound pod (hami.kubelet_admit): True when it rejected it (Failed)."""
+        refused = hami.kubelet_admit(self.state, pod)
+        if refused:
+            pod.update(phase="Failed", failed_reason=refused[0], failed_message=refused[1], reason=None)
+        return bool(refused)
+
     def create_pods(self, docs, dry_run):
         """kubectl create -f: each Pod through the webhook, then (not in a dry run) kept and scheduled."""
         made = []
@@ -487,20 +511,25 @@ class Cluster:
                 if pod["scheduler"] == hami.HAMI_SCHEDULER and req["count"]:
                     if not self.hami_schedule(pod):
                         continue
-                else:
-                    name = next((n for n, v in sorted(self.state["nodes"].items()) if self.alive(n)
-                                 and not v.get("unschedulable") and v.get("vgpus", 0) >= req["count"]), None)  # fmt: skip
+                elif req != hami.gpu_request({}):
+                    # went around HAMi's webhook: default-scheduler's resource fit (module hami)
+                    name = hami.default_schedule(self.state, pod, self.gpu_pods(), self.alive)
                     if name is None:
-                        pod["reason"] = (
-                            f"0/{len(self.state['nodes'])} nodes are available: Insufficient nvidia.com/gpu"
-                        )
                         continue
                     card = (self.state["nodes"][name].get("gpu_cards") or [{}])[0]
                     pod.update(
                         node=name, reason=None, visible_mib=[card.get("memory_mib", 0)] * max(req["count"], 1)
                     )
+                else:
+                    name = next((n for n, v in sorted(self.state["nodes"].items())
+                                 if self.alive(n) and not v.get("unschedulable")), None)  # fmt: skip
+                    if name is None:
+                        continue
+                    pod.update(node=name, reason=None)
                 pod["boot"] = self.state["nodes"][pod["node"]].get("boot_id")
-            if pod["started"] is None and self.alive(pod["node"]):
+            if pod.get("phase") == "Failed":
+                continue
+            if pod["started"] is None and self.alive(pod["node"]) and not self.reject(pod):
                 pod["started"] = pod["ready"] = time.time()
 
     def delete_pods(self, namespace, names, selector):

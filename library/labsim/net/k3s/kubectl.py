@@ -3,7 +3,8 @@
 ``k3s kubectl`` reaches the server named in the kubeconfig (``KUBECONFIG`` or ``/etc/rancher/k3s/k3s.yaml``):
 ``get nodes|node|runtimeclass|daemonsets`` (``-o json``, ``-o name``, ``-o jsonpath={.a.b}``, table; several
 kinds at once, ``get nodes,runtimeclass -o json``, as one List), ``get pods [NAME] [-n NS|-A] [-l KEY=VALUE]``
-(``READY``, ``STATUS`` such as ``Init:0/1`` or ``Running``, ``RESTARTS``; ``-o json``), ``label node``,
+(``READY``, ``STATUS`` such as ``Init:0/1``, ``Running`` or a Failed pod's reason, ``RESTARTS``; ``-o json``),
+``get endpointslices -l kubernetes.io/service-name=NAME`` (HAMi's webhook Service), ``label node``,
 ``cordon|uncordon|drain NODE``, ``wait --for=condition=Ready node/NAME``, ``wait --for=condition=complete
 job/NAME`` (a HelmChart's install job exists once the server has seen the chart; waiting on one that does not
 exist is an immediate NotFound, as with kubectl), ``rollout status deployment|daemonset/NAME`` (waiting up to
@@ -386,6 +387,18 @@ def webhooks(flags):
     )
 
 
+def endpointslices(flags):
+    """The EndpointSlices of the Services the stand-in models (HAMi's webhook Service, module hami), by -l."""
+    wanted = dict(p.partition("=")[::2] for p in flags.selector.split(",") if p)
+    items = {
+        s["metadata"]["name"]: s
+        for s in api_get("/gpulab/endpointslices")
+        if (flags.all_namespaces or s["metadata"]["namespace"] == flags.namespace)
+        and all(s["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+    }
+    return items, "endpointslice.discovery.k8s.io", "endpointslices.discovery.k8s.io"
+
+
 def daemonsets(flags):
     items = {d["metadata"]["name"]: d for d in api_get("/gpulab/daemonsets")}
     return items, "daemonset.apps", "daemonsets.apps"
@@ -397,6 +410,7 @@ KINDS = {
     **dict.fromkeys(("deployment", "deployments", "deploy"), deployments),
     **dict.fromkeys(("mutatingwebhookconfiguration", "mutatingwebhookconfigurations"), webhooks),
     **dict.fromkeys(("daemonset", "daemonsets", "ds"), daemonsets),
+    **dict.fromkeys(("endpointslice", "endpointslices"), endpointslices),
 }
 
 

@@ -134,5 +134,5 @@ def test_tasks_pass_only_their_own_options(lab, tmp_path):
     token_user = lab.desc["token_id"]
     assert users == [token_user, token_user, "root@pam"]
     # -vvv shows each result and how the module ran, and no secret
-    assert "plugins/modules/gpulab_pve_info.py in this worker" in output
+    assert "gpulab_pve_info: running gpulab.tasks.pve_info in this worker" in output
     assert lab.desc["token_secret"] not in output and lab.desc["password"] not in output

@@ -5,10 +5,19 @@ BIN := $(VENV)/bin
 # The newest Python >= 3.12 on this machine (ansible-core 2.20+ needs it on the controller).
 PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyenv/versions/3.1[2-9]*/bin/python3 $$HOME/.pyenv/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do \
 	  $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
+# A second virtualenv with the lowest ansible-core that pyproject.toml allows (its `ansible-core>=X` bound;
+# .venv resolves the newest the range allows): the plugin and module tests run on both ends of the range.
+VENV_MIN := .venv-min
+ANSIBLE_CORE_MIN := $(shell sed -n 's/^ *"ansible-core>=\([0-9.]*\),.*/\1/p' pyproject.toml)
+MIN_TESTS := tests/test_controller_in_worker.py tests/test_ansible_interfaces.py tests/test_module_docs.py \
+	tests/test_module_prologue.py tests/test_wait_plugin.py tests/test_files_module.py tests/test_units_module.py \
+	tests/routers/test_module.py tests/pve/test_connection_inventory.py tests/pve/test_vm_module.py \
+	tests/pve/test_other_modules.py tests/pve/test_module_secrets.py tests/pve/test_vm_options.py \
+	tests/pve/test_download_progress.py
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: deps venv demo test lint unit e2e molecule clean docs
+.PHONY: deps venv venv-min demo test lint unit unit-min e2e molecule clean docs
 
 # The Debian packages of system-packages.txt that this machine lacks (as root: installed; else the
 # apt-get line to run). Every target below runs it first.
@@ -24,11 +33,20 @@ $(VENV)/.stamp: pyproject.toml | deps
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
 
+venv-min: $(VENV_MIN)/.stamp
+
+$(VENV_MIN)/.stamp: pyproject.toml | deps
+	@test -n "$(ANSIBLE_CORE_MIN)" || { echo "no ansible-core>=X bound in pyproject.toml"; exit 1; }
+	@test -x $(VENV_MIN)/bin/python || $(PYTHON) -m venv $(VENV_MIN)
+	$(VENV_MIN)/bin/python -m pip install -q --upgrade pip
+	$(VENV_MIN)/bin/python -m pip install -q -e . 'pytest>=8' 'hypothesis>=6.100' 'ansible-core==$(ANSIBLE_CORE_MIN)'
+	@touch $@
+
 demo: deps venv
 	@$(BIN)/gpulab lab status >/dev/null 2>&1 || $(BIN)/gpulab lab up >/dev/null
 	$(BIN)/ansible-playbook site.yml -i inventory/demo
 
-test: deps venv lint unit molecule
+test: deps venv lint unit unit-min molecule
 
 lint: venv
 	$(BIN)/ruff check library plugins tests scripts
@@ -39,6 +57,10 @@ lint: venv
 # Every pytest test, the whole-lab proofs of tests/e2e included (about 7 of its minutes, as root).
 unit: venv
 	$(BIN)/pytest
+
+# The plugin and module tests again on the lowest ansible-core pyproject.toml allows (about 2 minutes).
+unit-min: venv-min
+	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider $(MIN_TESTS)
 
 # Only the whole-lab proofs (bad input through site.yml, faults, secrets at -vvv).
 e2e: venv
@@ -52,7 +74,7 @@ molecule: venv
 	else echo "molecule: skipped: the simulated lab's hosts need root (network namespaces)"; fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_MIN) .pytest_cache .ruff_cache
 
 docs: venv
 	$(BIN)/python -m gpulab.docs .

@@ -1,6 +1,7 @@
-"""The controller modules run inside the task's worker (plugins/action/gpulab_controller.py) and answer
-exactly as when Ansible starts them as their own Python (which it still does for a task with
-`environment`)."""
+"""The controller modules run inside the task's worker (plugins/action/gpulab_controller.py runs the engine's
+task, gpulab.tasks, with the module's argument spec) and answer exactly as when Ansible starts the module as
+its own Python (which it still does for a task with `environment`): the same result, the same failures and
+argument errors, check and diff mode, and no secret in the -vvv output."""
 
 import json
 import sys
@@ -44,6 +45,11 @@ def _playbook(tmp_path, tasks):
     return proc, json.loads(dump.read_text())
 
 
+def _same(result):
+    """A result without what only the module's own Python adds (its invocation, where Ansible injects it)."""
+    return {k: v for k, v in result.items() if k != "invocation"}
+
+
 def test_a_module_runs_in_the_worker_and_answers_as_its_own_python(tmp_path):
     split = {**VALUES, "device_split_count": 4}
     tasks = [
@@ -57,11 +63,10 @@ def test_a_module_runs_in_the_worker_and_answers_as_its_own_python(tmp_path):
     ]
     proc, (worker, own, loop) = _playbook(tmp_path, tasks)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert proc.stdout.count("gpulab_hami_values.py in this worker") == 3  # the first task and 2 items
+    assert proc.stdout.count("gpulab_hami_values: running gpulab.tasks.hami_values in this worker") == 3
     assert worker["values"]["devicePlugin"]["deviceSplitCount"] == 4
-    assert {k: worker[k] for k in ("values", "manifest", "changed")} == {
-        k: own[k] for k in ("values", "manifest", "changed")
-    }
+    assert _same(worker) == _same(own)
+    assert set(_same(worker)) >= {"values", "values_content", "manifest", "keys_known", "changed"}
     assert [r["values"]["devicePlugin"]["deviceSplitCount"] for r in loop["results"]] == [2, 3]
 
 
@@ -92,3 +97,70 @@ def test_a_failure_keeps_its_message_and_hides_the_secret(tmp_path, environment)
     assert info["failed"] and info["msg"].startswith("Reading node pve"), info
     assert info["requests"] == {"reads": 1, "writes": 0}  # the one read it tried
     assert SECRET not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ({**VALUES, "bogus": 1}, "Unsupported parameters for (gpulab_hami_values) module: bogus."),
+        ({**VALUES, "device_split_count": "many"}, "device_split_count"),
+        (
+            {k: v for k, v in VALUES.items() if k != "chart_version"},
+            "missing required arguments: chart_version",
+        ),
+        ({**VALUES, "kube_scheduler_image": {"tag": 1, "nosuch": "x"}}, "nosuch"),
+    ],
+    ids=["unknown", "type", "required", "suboption"],
+)
+def test_an_argument_error_reads_the_same_in_both(tmp_path, args, says):
+    tasks = [
+        {"name": "worker", "gpulab_hami_values": args, "ignore_errors": True},
+        {
+            "name": "own",
+            "gpulab_hami_values": args,
+            "ignore_errors": True,
+            "environment": {"GPULAB_PROBE": "1"},
+        },
+    ]
+    _, (worker, own) = _playbook(tmp_path, tasks)
+    assert worker["failed"] and own["failed"]
+    assert says in worker["msg"], worker
+    assert worker["msg"] == own["msg"]
+
+
+def test_check_and_diff_mode_and_a_secret_in_both(tmp_path):
+    """A reservation on a dnsmasq on this machine (its hosts file in tmp_path): check mode with diff says
+    what it would write and writes nothing, a run writes it, a re-run changes nothing; the router password
+    (no_log) appears nowhere, in either path."""
+    hosts = tmp_path / "dnsmasq-hosts"
+    router = {
+        "kind": "dnsmasq",
+        "address": "127.0.0.1",
+        "subnet": "192.168.100.0/24",
+        "password": SECRET,
+        "ssh": {"local": True},
+        "options": {
+            "hostsfile": str(hosts),
+            "leasefile": str(tmp_path / "leases"),
+            "reload_command": "true",
+            "check_wiring": False,
+        },
+        "reservations": [{"mac": "bc:24:11:00:00:01", "address": "192.168.100.53", "hostname": "vm-1"}],
+    }
+    own = {"environment": {"GPULAB_PROBE": "1"}}
+    check = {"check_mode": True, "diff": True}
+    tasks = [
+        {"name": "worker, check", "gpulab_dhcp_reservation": router, **check},
+        {"name": "own, check", "gpulab_dhcp_reservation": router, **check, **own},
+        {"name": "worker, run", "gpulab_dhcp_reservation": router, "diff": True},
+        {"name": "own, again", "gpulab_dhcp_reservation": router, "diff": True, **own},
+        {"name": "worker, again", "gpulab_dhcp_reservation": router},
+    ]
+    proc, (w_check, o_check, w_run, o_again, w_again) = _playbook(tmp_path, tasks)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert w_check["changed"] and w_check["diff"] and _same(w_check) == _same(o_check)
+    assert w_run["changed"] and w_run["diff"] == w_check["diff"]
+    assert "192.168.100.53" in hosts.read_text()
+    assert not o_again["changed"] and not w_again["changed"]
+    assert "diff" in o_again and "diff" not in w_again  # a diff only when the task asks for one
+    assert SECRET not in proc.stdout + proc.stderr + Path(tmp_path / "results.json").read_text()

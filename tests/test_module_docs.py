@@ -1,8 +1,9 @@
 """Every module in plugins/modules: DOCUMENTATION, EXAMPLES and RETURN parse and match its argument spec.
 
-Modules are found by listing the folder, so a new module is checked without touching this file. A module
-with neither ARGUMENT_SPEC nor build_argument_spec() (its own options; the prologue adds the PVE
-connection options) must be the documentation of an action plugin.
+Modules are found by listing the folder, so a new module is checked without touching this file. A controller
+module's options are its task's in the engine (gpulab.tasks.<name>, with the PVE connection options for a PVE
+task), the one spec both its action plugin and the module read; a module that runs on a managed host
+declares ARGUMENT_SPEC itself. A module with neither must be the documentation of an action plugin.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from types import ModuleType
 
 import pytest
 import yaml
-from ansible.module_utils import gpulab_module
+
+from gpulab import tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("gpulab_*.py"))
@@ -31,13 +33,14 @@ def module(name: str) -> ModuleType:
 
 
 def argument_spec(mod: ModuleType, fallback=None) -> dict | None:
-    """The module's own options and, for a PVE module (one with the gpulab_pve fragment), the connection
-    options, as the prologue (plugins/module_utils/gpulab_module.py) builds them."""
-    own = getattr(mod, "build_argument_spec", None) or getattr(mod, "ARGUMENT_SPEC", None)
-    if own is None:
-        return None
+    """The module's whole argument spec: its task's in gpulab.tasks (with the connection options of a PVE
+    task, which a PVE module documents with the gpulab_pve fragment), else its own ARGUMENT_SPEC."""
+    task = tasks.of(mod.__name__.removeprefix("docs_"))
+    if task is None:
+        return getattr(mod, "ARGUMENT_SPEC", None)
     pve = "gpulab_pve" in (yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment") or [])
-    return gpulab_module.argument_spec(own, pve, fallback)
+    assert getattr(task, "PVE", False) == pve, f"{mod.__name__}: the gpulab_pve fragment goes with a PVE task"
+    return tasks.argument_spec(task, fallback)
 
 
 def with_fragments(doc: dict, key: str, section: str = "DOCUMENTATION") -> dict:

@@ -1,5 +1,7 @@
-"""Every controller module starts through the one prologue (plugins/module_utils/gpulab_module.py), and every
-PVE module takes its connection through the one action plugin (plugins/action/gpulab_pve_connection.py)."""
+"""Every controller module is its documentation and one task of the engine (gpulab.tasks), started through the
+one main() (plugins/module_utils/gpulab_module.py) or run in the worker by the one action plugin
+(plugins/action/gpulab_controller.py); every PVE module takes its connection through
+plugins/action/gpulab_pve_connection.py."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.gpulab_module import GPULAB_MISSING, ModuleRun
+from ansible.module_utils.gpulab_module import GPULAB_MISSING
 from ansible.plugins.loader import action_loader
 from ansible_modules import MODULES, command
 
+from gpulab import tasks
 from gpulab.pve.client import PveError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,42 +42,34 @@ def imports(tree: ast.Module) -> set[str]:
 
 
 def controller_modules() -> dict[str, ast.Module]:
-    """The modules that use the engine (they run on the controller), by name."""
+    """The modules whose main() is a task of the engine (they run on the controller), by name."""
     out = {}
     for path in sorted(MODULES.glob("gpulab_*.py")):
         tree = ast.parse(path.read_text())
-        if any(name == "gpulab" or name.startswith("gpulab.") for name in imports(tree)):
+        if "ansible.module_utils.gpulab_module" in imports(tree):
             out[path.stem] = tree
     return out
 
 
-def test_the_controller_modules_are_found():
+def test_the_controller_modules_are_found_and_each_has_its_task():
     assert set(controller_modules()) == CONTROLLER
+    engine = {p.stem for p in (ROOT / "library" / "gpulab" / "tasks").glob("*.py")} - {"__init__"}
+    assert {f"gpulab_{name}" for name in engine} == CONTROLLER
+    for name in CONTROLLER:
+        assert tasks.of(name) is not None and tasks.of(f"ansible.legacy.{name}") is tasks.of(name)
+        assert callable(tasks.of(name).run)
+    assert tasks.of("gpulab_gpu_facts") is None and tasks.of("ansible.builtin.copy") is None
 
 
 @pytest.mark.parametrize("name", sorted(CONTROLLER))
-def test_a_controller_module_keeps_no_prologue_of_its_own(name):
+def test_a_controller_module_is_its_documentation_and_its_task(name):
     tree = controller_modules()[name]
-    assert "ansible.module_utils.gpulab_module" in imports(tree)
-    assigned = {
-        t.id
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Assign)
-        for t in n.targets
-        if isinstance(t, ast.Name)
-    }
-    assert not assigned & {"HAS_GPULAB", "GPULAB_ERR"}, "the import guard is the prologue's"
-    handlers = [n for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler)]
-    assert not [h for h in handlers if isinstance(h.type, ast.Name) and h.type.id == "ImportError"]
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
-    called = {n.func.id for n in calls}
-    [prologue] = [n for n in calls if n.func.id == "controller_module"]
-    # a PVE module (documented with the gpulab_pve fragment) gets the connection options from the prologue
-    pve = any(
-        k.arg == "pve" and isinstance(k.value, ast.Constant) and k.value.value is True
-        for k in prologue.keywords
+    assert imports(tree) - {"__future__"} == {"ansible.module_utils.gpulab_module"}, (
+        "the engine is the task's"
     )
-    assert pve == (name in PVE_MODULES)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    [main] = [n for n in calls if n.func.id == "run_module"]
+    assert [a.value for a in main.args] == [name]
     assigns = {
         t.id: n.value
         for n in tree.body
@@ -82,16 +77,15 @@ def test_a_controller_module_keeps_no_prologue_of_its_own(name):
         for t in n.targets
         if isinstance(t, ast.Name)
     }
+    assert set(assigns) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, "the options are the task's"
+    pve = getattr(tasks.of(name), "PVE", False)
+    assert pve == (name in PVE_MODULES)
     doc = assigns["DOCUMENTATION"].value
     assert ("gpulab_pve" in yaml.safe_load(doc).get("extends_documentation_fragment", [])) == pve
-    # ModuleRun returns the request counts of a PVE module: its RETURN documents them, itself or by the fragment
+    # Run returns the request counts of a PVE task: its RETURN documents them, itself or by the fragment
     returned = yaml.safe_load(assigns["RETURN"].value)
     documented = "requests" in returned or "gpulab_pve" in returned.get("extends_documentation_fragment", [])
     assert documented == pve
-    assert not called & {"AnsibleModule", "missing_required_lib"}, "the module is built by the prologue"
-    # the engine is imported under `if HAS_GPULAB:` only, so that a missing gpulab is reported, not raised
-    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert not [n for n in top if "gpulab" in imports(ast.Module(body=[n], type_ignores=[]))]
 
 
 def test_every_controller_module_runs_in_the_worker_and_only_pve_modules_take_the_inventory_connection():
@@ -124,36 +118,40 @@ def test_without_gpulab_a_module_says_what_is_missing(name, args):
     assert "tok-S3cret" not in proc.stdout + proc.stderr
 
 
-class Failed(Exception):
-    pass
-
-
-class FakeModule:
-    def __init__(self, spec, secrets=()):
-        self.argument_spec = spec
+class FakeTask:
+    def __init__(self, params, secrets=()):
+        self.params = params
         self.no_log_values = set(secrets)
-
-    def fail_json(self, **result):
-        raise Failed(result)
 
 
 def test_an_engine_error_fails_with_what_was_done_the_result_and_the_request_counts():
-    module = FakeModule({"api_url": {}, "api_password": {"no_log": True}}, secrets=["p&ss word"])
+    task = FakeTask({"api_url": "https://pve:8006", "api_password": "p&ss word"}, secrets=["p&ss word"])
     result = {"node": "pve", "msg": "not for failures"}
-    with pytest.raises(Failed) as failed, ModuleRun(module, "Reading node pve", result=result):
+    with pytest.raises(tasks.Failed) as failed, tasks.Run(task, "Reading node pve", result=result):
         raise PveError("refused", call="POST /access/ticket?password=p%26ss%20word&again=p%26ss+word")
-    assert failed.value.args[0] == {
-        "msg": "Reading node pve: POST /access/ticket?password=********&again=********: refused",
-        "changed": False,
-        "node": "pve",
-        "requests": {"reads": 0, "writes": 0},
-    }
+    assert (
+        failed.value.msg == "Reading node pve: POST /access/ticket?password=********&again=********: refused"
+    )
+    assert failed.value.result == {"changed": False, "node": "pve", "requests": {"reads": 0, "writes": 0}}
 
 
-def test_only_the_named_errors_are_mapped_and_a_module_without_pve_reports_no_requests():
-    module = FakeModule({"engines": {}})
-    with pytest.raises(Failed) as failed, ModuleRun(module, "Planning", ValueError):
+def test_only_the_named_errors_are_mapped_and_a_task_without_pve_reports_no_requests():
+    task = FakeTask({"engines": []})
+    with pytest.raises(tasks.Failed) as failed, tasks.Run(task, "Planning", ValueError):
         raise ValueError("two engines on one card")
-    assert failed.value.args[0] == {"msg": "Planning: two engines on one card", "changed": False}
-    with pytest.raises(KeyError), ModuleRun(module, "Planning", ValueError):
+    assert (failed.value.msg, failed.value.result) == (
+        "Planning: two engines on one card",
+        {"changed": False},
+    )
+    with pytest.raises(KeyError), tasks.Run(task, "Planning", ValueError):
         raise KeyError("a bug stays a traceback")
+
+
+def test_no_log_values_are_found_in_suboptions_and_lists():
+    spec = tasks.argument_spec(tasks.of("gpulab_dhcp_reservation"))
+    params = {"password": "top", "ssh": {"password": "ssh-pw", "user": "u"}, "reservations": [{"mac": "m"}]}
+    assert tasks.no_log_values(spec, params) == {"top", "ssh-pw"}
+    pve = tasks.argument_spec(tasks.of("gpulab_pve_vm"))
+    assert {"api_token_secret", "api_password"} <= {k for k, v in pve.items() if v.get("no_log")}
+    found = tasks.no_log_values(pve, {"api_token_secret": "tok", "cloudinit": {"password": "ci-pw"}})
+    assert found == {"tok", "ci-pw"}

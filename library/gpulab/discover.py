@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import math
 import re
 import shlex
 from collections import Counter
@@ -43,8 +42,9 @@ from typing import Any
 
 import yaml
 
+from gpulab import vmspec
 from gpulab.constants import PLACEHOLDER, PVE_FINGERPRINT_RE, ROUTER_KINDS, SSH_ROUTER_KINDS
-from gpulab.pve import propstr
+from gpulab.pve import propstr, vmoptions
 
 NVIDIA = "10de"
 REFERENCE = Path(__file__).resolve().parents[2] / "inventory" / "homelab"
@@ -268,15 +268,6 @@ def parse_addrs(text: str) -> dict[str, str]:
             if a.get("family") == "inet" and a.get("local") and link.get("ifname"):
                 out.setdefault(link["ifname"], f"{a['local']}/{a.get('prefixlen', 32)}")
     return out
-
-
-def parse_size(text: str) -> int | None:
-    """A PVE disk size (`60G`, `61440M`, `1T`, bytes) in bytes."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", str(text or "").strip())
-    if not m:
-        return None
-    power = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}[m.group(2)]
-    return int(float(m.group(1)) * 1024**power)
 
 
 def _props(value: Any, default_key: str | None = None, **kw: Any) -> dict[str, str]:
@@ -584,17 +575,14 @@ def _bridge(
     return None, None, "none"
 
 
-def _disk(cfg: dict) -> tuple[str | None, dict[str, str], list[str]]:
-    """The boot disk's slot and properties (scsi0, else the first disk in the boot order), and the others."""
-    disks = {
-        k: _props(v, "file")
-        for k, v in cfg.items()
-        if DISK_SLOTS.match(k) and "media=cdrom" not in str(v) and "cloudinit" not in str(v)
-    }
+def _boot_first(cfg: dict, disks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The VM's disks (vmoptions.read) with the boot disk first: scsi0, else the first disk in the boot
+    order, else the first by slot."""
+    slots = [d["slot"] for d in disks]
     order = _props(cfg.get("boot"), "legacy").get("order", "")
-    first = next((d for d in order.split(";") if d in disks), None)
-    slot = "scsi0" if "scsi0" in disks else first or (sorted(disks)[0] if disks else None)
-    return slot, disks.get(slot, {}), sorted(d for d in disks if d != slot)
+    first = next((d for d in order.split(";") if d in slots), None)
+    slot = "scsi0" if "scsi0" in slots else first or (slots[0] if slots else None)
+    return sorted(disks, key=lambda d: d["slot"] != slot)
 
 
 def _vms(found: Found, raw: Raw, base: str) -> None:
@@ -661,58 +649,53 @@ def _vm(
     put("vm_id", vmid)
     if host != name:
         put("vm_name", name, f"its name in PVE ({name!r} is not a host name gpulab can use)")
-    sockets = int(cfg.get("sockets", 1) or 1)
-    cores = int(cfg.get("cores", 1) or 1)
+    options = vmoptions.read(cfg)
+    options["disks"] = _boot_first(cfg, options["disks"])
+    wanted = vmspec.variables(options)  # the inventory variables that give these options
+    sockets, cores = options["sockets"], wanted["vm_cores"]
     if sockets != 1:
         notes.append(
             f"it has {sockets} sockets of {cores} cores: gpulab's VMs have one socket (vm_cores each)"
         )
     put("vm_cores", cores)
-    memory = int(_props(cfg.get("memory", "512"), "current").get("current") or 512)
-    put("vm_memory_mib", memory)
-    balloon = cfg.get("balloon")
-    if balloon is not None and int(balloon) == 0:
+    put("vm_memory_mib", wanted["vm_memory_mib"])
+    if "vm_balloon" in wanted:
         put("vm_balloon", False)
-    elif balloon is not None and int(balloon) != memory:
-        put("vm_balloon_min_mib", int(balloon), "its balloon floor (PVE balloon)")
-    slot, disk, other_disks = _disk(cfg)
-    if slot is None:
+    elif "vm_balloon_min_mib" in wanted:
+        put("vm_balloon_min_mib", wanted["vm_balloon_min_mib"], "its balloon floor (PVE balloon)")
+    disks = options["disks"]
+    if not disks:
         notes.append("it has no disk: stage vms would give it a scsi0 disk of vm_disk_gb")
         put("vm_disk_gb", PLACEHOLDER, "CHANGE-ME: the size in GB of the disk stage vms would give it")
     else:
-        size = parse_size(disk.get("size", ""))
+        slot = disks[0]["slot"]
         if slot != "scsi0":
             notes.append(
                 f"its disk is {slot}, and gpulab's spec manages scsi0: check what "
                 "`ansible-playbook site.yml --check --diff --tags vms` would do before a run"
             )
-        put(
-            "vm_disk_gb",
-            math.ceil(size / GIB) if size else PLACEHOLDER,
-            None if size else f"CHANGE-ME: {slot}'s size",
+        size = wanted.get("vm_disk_gb")
+        put("vm_disk_gb", size or PLACEHOLDER, None if size else f"CHANGE-ME: {slot}'s size")
+        put("vm_storage", wanted.get("vm_storage") or "")
+    for d in disks[1:]:
+        notes.append(
+            f"it has another disk, {d['slot']} ({cfg.get(d['slot'])}): gpulab keeps it and does not manage it"
         )
-        storage = str(disk.get("file", "")).split(":", 1)[0]
-        put("vm_storage", storage)
-    for d in other_disks:
-        notes.append(f"it has another disk, {d} ({cfg.get(d)}): gpulab keeps it and does not manage it")
-    machine = _props(cfg.get("machine"), "type").get("type", "")
-    put("vm_machine", "q35" if "q35" in machine else "i440fx")
-    if machine not in ("", "q35", "pc", "i440fx"):
+    machine = options["machine"]
+    put("vm_machine", wanted["vm_machine"])
+    if machine not in ("q35", "i440fx"):
         notes.append(f"its machine is {machine}: vm_machine names the kind only ({values[-1][1]})")
-    firmware = "ovmf" if cfg.get("bios") == "ovmf" else "seabios"
+    firmware = "ovmf" if wanted["vm_firmware"] == "ovmf" else "seabios"
     put("vm_firmware", firmware)
     if firmware == "ovmf":
-        efi = _props(cfg.get("efidisk0"), "file")
-        keys = efi.get("pre-enrolled-keys", "0") == "1"
+        keys = bool(wanted.get("vm_efi_pre_enrolled_keys"))
         comment = (
             None if keys else "Off: the unsigned NVIDIA kernel module must load (Secure Boot stays off)."
         )
         put("vm_efi_pre_enrolled_keys", keys, comment)
-    cpu = _props(cfg.get("cpu"), "cputype")
-    cputype = cpu.get("cputype", "kvm64")
-    if cputype != "x86-64-v2-AES":
-        put("vm_cpu", cputype)
-    if len(cpu) > 1:
+    if wanted["vm_cpu"] != "x86-64-v2-AES":
+        put("vm_cpu", wanted["vm_cpu"])
+    if len(_props(cfg.get("cpu"), "cputype")) > 1:
         notes.append(f"its cpu has options ({cfg.get('cpu')}): vm_cpu names the type only")
     cards: list[Any] = []  # the node's cards in hostpci order (hostpci0, hostpci1, ...)
     for key in sorted((k for k in cfg if re.fullmatch(r"hostpci\d+", k)), key=lambda k: int(k[7:])):
@@ -737,13 +720,11 @@ def _vm(
             notes.append(f"{key} ({cfg[key]}) is not PCI-Express: gpulab sets pcie=1 on a q35 VM")
     if cards:
         put("vm_gpu", cards[0].id if len(cards) == 1 else [g.id for g in cards])
-    onboot = cfg.get("onboot")
-    if onboot is not None:
-        put("vm_onboot", str(onboot) == "1")
+    if cfg.get("onboot") is not None:
+        put("vm_onboot", wanted["vm_onboot"])
     elif any(g.boot_display for g in cards):
         put("vm_onboot", False, "Off: the GPU is the host's only screen.")
-    net = _props(cfg.get("net0"), "model", key_alias_values=NET_MODELS, key_alias_target=("model", "macaddr"))
-    bridge = net.get("bridge")
+    bridge = wanted.get("vm_bridge")
     if bridge and bridge != "vmbr0":
         put("vm_bridge", bridge)
     cloud = any("cloudinit" in str(v) for k, v in cfg.items() if DISK_SLOTS.match(k))
@@ -769,7 +750,7 @@ def _vm(
             keys[0] if keys else PLACEHOLDER,
             None if keys else "CHANGE-ME: the public key cloud-init lets in (its config has none)",
         )
-    mac = net.get("macaddr")
+    mac = (options["nets"][0].get("macaddr") if options["nets"] else None) or None
     address, how = _address(raw, base, vmid, mac, found)
     if address:
         put("vm_address", address, how)

@@ -7,6 +7,10 @@ defaults, the GPUs (one hostpci entry per card of vm_gpu, hostpci0, hostpci1, ..
 each goes through its resource mapping or its raw address, start at boot, the balloon and its floor, the
 name, the install kind. Preflight publishes the result as the fact `gpulab_vms`; roles/pve_vms passes it
 through and decides nothing.
+
+`VARIABLES` is the one mapping between a VM's inventory variables and the options they set, read both
+ways: forwards here, backwards by gpulab.discover, which writes an existing VM's host_vars from the options
+its PVE config holds (`gpulab.pve.vmoptions.read`, the table's other direction) with `variables()`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,47 @@ ISO_CREATE_ONLY = ("cdrom", "boot_order", "agent", "ostype", "scsihw")
 # The cloud image has no QEMU guest agent: a cloud-init vendor snippet on the node installs it.
 SNIPPET_STORAGE = "local"
 SNIPPET_NAME = "gpulab-vendor.yaml"
+
+
+# inventory variable -> the gpulab_pve_vm option it sets (its path in the options), and how an option's
+# value reads back as the variable (None: as it is; vm_machine names the kind of a pinned machine version).
+VARIABLES: tuple[tuple[str, tuple[str | int, ...], Any], ...] = (
+    ("vm_cores", ("cores",), None),
+    ("vm_memory_mib", ("memory",), None),
+    ("vm_machine", ("machine",), lambda machine: "q35" if "q35" in machine else "i440fx"),
+    ("vm_firmware", ("bios",), None),
+    ("vm_cpu", ("cpu",), None),
+    ("vm_onboot", ("onboot",), None),
+    ("vm_storage", ("disks", 0, "storage"), None),
+    ("vm_disk_gb", ("disks", 0, "size_gb"), None),
+    ("vm_bridge", ("nets", 0, "bridge"), None),
+    ("vm_efi_pre_enrolled_keys", ("efidisk", "pre_enrolled_keys"), None),
+)
+
+
+def _at(options: Any, path: tuple[str | int, ...]) -> Any:
+    for step in path:
+        try:
+            options = options[step]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return options
+
+
+def variables(options: dict[str, Any]) -> dict[str, Any]:
+    """The inventory variables that give these gpulab_pve_vm options (VARIABLES backwards; those the options
+    leave unset are left out), and vm_balloon / vm_balloon_min_mib from the balloon (balloon_mib's other way)."""
+    out = {}
+    for var, path, back in VARIABLES:
+        value = _at(options, path)
+        if value is not None:
+            out[var] = back(value) if back else value
+    balloon, memory = options.get("balloon"), options.get("memory")
+    if balloon == 0:
+        out["vm_balloon"] = False
+    elif balloon is not None and balloon != memory:
+        out["vm_balloon_min_mib"] = balloon
+    return out
 
 
 def balloon_mib(vm: dict[str, Any]) -> int:
@@ -68,20 +113,12 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
     cards = [by_id[gid] for gid in gpu_ids(vm) if gid in by_id]
     cloud = vm["vm_os_install"] == "cloud_image"
     spec: dict[str, Any] = {
-        "cores": vm["vm_cores"],
-        "memory": vm["vm_memory_mib"],
         "balloon": balloon_mib(vm),
-        "machine": vm["vm_machine"],
-        "bios": vm["vm_firmware"],
-        "cpu": vm["vm_cpu"],
         "ostype": OSTYPE,
         "scsihw": SCSIHW,
         "agent": True,
-        "onboot": vm.get("vm_onboot"),
-        "disks": [
-            {"slot": "scsi0", "storage": vm["vm_storage"], "size_gb": vm["vm_disk_gb"], "iothread": True}
-        ],
-        "nets": [{"model": "virtio", "bridge": vm["vm_bridge"]}],
+        "disks": [{"slot": "scsi0", "iothread": True}],
+        "nets": [{"model": "virtio"}],
         "hostpci": [],
         "serial_console": True if cloud else None,
         "boot_order": ["scsi0"] if cloud else ["scsi0", "ide2"],
@@ -89,13 +126,16 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
         # for installing (the CD-ROM, the boot order) and the wizard's other choices stay as they are.
         "create_only": [] if cloud else list(ISO_CREATE_ONLY),
     }
+    if vm["vm_firmware"] == "ovmf":
+        spec["efidisk"] = {"storage": vm["vm_storage"]}
+    for var, path, _ in VARIABLES:  # the inventory's variables, where VARIABLES puts them
+        if path[0] != "efidisk" or "efidisk" in spec:
+            parent = _at(spec, path[:-1])
+            parent[path[-1]] = vm.get(var)
+    if "efidisk" in spec:
+        spec["efidisk"]["pre_enrolled_keys"] = bool(spec["efidisk"]["pre_enrolled_keys"])
     if vm.get("vm_mac"):
         spec["nets"][0]["macaddr"] = vm["vm_mac"]
-    if vm["vm_firmware"] == "ovmf":
-        spec["efidisk"] = {
-            "storage": vm["vm_storage"],
-            "pre_enrolled_keys": bool(vm["vm_efi_pre_enrolled_keys"]),
-        }
     if cards:
         raw = raw_pci_login(g.get("pve_api_token_id"), g.get("pve_api_user"))
         spec["hostpci"] = [

@@ -2,95 +2,54 @@
 
 Not a task of its own: plugins/action/<module>.py of each controller module (the modules of
 plugins/modules that talk to the PVE API, a router or k3s from the controller) is this plugin or a
-subclass of it. When the task runs on the controller (connection `local`, not async, no `environment`),
-the module file is imported once into the worker and its main() runs there with the task's arguments, the
-way Ansible would start it: the same AnsibleModule, argument validation, check and diff mode, no_log
-masking and result handling. A module started as its own Python spends about 0.3 s importing Ansible's
-module code, the engine and requests before its first request; in the worker they are already loaded
-(this file imports them when the strategy loads the plugin, before the worker forks).
+subclass of it. What the module does is a task of the engine (gpulab.tasks.<name>: its options and a
+run function); the module file keeps the documentation and is that task as an AnsibleModule
+(plugins/module_utils/gpulab_module.py).
+
+When the task runs on the controller (connection `local`, not async, no `environment`), this plugin runs
+the engine's task here: it checks the arguments against the same argument spec with Ansible's
+ArgumentSpecValidator (types, defaults, choices, suboptions, the connection's rules and environment
+fallbacks), gives the task check and diff mode as the play sets them, shows its warnings through Ansible's
+display, and hides the values of every no_log option in the result (remove_values, as AnsibleModule does).
+A module started as its own Python spends about 0.3 s importing Ansible's module code, the engine and
+requests before its first request; in the worker they are already loaded (this file imports them when the
+strategy loads the plugin, before the worker forks).
 
 Anywhere else (a task delegated to a remote host, async, a task `environment`) the module is sent and run
-as usual.
+as usual, with the same options and the same task.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import sys
 import traceback
 
-import ansible.module_utils
-import requests  # noqa: F401
-from ansible import constants as C
-from ansible.module_utils import basic
-from ansible.module_utils.common import warnings as module_warnings
-from ansible.module_utils.common.json import Direction, get_module_encoder
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.parameters import env_fallback, remove_values
+from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 import gpulab.pve.connection  # noqa: F401 - the engine and requests, loaded before the fork
+from gpulab import tasks
 
-PROFILE = "legacy"
 display = Display()
 
 
-class ModuleExit(Exception):
-    """Raised in place of the module's sys.exit: carries the result it reported."""
+class WorkerTask:
+    """What a task of gpulab.tasks is given (gpulab.tasks.Task), from the action plugin."""
 
-    def __init__(self, result):
-        super().__init__("module exited")
-        self.result = result
+    def __init__(self, name, params, check_mode, diff, no_log_values):
+        self.name = name
+        self.params = params
+        self.check_mode = check_mode
+        self.diff = diff
+        self.no_log_values = no_log_values
 
+    def warn(self, msg):
+        display.warning(str(remove_values(msg, self.no_log_values)))
 
-def _use_module_utils():
-    for path in C.config.get_config_value("DEFAULT_MODULE_UTILS_PATH") or ():
-        if path not in ansible.module_utils.__path__:
-            ansible.module_utils.__path__.append(path)
-
-
-def _load(name, path):
-    """The module file `path` imported once per worker (its `if __name__ == "__main__"` stays off)."""
-    key = f"_gpulab_module_{name}"
-    if key not in sys.modules:
-        _use_module_utils()
-        spec = importlib.util.spec_from_file_location(key, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[key]
-            raise
-    return sys.modules[key]
-
-
-def _run_main(module, args):
-    """Run `module.main()` with `args` (as Ansible passes them) and return the result it reports."""
-    reported = []
-
-    def record(_self, result):
-        reported.append(result)
-
-    basic._ANSIBLE_ARGS = json.dumps(
-        {"ANSIBLE_MODULE_ARGS": args}, cls=get_module_encoder(PROFILE, Direction.CONTROLLER_TO_MODULE)
-    ).encode()
-    basic._ANSIBLE_PROFILE = PROFILE
-    saved = basic.AnsibleModule._record_module_result
-    basic.AnsibleModule._record_module_result = record
-    # A loop runs all its items in one worker: each run starts with no warning or deprecation left over.
-    module_warnings._global_warnings.clear()
-    module_warnings._global_deprecations.clear()
-    try:
-        module.main()
-    except SystemExit:
-        pass
-    finally:
-        basic.AnsibleModule._record_module_result = saved
-        basic._ANSIBLE_ARGS = None
-    if not reported:
-        raise RuntimeError("the module ended without reporting a result")
-    return reported[-1]
+    def log(self, msg):
+        display.vvv(f"{self.name}: {remove_values(msg, self.no_log_values)}")
 
 
 class ActionModule(ActionBase):
@@ -122,19 +81,28 @@ class ActionModule(ActionBase):
         result.update(self.run_in_worker(args, task_vars))
         return result
 
-    def run_in_worker(self, args, task_vars):
-        name = self._task.resolved_action or self._task.action
-        found = self._shared_loader_obj.module_loader.find_plugin_with_context(
-            self._task.action, collection_list=self._task.collections
-        )
-        args = dict(args)
-        self._update_module_args(name, args, task_vars)
-        display.vvv(f"{name}: running {found.plugin_resolved_path} in this worker")
+    def run_in_worker(self, args, task_vars=None):
+        """The module's task of gpulab.tasks run here with `args`: the result the module would report."""
+        name = self._task.action.rsplit(".", 1)[-1]
+        task = tasks.of(name)
+        spec = tasks.argument_spec(task, env_fallback)
+        checked = ArgumentSpecValidator(spec, **tasks.rules(task)).validate(tasks.plain(args))
+        params = checked.validated_parameters
+        hidden = tasks.no_log_values(spec, params)
+        display.vvv(f"{name}: running {task.__name__} in this worker")
+        if checked.error_messages:
+            msg = checked.errors.msg
+            if isinstance(checked.errors[0], UnsupportedError):
+                msg = f"Unsupported parameters for ({name}) module: {msg}"
+            return remove_values({"failed": True, "msg": msg}, hidden)
+        out = {}
         try:
-            reported = _run_main(_load(name, found.plugin_resolved_path), args)
-        except Exception as exc:  # a defect in the module: reported as a module failure would be
-            return {"failed": True, "msg": f"{name} failed: {exc!r}", "exception": traceback.format_exc()}
-        text = json.dumps(reported, cls=get_module_encoder(PROFILE, Direction.MODULE_TO_CONTROLLER))
-        utr = self._parse_returned_data({"stdout": text, "stderr": "", "rc": 0}, PROFILE)
-        utr.remove_internal_keys()
-        return utr.as_result_dict(for_round_trip=True)
+            out.update(
+                task.run(WorkerTask(name, params, bool(self._task.check_mode), bool(self._task.diff), hidden))
+            )
+        except tasks.Failed as failed:
+            out.update(failed.result, failed=True, msg=failed.msg)
+        except Exception as exc:  # a defect in the task: reported as a module's traceback would be
+            out.update(failed=True, msg=f"{name} failed: {exc!r}", exception=traceback.format_exc())
+        out.setdefault("changed", False)
+        return remove_values(out, hidden)

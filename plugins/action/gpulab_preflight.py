@@ -14,27 +14,11 @@ before any stage has changed anything.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
 from gpulab import inventory, labdef, reach, routerspec, vmspec
-
-
-def _plain(value):
-    """The value with Ansible's tagged str/int/float/list/dict types made plain (messages name types)."""
-    if isinstance(value, bool) or value is None:
-        return value
-    for kind in (int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    if isinstance(value, Mapping):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
+from gpulab.tasks import plain as _plain
 
 # Where a sudo password can come from in the inventory (or the vault), besides -K.
 BECOME_PASSWORD_VARS = (

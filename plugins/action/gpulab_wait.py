@@ -120,10 +120,6 @@ class ActionModule(ActionBase):
         task = self._task.copy(exclude_parent=False)
         task.args = dict(module_args)
         task.action = module
-        found = self._shared_loader_obj.module_loader.find_plugin_with_context(
-            module, collection_list=self._task.collections
-        )
-        task._resolved_action = found.resolved_fqcn if found.resolved else module
         loader = self._shared_loader_obj.action_loader
         handler_name = module if loader.has_plugin(module, collection_list=self._task.collections) else None
         handler = loader.get(

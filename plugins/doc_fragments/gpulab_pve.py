@@ -1,5 +1,5 @@
 """Documentation of what every gpulab PVE module shares (fragment `gpulab_pve`): the connection options,
-check mode (plugins/module_utils/gpulab_module.py gives it to each) and the request counts it returns."""
+check mode (gpulab.tasks gives it to each, in the worker and as a module) and the request counts it returns."""
 
 
 class ModuleDocFragment:

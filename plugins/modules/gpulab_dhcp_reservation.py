@@ -273,112 +273,12 @@ error_code:
   type: str
 """
 
-from ansible.module_utils.gpulab_module import HAS_GPULAB, controller_module  # noqa: E402
-
-if HAS_GPULAB:
-    from gpulab.routers import KINDS, RouterError, make_backend
-    from gpulab.routers.http import mask
-
-ARGUMENT_SPEC = dict(
-    kind=dict(
-        type="str",
-        choices=list(KINDS) if HAS_GPULAB else None,  # DOCUMENTATION repeats them (a test compares)
-    ),
-    address=dict(type="str"),
-    subnet=dict(type="str"),
-    pool=dict(
-        type="dict", options=dict(start=dict(type="str", required=True), end=dict(type="str", required=True))
-    ),
-    user=dict(type="str"),
-    password=dict(type="str", no_log=True),
-    url=dict(type="str"),
-    validate_certs=dict(type="bool"),
-    ssh=dict(
-        type="dict",
-        options=dict(
-            host=dict(type="str"),
-            port=dict(type="int"),
-            user=dict(type="str"),
-            password=dict(type="str", no_log=True),
-            key_file=dict(type="path", no_log=False),
-            host_key_checking=dict(type="bool"),
-            known_hosts=dict(type="path"),
-            ssh_args=dict(type="str"),
-            become=dict(type="bool", default=False),
-            local=dict(type="bool", default=False),
-        ),
-    ),
-    options=dict(type="dict", default={}),
-    reservations=dict(
-        type="list",
-        elements="dict",
-        default=[],
-        options=dict(
-            mac=dict(type="str", required=True),
-            address=dict(type="str"),
-            hostname=dict(type="str"),
-            current_address=dict(type="str"),
-            expect=dict(type="str"),
-            name=dict(type="str"),
-        ),
-    ),
-    keep_free=dict(
-        type="list",
-        elements="dict",
-        default=[],
-        options=dict(
-            address=dict(type="str", required=True),
-            host=dict(type="str"),
-            field=dict(type="str"),
-            what=dict(type="str"),
-        ),
-    ),
-    known_only=dict(type="bool", default=False),
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-)
-
-
-def run(params: dict, check_mode: bool) -> dict:
-    """Everything but Ansible: build the backend, stage, apply once. Raises RouterError/ValueError."""
-    cfg = {k: params.get(k) for k in ("kind", "address", "subnet", "pool", "user", "password", "url")}
-    cfg["validate_certs"] = params.get("validate_certs")
-    cfg["ssh"] = params.get("ssh") or {}
-    cfg["options"] = params.get("options") or {}
-    cfg["name"] = f"the {params['kind']} router at {params['address']}"
-    with make_backend(cfg) as router:
-        for f in params.get("keep_free") or []:
-            router.keep_free(f["address"], f.get("host"), f.get("field"), f.get("what"))
-        for r in params["reservations"]:
-            if params.get("state", "present") == "absent":
-                router.remove(r["mac"])
-            else:
-                router.ensure(
-                    r["mac"],
-                    r.get("address"),
-                    r.get("hostname"),
-                    current_address=r.get("current_address"),
-                    name=r.get("name"),
-                    expect=r.get("expect"),
-                )
-        result = router.apply(check_mode=check_mode)
-    out = result.as_dict()
-    out["diff"] = result.diff()
-    return out
+from ansible.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():
-    module = controller_module(ARGUMENT_SPEC)
-    secrets = [module.params.get("password"), (module.params.get("ssh") or {}).get("password")]
-    try:
-        out = run(module.params, module.check_mode)
-    except (RouterError, ValueError) as e:
-        module.fail_json(msg=mask(str(e), secrets), error_code=getattr(e, "code", "invalid"))
-    except Exception as e:  # an unforeseen failure still must not leak a secret
-        module.fail_json(msg=mask(f"{type(e).__name__}: {e}", secrets), error_code="internal")
-    diff = out.pop("diff")
-    if module._diff:
-        out["diff"] = diff
-    module.exit_json(**out)
+    # its options and what it does: gpulab.tasks.dhcp_reservation (which the action plugin runs in the worker)
+    run_module("gpulab_dhcp_reservation")
 
 
 if __name__ == "__main__":

@@ -122,50 +122,12 @@ keys_known:
   type: int
 """
 
-from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
-
-if HAS_GPULAB:
-    from gpulab import hami
-
-ARGUMENT_SPEC = {
-    "chart_version": {"type": "str", "required": True},
-    "device_split_count": {"type": "int", "default": 10},
-    "device_memory_scaling": {"type": "float", "default": 1},
-    "runtime_class_name": {"type": "str", "default": "nvidia"},
-    "node_selector": {"type": "dict", "default": {"gpu": "on"}},
-    "kube_scheduler_image": {
-        "type": "dict",
-        "default": {},
-        "options": {
-            "registry": {"type": "str"},
-            "repository": {"type": "str"},
-            "tag": {"type": "str"},
-        },
-    },
-    "image_registry": {"type": "str", "default": ""},
-    "extra_values": {"type": "dict", "default": {}},
-    "name": {"type": "str", "default": "hami"},
-    "namespace": {"type": "str", "default": "kube-system"},
-    "repo": {"type": "str", "default": "https://project-hami.github.io/HAMi/"},
-    "timeout": {"type": "str", "default": "10m0s"},
-}
+from ansible.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():
-    module = controller_module(ARGUMENT_SPEC)
-    p = module.params
-    # every option of the module is an argument of the engine's render
-    own = {name: p[name] for name in ARGUMENT_SPEC}
-    if own["device_memory_scaling"] == int(own["device_memory_scaling"]):
-        own["device_memory_scaling"] = int(own["device_memory_scaling"])  # 1, not 1.0, in the chart values
-    with ModuleRun(module, f"Rendering the HAMi HelmChart {p['name']}", hami.ValuesError) as run:
-        values, manifest = hami.render(**own)
-    run.exit(
-        values=values,
-        values_content=hami.values_content(values),
-        manifest=manifest,
-        keys_known=len(hami.load_keys(p["chart_version"])["keys"]),
-    )
+    # its options and what it does: gpulab.tasks.hami_values (which the action plugin runs in the worker)
+    run_module("gpulab_hami_values")
 
 
 if __name__ == "__main__":

@@ -121,28 +121,12 @@ cards:
   type: dict
 """
 
-from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
-
-if HAS_GPULAB:
-    from gpulab.k8s import workloads
-    from gpulab.k8s.validate import ManifestError
-
-ARGUMENT_SPEC = {
-    "engines": {"type": "list", "elements": "dict", "required": True},
-    "gpus_by_node": {"type": "dict", "required": True},
-    "k3s_version": {"type": "str"},
-    "wait_image": {"type": "str"},
-}
+from ansible.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():
-    module = controller_module(ARGUMENT_SPEC)
-    p = module.params
-    with ModuleRun(module, "Planning the GPU engines", workloads.PlanError, ManifestError) as run:
-        result = workloads.plan(
-            p["engines"], p["gpus_by_node"], k3s_version=p["k3s_version"], wait_image=p["wait_image"]
-        )
-    run.exit(**result)
+    # its options and what it does: gpulab.tasks.hami_workloads (which the action plugin runs in the worker)
+    run_module("gpulab_hami_workloads")
 
 
 if __name__ == "__main__":

@@ -89,31 +89,12 @@ files:
   elements: str
 """
 
-from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
-
-if HAS_GPULAB:
-    from gpulab import labtable
-
-ARGUMENT_SPEC = {
-    "vms": {"type": "list", "elements": "dict", "required": True},
-    "gpus": {"type": "dict", "default": {}},
-    "k8s_nodes": {"type": "list", "elements": "dict", "default": []},
-    "k8s_pods": {"type": "list", "elements": "dict", "default": []},
-    "state_dir": {"type": "path"},
-}
+from ansible.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():
-    module = controller_module(ARGUMENT_SPEC, pve=True)
-    p = module.params
-    with ModuleRun(module, "Reading the VMs for the lab table") as run:
-        pve = labtable.read_vm_configs(run.connect(), p["vms"])
-    table = labtable.rows(p["vms"], pve, p["gpus"], p["k8s_nodes"], p["k8s_pods"])
-    run.result.update(rows=table, lines=labtable.text(table), markdown=labtable.markdown(table))
-    if p["state_dir"]:
-        changed, paths = labtable.write(p["state_dir"], table, dry_run=module.check_mode)
-        run.result.update(changed=changed, files=[str(f) for f in paths])
-    run.exit()
+    # its options and what it does: gpulab.tasks.lab_table (which the action plugin runs in the worker)
+    run_module("gpulab_lab_table")
 
 
 if __name__ == "__main__":

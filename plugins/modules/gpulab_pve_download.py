@@ -156,86 +156,12 @@ msg:
   type: str
 """
 
-from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
-
-if HAS_GPULAB:
-    from gpulab.pve import download
-
-ARGUMENT_SPEC = {
-    "node": {"type": "str", "required": True},
-    "storage": {"type": "str", "required": True},
-    "url": {"type": "str", "required": True},
-    "filename": {"type": "str", "required": True},
-    "content": {"type": "str", "choices": ["iso", "import", "vztmpl"], "default": "iso"},
-    "checksum": {"type": "str"},
-    "checksum_algorithm": {
-        "type": "str",
-        "choices": ["md5", "sha1", "sha224", "sha256", "sha384", "sha512"],
-        "default": "sha256",
-    },
-    "verify_certificates": {"type": "bool", "default": True},
-    "verify_existing": {"type": "bool", "default": False},
-    "wait": {"type": "bool", "default": True},
-    "upid": {"type": "str"},
-    "timeout": {"type": "int", "default": 3600},
-    "poll_interval": {"type": "int", "default": 5},
-}
+from ansible.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():
-    module = controller_module(ARGUMENT_SPEC, pve=True)
-    p = module.params
-    name = download.normalise_filename(p["filename"])
-    volid = f"{p['storage']}:{p['content']}/{name}"
-    result = {
-        "volid": volid,
-        "present_before": False,
-        "transferred": False,
-        "upid": p["upid"] or "",
-        "done": True,
-        "progress": None,
-        "log": [],
-        "msg": "",
-    }
-    what = f"Downloading {p['url']} to {volid} on node {p['node']}"
-    with ModuleRun(module, what, download.DownloadError, result=result) as run:
-        client = run.connect()
-        if p["upid"]:
-            state = download.task_status(client, p["node"], p["upid"])
-            result.update(
-                done=state["done"],
-                progress=state["progress"],
-                log=state["log"],
-                bytes=state["bytes"],
-                total=state["total"],
-                rate=state["rate"],
-            )
-            if state["done"] and not state["ok"]:
-                raise download.DownloadError(f"PVE could not download {volid}: {state['exitstatus']}")
-            result["transferred"] = state["done"] and not state["reused"]
-            result["msg"] = f"{volid}: {'done' if state['done'] else 'downloading'}" + (
-                f", {state['progress']:.0f}%" if state["progress"] is not None else ""
-            )
-        else:
-            # every option of the module but upid and poll_interval is an argument of the engine's download
-            own = {name: p[name] for name in ARGUMENT_SPEC if name not in ("upid", "poll_interval")}
-            res = download.ensure_download(client, check_mode=module.check_mode, **own)
-            result.update(
-                changed=res.changed,
-                present_before=res.present_before,
-                transferred=res.transferred,
-                upid=res.upid,
-                done=p["wait"] or not res.upid,
-                progress=res.progress,
-                log=res.log,
-                msg=res.msg,
-            )
-            if module._diff:
-                result["diff"] = {
-                    "before": f"{volid}: {'present' if res.present_before else 'absent'}\n",
-                    "after": f"{volid}: present (checksum {p['checksum_algorithm']} {p['checksum'] or 'not given'})\n",
-                }
-    run.exit()
+    # its options and what it does: gpulab.tasks.pve_download (which the action plugin runs in the worker)
+    run_module("gpulab_pve_download")
 
 
 if __name__ == "__main__":

@@ -102,31 +102,12 @@ mappings:
   elements: dict
 """
 
-from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
-
-if HAS_GPULAB:
-    from gpulab.pve import info
-
-
-def build_argument_spec():
-    return {
-        "node": {"type": "str", "required": True},
-        # the engine's sections (nics, a read per VM, only when asked for)
-        "gather": {
-            "type": "list",
-            "elements": "str",
-            "choices": list(info.SECTIONS),
-            "default": list(info.DEFAULT_SECTIONS),
-        },
-    }
+from ansible.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():
-    module = controller_module(build_argument_spec, pve=True)
-    p = module.params
-    with ModuleRun(module, f"Reading node {p['node']}") as run:
-        facts = info.gather(run.connect(), p["node"], p["gather"])
-    run.exit(**facts)
+    # its options and what it does: gpulab.tasks.pve_info (which the action plugin runs in the worker)
+    run_module("gpulab_pve_info")
 
 
 if __name__ == "__main__":

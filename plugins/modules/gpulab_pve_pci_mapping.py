@@ -86,47 +86,12 @@ mapping:
   type: dict
 """
 
-from ansible.module_utils.gpulab_module import HAS_GPULAB, ModuleRun, controller_module  # noqa: E402
-
-if HAS_GPULAB:
-    from gpulab.pve import mapping
-
-ARGUMENT_SPEC = {
-    "id": {"type": "str", "required": True},
-    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-    "description": {"type": "str"},
-    "entries": {
-        "type": "list",
-        "elements": "dict",
-        "default": [],
-        "options": {
-            "node": {"type": "str", "required": True},
-            "path": {"type": "str", "required": True},
-            "id": {"type": "str", "required": True},
-            "iommugroup": {"type": "int"},
-            "subsystem_id": {"type": "str"},
-        },
-    },
-}
+from ansible.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():
-    module = controller_module(ARGUMENT_SPEC, pve=True)
-    p = module.params
-    result = {"id": p["id"], "mapping": None}
-    with ModuleRun(module, f"PCI mapping {p['id']}", mapping.MappingError, result=result) as run:
-        res = mapping.ensure_pci_mapping(
-            run.connect(),
-            mapping_id=p["id"],
-            entries=p["entries"],
-            description=p["description"],
-            state=p["state"],
-            check_mode=module.check_mode,
-        )
-        result.update(changed=res.changed, mapping=res.after)
-        if module._diff:
-            result["diff"] = {"before": res.before or {}, "after": res.after or {}}
-    run.exit()
+    # its options and what it does: gpulab.tasks.pve_pci_mapping (which the action plugin runs in the worker)
+    run_module("gpulab_pve_pci_mapping")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ import paramiko
 import pytest
 import yaml
 
-from gpulab import cli, discover, discover_ssh
+from gpulab import cli, discover, discover_ssh, vmspec
+from gpulab.pve import vmoptions
 
 from .conftest import Node, sysfs
 from .filling import fill, placeholders, plan
@@ -397,11 +398,36 @@ def test_gpu_ids_come_from_the_cards_name(name, ident):
 
 
 @pytest.mark.parametrize(
-    ("text", "size"),
-    [("60G", 60 * 2**30), ("61440M", 60 * 2**30), ("1T", 2**40), ("4M", 4 * 2**20), ("x", None)],
+    ("text", "size_gb"),
+    [("60G", 60), ("61440M", 60), ("1T", 1024), ("4M", 1), ("60.5G", 61), ("x", None)],
 )
-def test_disk_sizes(text, size):
-    assert discover.parse_size(text) == size
+def test_disk_sizes_are_read_as_the_module_option(text, size_gb):
+    """A VM's disk size reads back as gpulab_pve_vm's size_gb (vmoptions.read, whole GiB rounded up), the
+    vm_disk_gb that discover writes (vmspec.VARIABLES)."""
+    options = vmoptions.read({"scsi0": f"local-zfs:vm-100-disk-0,iothread=1,size={text}"})
+    assert options["disks"] == [
+        {"slot": "scsi0", "storage": "local-zfs", "size_gb": size_gb, "file": "local-zfs:vm-100-disk-0"}
+    ]
+    wanted = vmspec.variables(options)
+    assert wanted.get("vm_disk_gb") == size_gb and wanted["vm_storage"] == "local-zfs"
+
+
+def test_the_variables_read_back_are_those_that_give_the_options():
+    """vmspec.VARIABLES both ways: a VM resolved from its variables, its options read back, give the same
+    variables (the balloon's floor too)."""
+    vm = {"vm_cores": 8, "vm_memory_mib": 16384, "vm_machine": "q35", "vm_firmware": "ovmf", "vm_cpu": "host",
+          "vm_onboot": False, "vm_storage": "local-zfs", "vm_disk_gb": 200, "vm_bridge": "vmbr0",
+          "vm_efi_pre_enrolled_keys": False}  # fmt: skip
+    cfg = {"cores": "8", "memory": "16384", "machine": "q35", "bios": "ovmf", "cpu": "host", "onboot": "0",
+           "balloon": "4096", "scsi0": "local-zfs:vm-102-disk-1,iothread=1,size=200G",
+           "net0": "virtio=BC:24:11:00:00:03,bridge=vmbr0",
+           "efidisk0": "local-zfs:vm-102-disk-0,efitype=4m,pre-enrolled-keys=0,size=1M"}  # fmt: skip
+    assert vmspec.variables(vmoptions.read(cfg)) == {**vm, "vm_balloon_min_mib": 4096}
+    assert vmspec.variables(vmoptions.read({**cfg, "balloon": "0", "machine": "pc-i440fx-9.2"})) == {
+        **vm,
+        "vm_balloon": False,
+        "vm_machine": "i440fx",
+    }
 
 
 def test_an_unknown_host_key_is_refused_with_its_fingerprint_and_how_to_add_it():

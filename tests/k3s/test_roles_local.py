@@ -603,7 +603,10 @@ def test_workloads_stop_on_an_engine_pod_that_went_around_hami(lab):
     assert rc != 0
     msg = lab.failures(out)[0]
     assert "Engine default/e0 has pods that went around HAMi" in msg
-    assert "2 pod(s) were bound by default-scheduler and rejected by the kubelet (UnexpectedAdmissionError" in msg
+    assert (
+        "2 pod(s) were bound by default-scheduler and rejected by the kubelet (UnexpectedAdmissionError"
+        in msg
+    )
     assert "again and again" in msg and "1 pod(s) are Pending under default-scheduler" in msg
     assert "default/e0-0 (schedulerName default-scheduler) was bound to vm-gpu and then rejected" in msg
     assert "no binding pod found on node vm-gpu" in msg

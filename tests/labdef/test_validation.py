@@ -315,7 +315,7 @@ BAD = [
         "k3s-version-bare",
         "all",
         {"k3s_version": "1.33.5"},
-        "all: k3s_version='1.33.5': not a k3s release: k3s tags its releases vX.Y.Z+k3sN and downloads "
+        "all: k3s_version='1.33.5': not a k3s release: k3s tags its releases v1.Y.Z+k3sN and downloads "
         "nothing else. Fix: write the release as k3s tags it, e.g. v1.33.5+k3s1",
     ),
     (
@@ -323,6 +323,19 @@ BAD = [
         "all",
         {"k3s_version": "v1.33.5"},
         "all: k3s_version='v1.33.5': not a k3s release",
+    ),
+    (
+        "k3s-version-not-1",
+        "all",
+        {"k3s_version": "v2.0.0+k3s1"},
+        "all: k3s_version='v2.0.0+k3s1': not a k3s release",
+    ),
+    (
+        "kube-vip-version-no-v",
+        "all",
+        {"k3s_server_kube_vip_version": "0.8.9"},
+        "all: k3s_server_kube_vip_version='0.8.9': not a kube-vip release: its images are tagged vX.Y.Z, so "
+        "this names an image that does not exist. Fix: write the release with its v, e.g. v0.8.9",
     ),
     (
         "chart-version-form",
@@ -538,3 +551,27 @@ def test_plan_text_lists_vms_budget_gpu_and_addresses(inv):
     )
     assert "GPU rtx3090 0000:02:00 (10de:2204, IOMMU group 13, boot display) -> vm-gpu" in text
     assert "reserve (MAC from PVE) -> 192.168.100.55 (vm-gpu)" in text
+
+
+def test_the_version_rules_are_written_once_and_the_role_defaults_keep_them():
+    """The k3s and kube-vip version rules live in the catalogue (preflight checks them before any stage):
+    no role or playbook matches those versions against a pattern of its own."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from gpulab.labdef.catalogue import K3S_VERSION_RE, KUBE_VIP_VERSION_RE
+
+    root = Path(__file__).resolve().parents[2]
+    copies = [
+        f"{path.relative_to(root)}: {line.strip()}"
+        for top in ("roles", "playbooks")
+        for path in (root / top).rglob("*.yml")
+        for line in path.read_text().splitlines()
+        if re.search(r"(k3s_\w*version|kube_vip_version)\b.*\bis\s+(match|search|regex)\b", line)
+    ]
+    assert copies == []
+    defaults = yaml.safe_load((root / "roles/k3s_server/defaults/main.yml").read_text())
+    assert KUBE_VIP_VERSION_RE.match(defaults["k3s_server_kube_vip_version"])
+    assert K3S_VERSION_RE.match("v1.33.5+k3s1") and not K3S_VERSION_RE.match("v0.10.2+k3s1")

@@ -9,10 +9,11 @@ import subprocess
 
 import pytest
 import yaml
+from ansible_runs import BIN
 
 from gpulab.pve import connection
 
-from .conftest import ROOT, PveSimProcess
+from .conftest import ROOT, PveSimProcess, gpu_vm_args, prepare_gpu_lab, run_module
 
 INVENTORY = {
     "pve_api_url": "https://pve.example:8006",
@@ -83,7 +84,7 @@ def _play(lab: PveSimProcess, tmp_path, hosts: dict, tasks: list) -> tuple[subpr
     )
     for name in [k for k in env if k.startswith("PVE_API_")]:
         del env[name]  # the modules' environment fallbacks must not stand in for the inventory
-    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-vvv", "-i", str(tmp_path / "hosts.yml")]
+    cmd = [str(BIN / "ansible-playbook"), "-vvv", "-i", str(tmp_path / "hosts.yml")]
     proc = subprocess.run(
         [*cmd, str(tmp_path / "play.yml")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
@@ -134,5 +135,38 @@ def test_tasks_pass_only_their_own_options(lab, tmp_path):
     token_user = lab.desc["token_id"]
     assert users == [token_user, token_user, "root@pam"]
     # -vvv shows each result and how the module ran, and no secret
-    assert "plugins/modules/gpulab_pve_info.py in this worker" in output
+    assert "gpulab_pve_info: running gpulab.tasks.pve_info in this worker" in output
     assert lab.desc["token_secret"] not in output and lab.desc["password"] not in output
+
+
+@pytest.mark.slow
+def test_a_warning_and_the_result_read_the_same_in_the_worker_and_as_a_module(lab, tmp_path):
+    """A change PVE would hold as pending on a running VM (check mode, with diff): the module warns, in the
+    worker (the task on the controller) as in its own Python (a task with `environment`), and both report
+    the same result."""
+    prepare_gpu_lab(lab)
+    run_module("gpulab_pve_vm", gpu_vm_args(lab, state="started"))
+    args = gpu_vm_args(lab, state="started", cores=6)
+    check = {"check_mode": True, "diff": True}
+    tasks = [
+        {"name": "worker", "gpulab_pve_vm": args, **check},
+        {"name": "own python", "gpulab_pve_vm": args, **check, "environment": {"GPULAB_PROBE": "1"}},
+    ]
+    mark = lab.mark()
+    proc, records = _play(lab, tmp_path, {"pve": {"pve_node": "pve"}}, tasks)
+    output = proc.stdout + proc.stderr
+    assert [(r["task"], r["status"]) for r in records] == [("worker", "ok"), ("own python", "ok")], output[
+        -3000:
+    ]
+    worker, own = (r["result"] for r in records)
+    assert worker["changed"] and worker["restart_needed"] and worker["set"] == {"cores": "6"}
+    assert worker["diff"]["after"]["cores"] == "6" and worker["diff"]["after_header"].endswith("(would be)")
+    assert lab.writes(mark) == []
+    assert "gpulab_pve_vm: running gpulab.tasks.pve_vm in this worker" in output
+    warning = "VM 102 (vm-gpu) on node pve runs with hardware changes PVE holds as pending (cores)"
+    assert [w.startswith(warning) for w in worker["warnings"]] == [True], worker["warnings"]
+    assert warning in output  # once: Ansible shows a warning it already showed no more
+    assert {k: v for k, v in worker.items() if k != "invocation"} == {
+        k: v for k, v in own.items() if k != "invocation"
+    }
+    assert lab.desc["token_secret"] not in output

@@ -8,8 +8,7 @@ import pytest
 
 from gpulab.pve import download, mapping, vm, vmconfig
 from gpulab.pve.client import PveConnection, _encode
-
-from .conftest import _load_module
+from gpulab.tasks import pve_vm as pve_vm_task
 
 
 @pytest.mark.parametrize(
@@ -97,7 +96,7 @@ def test_own_families_remove_extra_nics_and_devices_only():
 
 @pytest.mark.parametrize(("user", "token"), [(None, "root@pam!gpulab"), ("admin@pve", None)])
 def test_a_raw_device_without_a_root_password_login_is_refused_with_the_way_out(user, token):
-    mod = _load_module("gpulab_pve_vm")
+    mod = pve_vm_task
     conn = PveConnection(
         api_url="https://pve:8006",
         user=user,

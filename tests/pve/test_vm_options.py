@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpulab import docs
+from gpulab import docs, tasks
 from gpulab.pve import connection, vmconfig, vmoptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,9 +60,8 @@ def load_module():
 
 
 def test_the_argument_spec_is_the_table_and_the_connection():
-    mod = load_module()
     expected = {**connection.argument_spec(None), **{o.name: o.spec() for o in vmoptions.CONTROL}}
-    assert mod.build_argument_spec(None) == expected
+    assert tasks.argument_spec(tasks.of("gpulab_pve_vm")) == expected
 
 
 def test_the_documented_options_are_the_table():

@@ -1,6 +1,5 @@
-"""gpulab_dhcp_reservation: docs match the argument spec, secrets stay hidden, run() drives a backend."""
+"""gpulab_dhcp_reservation: secrets stay hidden, its task (gpulab.tasks.dhcp_reservation) drives a backend."""
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -9,20 +8,18 @@ import pytest
 from ansible_modules import command
 
 from gpulab.routers import OPTION_DEFAULTS, RouterError, make_backend
+from gpulab.tasks import dhcp_reservation as task
 from labsim.routers.mikrotik import MikroTikSim
 
 ROOT = Path(__file__).resolve().parents[2]
 PATH = ROOT / "plugins/modules/gpulab_dhcp_reservation.py"
-spec = importlib.util.spec_from_file_location("gpulab_dhcp_reservation", PATH)
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
 PW = "Mod-Secret-42"
 
 
 def test_passwords_are_no_log_and_every_backend_is_a_kind():
-    assert mod.ARGUMENT_SPEC["password"]["no_log"] is True
-    assert mod.ARGUMENT_SPEC["ssh"]["options"]["password"]["no_log"] is True
-    assert set(mod.ARGUMENT_SPEC["kind"]["choices"]) == set(OPTION_DEFAULTS)
+    assert task.OPTIONS["password"]["no_log"] is True
+    assert task.OPTIONS["ssh"]["options"]["password"]["no_log"] is True
+    assert set(task.OPTIONS["kind"]["choices"]) == set(OPTION_DEFAULTS)
 
 
 def test_make_backend_refuses_unknown_kind_and_option():
@@ -43,13 +40,13 @@ def params(sim, **kw):
 
 def test_run_check_then_apply_then_absent():
     with MikroTikSim(password=PW) as sim:
-        out = mod.run(params(sim), check_mode=True)
+        out = task.apply(params(sim), check_mode=True)
         assert out["changed"] and sim.leases == []
         assert out["diff"] == {"before": "", "after": "bc:24:11:00:0a:01 192.168.88.9 vm-1\n"}
-        out = mod.run(params(sim), check_mode=False)
+        out = task.apply(params(sim), check_mode=False)
         assert out["reservations"]["bc:24:11:00:0a:01"]["address"] == "192.168.88.9"
-        assert mod.run(params(sim), check_mode=False)["changed"] is False
-        out = mod.run(params(sim, state="absent"), check_mode=False)
+        assert task.apply(params(sim), check_mode=False)["changed"] is False
+        out = task.apply(params(sim, state="absent"), check_mode=False)
         assert [c["action"] for c in out["changes"]] == ["delete"] and sim.leases == []
 
 
@@ -69,14 +66,14 @@ def test_run_refuses_a_kept_free_vip_that_another_mac_holds_and_writes_nothing()
            "what": "the kube-vip VIP the k3s servers hold"}  # fmt: skip
     with MikroTikSim(password=PW) as sim:
         # free: the reservation goes through in check mode and for real, and a re-run changes nothing
-        assert mod.run(params(sim, keep_free=[vip]), check_mode=True)["changed"]
-        assert mod.run(params(sim, keep_free=[vip]), check_mode=False)["changed"]
-        assert mod.run(params(sim, keep_free=[vip]), check_mode=False)["changed"] is False
+        assert task.apply(params(sim, keep_free=[vip]), check_mode=True)["changed"]
+        assert task.apply(params(sim, keep_free=[vip]), check_mode=False)["changed"]
+        assert task.apply(params(sim, keep_free=[vip]), check_mode=False)["changed"] is False
         sim.add_dynamic("bc:24:11:00:0b:02", "192.168.88.60", "laptop")
         before = [dict(x) for x in sim.leases]
         for check in (True, False):
             with pytest.raises(RouterError) as err:
-                mod.run(params(sim, keep_free=[vip]), check_mode=check)
+                task.apply(params(sim, keep_free=[vip]), check_mode=check)
             assert str(err.value).startswith("all: k3s_registration_address = 192.168.88.60")
             assert "is leased to bc:24:11:00:0b:02 (laptop)" in str(err.value) and "Fix:" in str(err.value)
             assert err.value.code == "conflict" and sim.leases == before
@@ -84,11 +81,17 @@ def test_run_refuses_a_kept_free_vip_that_another_mac_holds_and_writes_nothing()
 
 def test_the_options_docs_are_the_kinds_table():
     """The module documents each kind's options as gpulab.routers.kinds has them (`make docs` writes them)."""
+    import ast
+
     import yaml
 
     from gpulab.routers.kinds import option_docs
 
-    assert yaml.safe_load(mod.DOCUMENTATION)["options"]["options"]["description"] == option_docs()
+    tree = ast.parse(PATH.read_text())
+    doc = next(
+        n.value.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "DOCUMENTATION"
+    )
+    assert yaml.safe_load(doc)["options"]["options"]["description"] == option_docs()
 
 
 def test_each_kind_builds_its_class_and_its_options_are_the_classs_keyword_arguments():

@@ -23,6 +23,7 @@ from gpulab.labdef.catalogue import (
     FINGERPRINT_RE,
     IMAGE_TAG_RE,
     K3S_VERSION_RE,
+    KUBE_VIP_VERSION_RE,
     MAC_RE,
     NVIDIA_BRANCH_MAX,
     NVIDIA_BRANCH_MIN,
@@ -92,7 +93,7 @@ def _image(value: Any) -> bool:
 
 K3S_RELEASE = matching(
     K3S_VERSION_RE,
-    "not a k3s release: k3s tags its releases vX.Y.Z+k3sN and downloads nothing else",
+    "not a k3s release: k3s tags its releases v1.Y.Z+k3sN and downloads nothing else",
     "write the release as k3s tags it, e.g. v1.33.5+k3s1 (https://github.com/k3s-io/k3s/releases)",
 )
 DOWNLOAD_URL = matching(
@@ -132,6 +133,13 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "k3s_agent_version": (K3S_RELEASE,),
     "workloads_k3s_version": (
         matching(K3S_VERSION_RE, K3S_RELEASE.why, K3S_RELEASE.fix + ", or empty to skip", empty_ok=True),
+    ),
+    "k3s_server_kube_vip_version": (
+        matching(
+            KUBE_VIP_VERSION_RE,
+            "not a kube-vip release: its images are tagged vX.Y.Z, so this names an image that does not exist",
+            "write the release with its v, e.g. v0.8.9 (https://github.com/kube-vip/kube-vip/releases)",
+        ),
     ),
     "hami_chart_version": (
         matching(CHART_VERSION_RE, "not a Helm chart version X.Y.Z", "write it like 2.10.0"),

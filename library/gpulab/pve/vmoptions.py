@@ -2,7 +2,8 @@
 
 This one table drives the module's argument spec (`argument_spec()`), its DOCUMENTATION options
 (`documentation()`, written into plugins/modules/gpulab_pve_vm.py by `make docs`; a test keeps the two
-equal) and the config the module sends (`build()`). Each row of `OPTIONS` names the keys of `vmconfig`'s
+equal), the config the module sends (`build()`) and, the other way, the option values a VM's config
+holds (`read()`, which gpulab.discover reads an existing VM with). Each row of `OPTIONS` names the keys of `vmconfig`'s
 key table (or the indexed families, `net*`) it writes; a test fails when a row writes a key it does not
 name or names a key that table lacks. `CONTROL` holds the options that say which VM and what to do with
 it (no config key).
@@ -51,6 +52,8 @@ class Option:
     elements: str | None = None
     subs: tuple[Sub, ...] = ()
     owns: str | None = None  # the family this option owns whole: members it leaves out are removed
+    # the option's value in a PVE config (build's other way), None when the config has none
+    read: Callable[[Mapping[str, Any]], Any] | None = None
 
     def spec(self) -> dict[str, Any]:
         return _spec(self)
@@ -207,12 +210,86 @@ def _extra(value: Mapping[str, Any], _p: Mapping[str, Any]) -> dict[str, Any]:
     return dict(value)
 
 
+# ------------------------------------------------------------------ read: a config's values as options
+
+
+def _sub(fmt: vmconfig.PropFormat, value: Any) -> dict[str, str]:
+    """A property string read apart as the key's format names its parts (defaults not filled in)."""
+    try:
+        return propstr.parse(
+            str(value), fmt.default_key, fmt.aliases, fmt.key_alias_values, fmt.key_alias_target
+        )
+    except propstr.PropertyStringError:
+        return {}
+
+
+def _read_as(key: str, type_: str) -> Callable[[Mapping[str, Any]], Any]:
+    """A plain key's value as the option's type; PVE's own default when the config leaves the key out."""
+    info = vmconfig.key_info(key)
+
+    def read(cfg: Mapping[str, Any]) -> Any:
+        value = cfg.get(key)
+        if value is not None and info.fmt is not None:
+            value = _sub(info.fmt, value).get(info.fmt.default_key)
+        if value in (None, "") and info.fmt is not None:
+            value = info.fmt.defaults.get(info.fmt.default_key)
+        if value in (None, ""):
+            value = info.default
+        if value is None:
+            return None
+        if type_ == "int":
+            return int(value)
+        if type_ == "bool":
+            return str(value) in ("1", "on", "yes", "true")
+        return str(value)
+
+    return read
+
+
+def _read_machine(cfg: Mapping[str, Any]) -> str:
+    value = _read_as("machine", "str")(cfg) or "pc"
+    return "i440fx" if value == "pc" else value
+
+
+def _read_efidisk(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    if not cfg.get("efidisk0"):
+        return None
+    props = _sub(vmconfig.EFIDISK_FORMAT, cfg["efidisk0"])
+    return {
+        "storage": props.get("file", "").split(":", 1)[0],
+        "efitype": props.get("efitype"),
+        "pre_enrolled_keys": props.get("pre-enrolled-keys", "0") == "1",
+    }
+
+
+def _read_disks(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every disk the VM has (not a CD-ROM or cloud-init drive), by slot; size_gb None when unknown."""
+    out = []
+    for slot in sorted(k for k in cfg if any(fnmatch.fnmatchcase(k, d) for d in _DRIVES)):
+        disk = vmconfig.read_disk(vmconfig.DRIVE_FORMAT, cfg[slot])
+        if disk.kind in ("cloudinit", "iso", "none") or disk.options.get("media") == "cdrom":
+            continue
+        gib = -(-disk.size // (1 << 30)) if disk.size else None
+        out.append({"slot": slot, "storage": disk.storage, "size_gb": gib, "file": disk.file})
+    return out
+
+
+def _read_nets(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The NICs, net0 first (up to the first index the config lacks)."""
+    out = []
+    while f"net{len(out)}" in cfg:
+        props = _sub(vmconfig.NET_FORMAT, cfg[f"net{len(out)}"])
+        out.append({k: props.get(k) for k in ("model", "bridge", "macaddr")})
+    return out
+
+
 _DRIVES = ("ide*", "sata*", "scsi*", "virtio*")
 
 
 def _plain(name: str, type_: str, doc: str | tuple[str, ...], **kw: Any) -> Option:
     """An option that is a config key of the same name, written as it is (a bool as 0 or 1)."""
-    return Option(name, type_, doc, (name,), _as_bool(name) if type_ == "bool" else _as_str(name), **kw)
+    builder = _as_bool(name) if type_ == "bool" else _as_str(name)
+    return Option(name, type_, doc, (name,), builder, read=_read_as(name, type_), **kw)
 
 
 def _flags(**docs: str) -> tuple[Sub, ...]:
@@ -238,6 +315,7 @@ OPTIONS: tuple[Option, ...] = (
         "Machine type, V(i440fx) (QEMU's C(pc)) or V(q35), or a pinned version such as V(pc-q35-9.2).",
         ("machine",),
         _machine,
+        read=_read_machine,
     ),
     _plain("bios", "str", "Firmware.", choices=("seabios", "ovmf")),
     _plain(
@@ -256,6 +334,7 @@ OPTIONS: tuple[Option, ...] = (
         "The EFI vars disk (with O(bios=ovmf)). Its options are fixed when it is created.",
         ("efidisk0",),
         _efidisk,
+        read=_read_efidisk,
         subs=(
             Sub("storage", doc="Storage for the EFI disk.", required=True),
             Sub("efitype", doc="Size and type of the EFI vars.", choices=("2m", "4m"), default="4m"),
@@ -273,6 +352,7 @@ OPTIONS: tuple[Option, ...] = (
         "Disks. A disk that exists is compared by storage, options and size.",
         _DRIVES,
         _disks,
+        read=_read_disks,
         elements="dict",
         subs=(
             Sub("slot", doc="Config key, such as V(scsi0) or V(virtio1).", default="scsi0"),
@@ -303,6 +383,7 @@ OPTIONS: tuple[Option, ...] = (
         "Network devices, C(net0) first. Without a MAC, PVE picks one and it is kept afterwards.",
         ("net*",),
         _nets,
+        read=_read_nets,
         elements="dict",
         owns="net",
         subs=(
@@ -472,3 +553,14 @@ def build(params: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         if option.owns:
             families.append(option.owns)
     return cfg, tuple(families)
+
+
+def read(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The option values a PVE config holds, for the options that read them back (None ones left out)."""
+    out = {}
+    for option in OPTIONS:
+        if option.read is not None:
+            value = option.read(cfg)
+            if value is not None:
+                out[option.name] = value
+    return out

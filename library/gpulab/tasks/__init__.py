@@ -1,0 +1,170 @@
+"""What each controller module does, as a function of its checked options: one module of this package per
+module of plugins/modules that runs on the controller (gpulab_hami_values -> gpulab.tasks.hami_values).
+
+Each holds the module's own options (`OPTIONS`, an argument spec; `PVE = True` adds the connection options
+of gpulab.pve.connection and their rules) and `run(task)`, which does the work and
+returns the result, or raises `Failed` with the message and the result so far. `task` is what the caller
+gives: the checked options (`params`), `check_mode`, `diff`, `warn(msg)`, `log(msg)` and `no_log_values`.
+
+Two callers read the same spec and run the same function. The action plugin of the module
+(plugins/action/gpulab_controller.py) checks the task's arguments with Ansible's ArgumentSpecValidator and
+runs it in the task's worker; the module (plugins/module_utils/gpulab_module.py, `run_module`) builds an
+AnsibleModule from it wherever Ansible starts the module as its own Python. Nothing here imports Ansible:
+the environment fallback of the connection options is passed in.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any, Protocol
+
+from gpulab.routers.http import mask
+
+PREFIX = "gpulab_"
+
+
+class Task(Protocol):
+    params: Mapping[str, Any]
+    check_mode: bool
+    diff: bool
+    no_log_values: set
+
+    def warn(self, msg: str) -> None: ...
+
+    def log(self, msg: str) -> None: ...
+
+
+class Failed(Exception):
+    """The task failed: `msg` says what was being done and why; `result` is what it had found so far."""
+
+    def __init__(self, msg: str, result: Mapping[str, Any] | None = None):
+        super().__init__(msg)
+        self.msg = msg
+        self.result = {k: v for k, v in (result or {}).items() if k not in ("msg", "failed")}
+
+
+def of(module_name: str) -> ModuleType | None:
+    """The task of the module `module_name` (a bare or dotted name such as ansible.legacy.gpulab_pve_vm),
+    None for a module that has none (one that runs on a managed host)."""
+    short = module_name.rsplit(".", 1)[-1]
+    if not short.startswith(PREFIX):
+        return None
+    try:
+        return importlib.import_module(f"{__name__}.{short.removeprefix(PREFIX)}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{short.removeprefix(PREFIX)}":
+            raise
+        return None
+
+
+def argument_spec(task: ModuleType, fallback: Callable[..., Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The task's whole argument spec: its own options and, for a PVE task, the connection options, which
+    fall back to the PVE_API_* environment variables through `fallback` (Ansible's env_fallback)."""
+    spec = dict(task.OPTIONS)
+    if getattr(task, "PVE", False):
+        from gpulab.pve import connection
+
+        spec.update(connection.argument_spec(fallback))
+    return spec
+
+
+def rules(task: ModuleType) -> dict[str, Any]:
+    """The rules between options (mutually_exclusive, required_together, ...) as AnsibleModule and
+    ArgumentSpecValidator take them as keyword arguments."""
+    if getattr(task, "PVE", False):
+        from gpulab.pve import connection
+
+        return dict(connection.MODULE_KWARGS)
+    return {}
+
+
+def no_log_values(spec: Mapping[str, Mapping[str, Any]], params: Mapping[str, Any]) -> set[str]:
+    """The values of the options that `spec` marks no_log (suboptions too), as strings to hide."""
+    found: set[str] = set()
+    for name, info in spec.items():
+        value = params.get(name)
+        if value is None:
+            continue
+        if info.get("no_log"):
+            found.update(_strings(value))
+        subs = info.get("options")
+        if subs:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, Mapping):
+                    found |= no_log_values(subs, item)
+    return found
+
+
+def _strings(value: Any) -> set[str]:
+    if isinstance(value, Mapping):
+        return {s for v in value.values() for s in _strings(v)}
+    if isinstance(value, (list, tuple, set)):
+        return {s for v in value for s in _strings(v)}
+    return {str(value)} if value not in ("", None) else set()
+
+
+def plain(value: Any) -> Any:
+    """`value` with subclasses of str, int, float, dict and list (such as the tagged values of a templated
+    task argument) made the plain types, the way a module reads its arguments from JSON."""
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    if isinstance(value, Mapping):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+class Run:
+    """The body of a task's run(): `with Run(task, what, *errors, result=result) as run:` ... `return run.done()`.
+
+    One of `errors` raised in the body fails the task with "<what>: <error>" and the result so far (its
+    `msg` left out). A PVE task (one with the api_url option) fails so on a PveError too, connects with
+    `run.connect()`, and its result carries `requests`, the reads and writes sent, on failure as well.
+    The message is cleared of the secrets' URL-encoded forms (the caller masks them as they are).
+    """
+
+    def __init__(self, task: Task, what: str, *errors: type[BaseException], result: dict | None = None):
+        self.task = task
+        self.what = what
+        self.result = {"changed": False} if result is None else result
+        self.result.setdefault("changed", False)
+        self.pve = "api_url" in task.params
+        if self.pve:
+            from gpulab.pve.client import PveError
+
+            errors = (*errors, PveError)
+        self.errors = errors
+        self.client = None
+
+    def connect(self):
+        """The PVE client of the task's connection options; its requests are counted from here."""
+        from gpulab.pve import connection
+
+        self.client = connection.connect(self.task.params)
+        return self.client
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, self.errors):
+            raise Failed(mask(f"{self.what}: {exc}", self.task.no_log_values), self._out()) from exc
+        return False
+
+    def _out(self) -> dict:
+        out = dict(self.result)
+        if self.pve:
+            c = self.client
+            out["requests"] = {"reads": c.reads if c else 0, "writes": c.writes if c else 0}
+        return out
+
+    def done(self, **more) -> dict:
+        """The task's result, with `more`."""
+        self.result.update(more)
+        return self._out()

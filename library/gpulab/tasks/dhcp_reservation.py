@@ -1,0 +1,108 @@
+"""gpulab_dhcp_reservation: DHCP reservations (MAC -> IPv4 address) on the lab's router, for every router kind."""
+
+from __future__ import annotations
+
+from gpulab.routers import KINDS, RouterError, make_backend
+from gpulab.routers.http import mask
+from gpulab.tasks import Failed, Task
+
+OPTIONS = dict(
+    kind=dict(
+        type="str",
+        choices=list(KINDS),  # the module's DOCUMENTATION repeats them (a test compares)
+    ),
+    address=dict(type="str"),
+    subnet=dict(type="str"),
+    pool=dict(
+        type="dict", options=dict(start=dict(type="str", required=True), end=dict(type="str", required=True))
+    ),
+    user=dict(type="str"),
+    password=dict(type="str", no_log=True),
+    url=dict(type="str"),
+    validate_certs=dict(type="bool"),
+    ssh=dict(
+        type="dict",
+        options=dict(
+            host=dict(type="str"),
+            port=dict(type="int"),
+            user=dict(type="str"),
+            password=dict(type="str", no_log=True),
+            key_file=dict(type="path", no_log=False),
+            host_key_checking=dict(type="bool"),
+            known_hosts=dict(type="path"),
+            ssh_args=dict(type="str"),
+            become=dict(type="bool", default=False),
+            local=dict(type="bool", default=False),
+        ),
+    ),
+    options=dict(type="dict", default={}),
+    reservations=dict(
+        type="list",
+        elements="dict",
+        default=[],
+        options=dict(
+            mac=dict(type="str", required=True),
+            address=dict(type="str"),
+            hostname=dict(type="str"),
+            current_address=dict(type="str"),
+            expect=dict(type="str"),
+            name=dict(type="str"),
+        ),
+    ),
+    keep_free=dict(
+        type="list",
+        elements="dict",
+        default=[],
+        options=dict(
+            address=dict(type="str", required=True),
+            host=dict(type="str"),
+            field=dict(type="str"),
+            what=dict(type="str"),
+        ),
+    ),
+    known_only=dict(type="bool", default=False),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+)
+
+
+def apply(params: dict, check_mode: bool) -> dict:
+    """Everything but Ansible: build the backend, stage, apply once. Raises RouterError/ValueError."""
+    cfg = {k: params.get(k) for k in ("kind", "address", "subnet", "pool", "user", "password", "url")}
+    cfg["validate_certs"] = params.get("validate_certs")
+    cfg["ssh"] = params.get("ssh") or {}
+    cfg["options"] = params.get("options") or {}
+    cfg["name"] = f"the {params['kind']} router at {params['address']}"
+    with make_backend(cfg) as router:
+        for f in params.get("keep_free") or []:
+            router.keep_free(f["address"], f.get("host"), f.get("field"), f.get("what"))
+        for r in params["reservations"]:
+            if params.get("state", "present") == "absent":
+                router.remove(r["mac"])
+            else:
+                router.ensure(
+                    r["mac"],
+                    r.get("address"),
+                    r.get("hostname"),
+                    current_address=r.get("current_address"),
+                    name=r.get("name"),
+                    expect=r.get("expect"),
+                )
+        result = router.apply(check_mode=check_mode)
+    out = result.as_dict()
+    out["diff"] = result.diff()
+    return out
+
+
+def run(task: Task) -> dict:
+    p = task.params
+    secrets = [p.get("password"), (p.get("ssh") or {}).get("password")]
+    try:
+        out = apply(p, task.check_mode)
+    except (RouterError, ValueError) as e:
+        raise Failed(mask(str(e), secrets), {"error_code": getattr(e, "code", "invalid")}) from e
+    except Exception as e:  # an unforeseen failure still must not leak a secret
+        raise Failed(mask(f"{type(e).__name__}: {e}", secrets), {"error_code": "internal"}) from e
+    diff = out.pop("diff")
+    if task.diff:
+        out["diff"] = diff
+    return out

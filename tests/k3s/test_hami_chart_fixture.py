@@ -1,13 +1,17 @@
-"""The k3s stand-in's HAMi chart fixture (labsim.net.k3s.hami_chart, made by scripts/render_hami_chart.py from
-HAMi's own chart): its provenance, and that it was rendered with the values role hami renders today."""
+"""The k3s stand-in's HAMi chart fixture (library/labsim/net/k3s/data/hami-chart.json, loaded by
+labsim.net.k3s.hami_chart, made by scripts/render_hami_chart.py from HAMi's own chart): its provenance, that it was
+rendered with the values role hami renders today, and that the k3s binary carries it."""
 
+import importlib.util
 import pathlib
+import subprocess
+import sys
 
 import pytest
 import yaml
 
 from gpulab import hami
-from labsim.net.k3s import hami_chart
+from labsim.net.k3s import build_zipapp, hami_chart
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RERUN = "re-render it: scripts/render_hami_chart.py (see its docstring)"
@@ -52,3 +56,23 @@ def test_role_values_pass_the_same_variables_as_the_role_does():
     passed = {k: v.strip("{} ") for k, v in args.items() if k in hami.ROLE_VALUE_ARGS}
     assert passed == hami.ROLE_VALUE_ARGS
     assert set(args) - set(hami.ROLE_VALUE_ARGS) == {"chart_version", "repo", "name", "namespace"}
+
+
+def test_the_fixture_file_is_what_the_script_writes():
+    # the committed file is the script's own output for these renderings: its provenance block (per chart the
+    # source, renderer, Kubernetes version and values digest) agrees with the renderings, nothing edited by hand
+    spec = importlib.util.spec_from_file_location(
+        "render_hami_chart", ROOT / "scripts" / "render_hami_chart.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    committed = (ROOT / "library" / "labsim" / "net" / "k3s" / hami_chart.FIXTURE).read_text()
+    assert script.OUTPUT.read_text() == committed == script.fixture_text(hami_chart.CHARTS), RERUN
+
+
+def test_the_k3s_binary_carries_the_chart_fixture(tmp_path):
+    # the lab's hosts run the stand-in as one zipapp: the chart data travels in it and loads from it
+    binary = build_zipapp(tmp_path / "k3s")
+    load = f"import sys; sys.path.insert(0, {str(binary)!r}); from k3s import hami_chart; print(sorted(hami_chart.CHARTS))"
+    out = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, check=False)
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"{sorted(hami_chart.CHARTS)}\n", "")

@@ -23,14 +23,16 @@ INTERPRETER = "/usr/bin/python3"
 
 
 def build_zipapp(target: Path) -> Path:
-    """Write the k3s binary to `target`: this package's modules in one executable zipapp (``#!/usr/bin/python3``),
-    run through ``__main__.run``."""
+    """Write the k3s binary to `target`: this package's modules and its data files (``data/*.json``, HAMi's
+    rendered chart) in one executable zipapp (``#!/usr/bin/python3``), run through ``__main__.run``."""
     package = Path(__file__).parent
 
     def wanted(path: Path) -> bool:
-        return path.parts[0] == package.name and (
-            len(path.parts) == 1 or (len(path.parts) == 2 and path.suffix == ".py")
-        )
+        if path.parts[0] != package.name:
+            return False
+        if path.parts[1:2] == ("data",):
+            return len(path.parts) == 2 or (len(path.parts) == 3 and path.suffix == ".json")
+        return len(path.parts) == 1 or (len(path.parts) == 2 and path.suffix == ".py")
 
     zipapp.create_archive(
         package.parent, target, interpreter=INTERPRETER, main=f"{package.name}.__main__:run", filter=wanted

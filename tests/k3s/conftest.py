@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -54,6 +55,17 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout=30.0):
+    """predicate()'s first true value within `timeout` seconds (polled every 0.2 s), else its last value."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    return predicate()
 
 
 def recap(result):

@@ -2,65 +2,12 @@
 cluster-init makes one member, joins add members, the leader's data reaches the others, a stopped leader is
 replaced by the member with the newest data, and two of three members down leave no leader (no quorum)."""
 
-import copy
-
 import pytest
 
 from labsim.net.k3s import cluster as k3s_cluster
 from labsim.net.k3s import etcd as k3s
 
-
-class Net:
-    """Members by peer address; a member that is down does not answer (OSError), as a stopped server."""
-
-    def __init__(self, tmp_path):
-        self.tmp, self.now, self.members, self.down = tmp_path, 1000.0, {}, set()
-
-    def clock(self):
-        return self.now
-
-    def send(self, peer, path, body=None):
-        name = peer.removeprefix("http://")
-        if name in self.down or name not in self.members:
-            raise OSError(f"connection refused: {peer}")
-        etcd = self.members[name]
-        if path == "/gpulab/etcd/status":
-            return 200, copy.deepcopy(etcd.status())
-        if path == "/gpulab/etcd/append":
-            return etcd.append(copy.deepcopy(body))
-        raise AssertionError(path)
-
-    def server(self, name):
-        cluster = k3s_cluster.Cluster(str(self.tmp / name / "state.json"))
-        etcd = k3s.Etcd(
-            name, f"http://{name}", cluster, self.send, self.clock, str(self.tmp / name / "etcd.json")
-        )
-        cluster.etcd = etcd
-        self.members[name] = etcd
-        return etcd
-
-    def join(self, leader, name):
-        etcd = self.server(name)
-        etcd.joined(leader.add_member(name, etcd.peer))
-        return etcd
-
-    def rounds(self, n=1, seconds=k3s.ETCD_TICK_S):
-        """n rounds of every member that is up, `seconds` apart."""
-        for _ in range(n):
-            self.now += seconds
-            for name, etcd in self.members.items():
-                if name not in self.down:
-                    etcd.tick()
-
-    def write(self, etcd, key, value):
-        """A change made on the leader (the API writes only there)."""
-        assert etcd.is_leader()
-        with etcd.cluster.lock:
-            etcd.cluster.state[key] = value
-            etcd.cluster.save()
-
-    def leaders(self):
-        return {n: e.leader for n, e in self.members.items() if n not in self.down}
+from .etcd_net import Net, three_members
 
 
 @pytest.fixture
@@ -69,13 +16,8 @@ def net(tmp_path):
 
 
 @pytest.fixture
-def three(net):
-    first = net.server("vm-1")
-    first.initialize()
-    net.join(first, "vm-2")
-    net.join(first, "vm-3")
-    net.rounds()
-    return net
+def three(tmp_path):
+    return three_members(tmp_path)
 
 
 def test_cluster_init_makes_one_member_and_each_join_adds_one(net, tmp_path):

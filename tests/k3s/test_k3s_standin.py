@@ -6,7 +6,6 @@ a lab VM does; the server listens on 127.0.0.1 and a free port.
 
 import json
 import shutil
-import time
 import uuid
 
 import pytest
@@ -18,7 +17,7 @@ from labsim.net.k3s import common as k3s_common
 from labsim.net.mount_ns_host import GPU
 
 from . import engines
-from .conftest import HOST_PATH, VERSION, free_port
+from .conftest import HOST_PATH, VERSION, free_port, wait_for
 
 # Each test starts real background processes (server, agents) in mount namespaces and waits for them.
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -28,16 +27,6 @@ NEW_VERSION = "v1.34.1+k3s1"
 RUNTIME_CLASSES = {
     "nvidia", "nvidia-experimental", "crun", "lunatic", "slight", "spin", "wws", "wasmedge", "wasmer", "wasmtime",
 }  # fmt: skip
-
-
-def wait_for(predicate, timeout=30.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    return predicate()
 
 
 @pytest.fixture

@@ -6,15 +6,14 @@ read from a server installed in a mount namespace host (root)."""
 
 from __future__ import annotations
 
-import copy
 import importlib
 import os
 import re
-import time
 
 import pytest
 
-from .conftest import VERSION, free_port
+from .conftest import VERSION, free_port, wait_for
+from .etcd_net import Net, three_members
 
 
 def part(name):
@@ -35,59 +34,9 @@ UPSTREAM_RUNTIME_CLASSES = {
 }  # fmt: skip
 
 
-class Net:
-    """Members by name on a fake network and clock; a member that is down does not answer."""
-
-    def __init__(self, tmp_path):
-        self.tmp, self.now, self.members, self.down = tmp_path, 1000.0, {}, set()
-
-    def clock(self):
-        return self.now
-
-    def send(self, peer, path, body=None):
-        name = peer.removeprefix("http://")
-        if name in self.down or name not in self.members:
-            raise OSError(f"connection refused: {peer}")
-        etcd = self.members[name]
-        if path == "/gpulab/etcd/status":
-            return 200, copy.deepcopy(etcd.status())
-        return etcd.append(copy.deepcopy(body))
-
-    def server(self, name):
-        cluster = cluster_mod.Cluster(str(self.tmp / name / "state.json"))
-        etcd = etcd_mod.Etcd(
-            name, f"http://{name}", cluster, self.send, self.clock, str(self.tmp / name / "m.json")
-        )
-        cluster.etcd = etcd
-        self.members[name] = etcd
-        return etcd
-
-    def join(self, leader, name):
-        etcd = self.server(name)
-        etcd.joined(leader.add_member(name, etcd.peer))
-        return etcd
-
-    def rounds(self, n=1):
-        """n rounds of every member that is up, one etcd tick apart."""
-        for _ in range(n):
-            self.now += etcd_mod.ETCD_TICK_S
-            for name, etcd in self.members.items():
-                if name not in self.down:
-                    etcd.tick()
-
-    def leaders(self):
-        return {n: e.leader for n, e in self.members.items() if n not in self.down}
-
-
 @pytest.fixture
 def three(tmp_path):
-    net = Net(tmp_path)
-    first = net.server("vm-1")
-    first.initialize()
-    net.join(first, "vm-2")
-    net.join(first, "vm-3")
-    net.rounds()
-    return net
+    return three_members(tmp_path)
 
 
 def test_etcd_cluster_init(tmp_path):
@@ -188,16 +137,6 @@ def test_kube_vip_leader_holds_vip(tmp_path):
     assert vip.wanted() == ("10.77.0.100", "ens18")
     Etcd.leading = False
     assert vip.wanted() is None
-
-
-def wait_for(predicate, timeout=30.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    return predicate()
 
 
 @pytest.fixture

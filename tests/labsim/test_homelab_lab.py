@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import InProcessPveSim, start_lab, stop_lab
+from guest_disk import guest_disk
 from pve_sim_client import FAST_TIMINGS
 
 from labsim import cli, seed
@@ -284,27 +282,10 @@ def test_node_command_line_is_a_fixture_choice(tmp_path, name, line, state):
 
 # --------------------------------------------------------------------------------------- the disk stand-ins
 @pytest.fixture
-def disk(tmp_path, monkeypatch):
-    """A guest disk as the installer left it (60 GiB, BIOS); run(cmd, *args) runs a stand-in on it."""
-    layout, hw = tmp_path / "layout.json", tmp_path / "hw.json"
-    layout.write_text(json.dumps(disk_standins.install_layout(60 * 2**30, efi=False)))
-    hw.write_text(json.dumps({"sda": 60 * 2**30, "sr0": 3213064192}))
-    # the stand-ins' call log too: by default /var/log of the machine running the tests, where a later
-    # node-host test (tests/host) would read this test's calls as its node's own
-    env = {
-        **os.environ,
-        "GPULAB_DISK_LAYOUT": str(layout),
-        "GPULAB_DISK_HW": str(hw),
-        "GPULAB_STANDINS_LOG": str(tmp_path / "standins.log"),
-    }
-
-    def run(cmd, *args):
-        return subprocess.run(
-            [sys.executable, disk_standins.__file__, cmd, *args], capture_output=True, text=True, env=env
-        )
-
-    run.layout, run.hw = layout, hw
-    return run
+def disk(tmp_path):
+    """A guest disk as the installer left it (60 GiB, BIOS, an ISO in the CD drive); run(cmd, *args) runs a
+    stand-in on it."""
+    return guest_disk(tmp_path, sr0=3213064192)
 
 
 def test_installer_layout_gives_the_root_lv_half_the_volume_group():
@@ -351,7 +332,7 @@ def test_root_grows_into_the_free_space_then_into_a_bigger_disk_and_stays_grown(
     again = disk("lvextend", "-l", "+100%FREE", "/dev/ubuntu-vg/ubuntu-lv")
     assert again.returncode == 5 and "matches existing size" in again.stderr
     # a resize through the API: the disk is bigger, the partition, PV and LV are as they were
-    disk.hw.write_text(json.dumps({"sda": 80 * 2**30, "sr0": None}))
+    disk.grow(80)
     out = disk("lsblk", "-b", "-J", "-o", "NAME,SIZE")
     sda = json.loads(out.stdout)["blockdevices"]
     assert len(sda) == 1 and sda[0]["size"] == 80 * 2**30 and sda[0]["children"][2]["size"] < 59 * 2**30
@@ -372,7 +353,7 @@ def test_root_grows_into_the_free_space_then_into_a_bigger_disk_and_stays_grown(
         disk("lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size").stdout
     )
     assert report == {"report": [{"lv": [{"lv_name": "ubuntu-lv", "lv_size": str(19967 * 4 * 2**20)}]}]}
-    saved = json.loads(disk.layout.read_text())  # the guest's own disk keeps it (a reboot reads it again)
+    saved = disk.layout()  # the guest's own disk keeps it (a reboot reads it again)
     assert saved["lvs"][0]["extents"] == 19967 and saved["lvs"][0]["fs_bytes"] == 19967 * 4 * 2**20
 
 

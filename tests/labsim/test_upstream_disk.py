@@ -8,39 +8,17 @@ a test that needs room to grow makes the disk bigger, as a resize through the PV
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from guest_disk import GIB, guest_disk
 
-from labsim.net import disk_standins
-
-GIB = 2**30
 SECTORS = 60 * GIB // 512
 
 
 @pytest.fixture
 def disk(tmp_path):
     """run(cmd, *args) runs a disk stand-in on a freshly installed 60 GiB disk; run.grow(gib) resizes the disk."""
-    layout, hw = tmp_path / "layout.json", tmp_path / "hw.json"
-    layout.write_text(json.dumps(disk_standins.install_layout(60 * GIB, efi=False)))
-    hw.write_text(json.dumps({"sda": 60 * GIB, "sr0": None}))
-    env = {
-        **os.environ,
-        "GPULAB_DISK_LAYOUT": str(layout),
-        "GPULAB_DISK_HW": str(hw),
-        "GPULAB_STANDINS_LOG": str(tmp_path / "standins.log"),
-    }
-
-    def run(cmd, *args):
-        return subprocess.run(
-            [sys.executable, disk_standins.__file__, cmd, *args], capture_output=True, text=True, env=env
-        )
-
-    run.grow = lambda gib: hw.write_text(json.dumps({"sda": gib * GIB, "sr0": None}))
-    run.layout = lambda: json.loads(layout.read_text())
-    return run
+    return guest_disk(tmp_path)
 
 
 def part3(layout):

@@ -423,6 +423,17 @@ def node_filters(name, node, alive):
     return None
 
 
+def filtered_nodes(state, alive, node_reasons):
+    """The nodes, (name, node) by name, that pass kube-scheduler's own filters (node_filters); each node refused
+    there gets its reasons in `node_reasons`."""
+    for name, node in sorted(state["nodes"].items()):
+        refused = node_filters(name, node, alive)
+        if refused:
+            node_reasons[name] = refused
+        else:
+            yield name, node
+
+
 def schedule(state, pod, others, alive):
     """HAMi's scheduler for one pod: kube-scheduler's filters (the GPU resources are the extender's, ignored by
     kube-scheduler), then HAMi's extender on the nodes left (pkg/scheduler/scheduler.go@v2.10.0 Filter): a node
@@ -438,11 +449,7 @@ def schedule(state, pod, others, alive):
     pins = [u.strip() for u in str(ann.get("nvidia.com/use-gpuuuid", "")).split(",") if u.strip()]
     used = card_usage(others, pod)
     node_reasons = {}
-    for name, node in sorted(state["nodes"].items()):
-        refused = node_filters(name, node, alive)
-        if refused:
-            node_reasons[name] = refused
-            continue
+    for name, node in filtered_nodes(state, alive, node_reasons):
         if not node.get("hami_register"):
             node_reasons[name] = [NODE_UNREGISTERED], True
             continue
@@ -502,11 +509,7 @@ def default_schedule(state, pod, others, alive):
         if other is not pod and other.get("node") and other.get("phase") != "Failed":
             held[other["node"]] = held.get(other["node"], 0) + gpu_request(other.get("spec") or {})["count"]
     node_reasons = {}
-    for name, node in sorted(state["nodes"].items()):
-        refused = node_filters(name, node, alive)
-        if refused:
-            node_reasons[name] = refused
-            continue
+    for name, node in filtered_nodes(state, alive, node_reasons):
         offered = {"nvidia.com/gpu": node.get("vgpus", 0) - held.get(name, 0)}
         short = sorted(
             f"Insufficient {res}" for key, res in ASKED.items() if req[key] and req[key] > offered.get(res, 0)

@@ -6,6 +6,12 @@ from gpulab.routers import KINDS, RouterError, make_backend
 from gpulab.routers.http import mask
 from gpulab.tasks import Failed, Task
 
+
+def _list_of(**options) -> dict:
+    """An option that is a list of dicts with these sub-options, empty when not given."""
+    return dict(type="list", elements="dict", default=[], options=options)
+
+
 OPTIONS = dict(
     kind=dict(
         type="str",
@@ -36,29 +42,19 @@ OPTIONS = dict(
         ),
     ),
     options=dict(type="dict", default={}),
-    reservations=dict(
-        type="list",
-        elements="dict",
-        default=[],
-        options=dict(
-            mac=dict(type="str", required=True),
-            address=dict(type="str"),
-            hostname=dict(type="str"),
-            current_address=dict(type="str"),
-            expect=dict(type="str"),
-            name=dict(type="str"),
-        ),
+    reservations=_list_of(
+        mac=dict(type="str", required=True),
+        address=dict(type="str"),
+        hostname=dict(type="str"),
+        current_address=dict(type="str"),
+        expect=dict(type="str"),
+        name=dict(type="str"),
     ),
-    keep_free=dict(
-        type="list",
-        elements="dict",
-        default=[],
-        options=dict(
-            address=dict(type="str", required=True),
-            host=dict(type="str"),
-            field=dict(type="str"),
-            what=dict(type="str"),
-        ),
+    keep_free=_list_of(
+        address=dict(type="str", required=True),
+        host=dict(type="str"),
+        field=dict(type="str"),
+        what=dict(type="str"),
     ),
     known_only=dict(type="bool", default=False),
     state=dict(type="str", choices=["present", "absent"], default="present"),

@@ -49,7 +49,7 @@ def test_uci_entry_not_found(uci):
 
 def test_uci_show_format(uci):
     out = uci("show", "dhcp")
-    assert out.returncode == 0
+    assert out.returncode == 0, out.stderr
     # config.section=type, config.section.option='value'; anonymous sections as @type[index]
     assert out.stdout.splitlines() == [
         "dhcp.@dnsmasq[0]=dnsmasq",

@@ -118,12 +118,7 @@ def run_module():
         active = module.run_command([systemctl, "is-active", "--quiet", p["unit"]])[0] == 0
         enabled = module.run_command([systemctl, "is-enabled", "--quiet", p["unit"]])[0] == 0
     module.exit_json(
-        changed=False,
-        version=version,
-        unit_exists=unit_exists,
-        active=active,
-        enabled=enabled,
-        token=token,
+        changed=False, version=version, unit_exists=unit_exists, active=active, enabled=enabled, token=token
     )
 
 

@@ -306,17 +306,30 @@ def stats(out):
     return out["stats"]["vm-1"]
 
 
-CLUSTER = {
-    "name": "cluster",
-    "ansible.builtin.include_role": {"name": "k3s_server", "tasks_from": "cluster"},
-    "vars": {
-        "k3s_server_bin_dir": "{{ bin }}",
-        "k3s_server_expected_nodes": ["vm-1", "vm-2", "vm-gpu"],
-        "k3s_server_gpu_nodes": ["vm-gpu"],
-        "k3s_server_ready_timeout": 1,
-        "k3s_server_poll_interval": 1,
-    },
-}
+def include_role(role, tasks_from=None, **role_vars):
+    """A task that includes `role` (its tasks file `tasks_from`, if given), named after what it runs, with
+    `role_vars` under the role's prefix (ready_timeout is hami_ready_timeout for role hami)."""
+    included = {"name": role, **({"tasks_from": tasks_from} if tasks_from else {})}
+    return {
+        "name": tasks_from or role,
+        "ansible.builtin.include_role": included,
+        "vars": {f"{role}_{name}": value for name, value in role_vars.items()},
+    }
+
+
+#: the fake lab's k3s binary and manifests folders and its GPU host, as the HAMi and workloads roles take them
+ON_THE_FAKE = {"k3s_bin_dir": "{{ bin }}", "manifests_dir": "{{ manifests }}", "gpu_hosts": ["vm-gpu"]}
+#: every wait of the roles as short as it goes (1 s, polled each second)
+NO_WAIT = {"ready_timeout": 1, "poll_interval": 1}
+
+CLUSTER = include_role(
+    "k3s_server",
+    "cluster",
+    bin_dir="{{ bin }}",
+    expected_nodes=["vm-1", "vm-2", "vm-gpu"],
+    gpu_nodes=["vm-gpu"],
+    **NO_WAIT,
+)
 
 
 def test_cluster_labels_a_gpu_node_once_and_checks_the_runtimeclass(lab):
@@ -361,17 +374,7 @@ def test_cluster_notices_a_node_that_never_registered(lab):
     assert rc != 0 and "vm-2" in lab.failures(out)[0]
 
 
-HAMI = {
-    "name": "hami",
-    "ansible.builtin.include_role": {"name": "hami"},
-    "vars": {
-        "hami_k3s_bin_dir": "{{ bin }}",
-        "hami_manifests_dir": "{{ manifests }}",
-        "hami_gpu_hosts": ["vm-gpu"],
-        "hami_ready_timeout": 1,
-        "hami_poll_interval": 1,
-    },
-}
+HAMI = include_role("hami", **ON_THE_FAKE, **NO_WAIT)
 
 
 def device_plugin(name, image, namespace="kube-system"):
@@ -499,16 +502,7 @@ def test_hami_stops_on_a_kube_scheduler_tag_that_is_not_the_servers_version(lab)
     assert "set hami_kube_scheduler_image.tag to 'v1.33.5'" in msg
 
 
-WORKLOADS = {
-    "name": "workloads",
-    "ansible.builtin.include_role": {"name": "workloads"},
-    "vars": {
-        "workloads_k3s_bin_dir": "{{ bin }}",
-        "workloads_manifests_dir": "{{ manifests }}",
-        "workloads_gpu_hosts": ["vm-gpu"],
-        "workloads_k3s_version": "v1.33.5+k3s1",
-    },
-}
+WORKLOADS = include_role("workloads", **ON_THE_FAKE, k3s_version="v1.33.5+k3s1")
 
 
 def engines(*shares):

@@ -53,6 +53,25 @@ def play(
     }
 
 
+def converge(lab, **play_kw) -> dict:
+    """play() against `lab` that succeeds and makes no request the simulator refuses; its result."""
+    out = play(lab.state, **play_kw)
+    assert out["rc"] == 0, out["stdout"]
+    assert lab.rejected() == []
+    return out
+
+
+def converge_again(lab, **play_kw) -> tuple[dict, int]:
+    """play() once more: it succeeds, changes nothing on any host and writes nothing to the lab; its result and
+    the lab's mark from before it (for the requests it made)."""
+    mark = lab.mark()
+    out = play(lab.state, **play_kw)
+    assert out["rc"] == 0, out["stdout"]
+    assert all(s["changed"] == 0 and s["failures"] == 0 for s in out["stats"].values()), out["stats"]
+    assert lab.writes(mark) == []
+    return out, mark
+
+
 def results(out: dict, module: str) -> dict:
     """VM name -> the result of the `module` task for it."""
     found = {}

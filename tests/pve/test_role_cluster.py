@@ -11,7 +11,7 @@ import yaml
 from builders import card, gpu_vm, second_node, vm
 
 from .conftest import ROOT, cluster_fixture, playbook_lab
-from .test_role import play, results
+from .test_role import converge, converge_again, results
 
 # pve2 with the same kind of card as pve's, so the same mapping id: one mapping, an entry for each node
 PVE2 = {
@@ -70,9 +70,7 @@ def test_two_nodes_each_vm_on_its_node_one_download_per_node_one_mapping_entry_p
 ):
     lab = cluster_lab
     inventory = two_node_inventory(tmp_path)
-    out = play(lab.state, inventory=inventory)
-    assert out["rc"] == 0, out["stdout"]
-    assert lab.rejected() == []
+    converge(lab, inventory=inventory)
     client = lab.client()
     on = {vm["name"]: (vm["node"], vm["status"]) for vm in client.get("cluster/resources", type="vm")}
     assert on == {
@@ -108,11 +106,7 @@ def test_two_nodes_each_vm_on_its_node_one_download_per_node_one_mapping_entry_p
     assert gpu2["scsi0"].startswith("local-lvm:vm-104-disk-")
 
     # a second run: nothing to do, and each VM still costs two reads, on its own node
-    mark = lab.mark()
-    out = play(lab.state, inventory=inventory)
-    assert out["rc"] == 0, out["stdout"]
-    assert all(s["changed"] == 0 and s["failures"] == 0 for s in out["stats"].values()), out["stats"]
-    assert lab.writes(mark) == []
+    out, mark = converge_again(lab, inventory=inventory)
     reads = [r["path"].split("/api2/json")[1] for r in lab.requests(mark)]
     for node, vmid in (("pve", 100), ("pve", 101), ("pve", 102), ("pve2", 103), ("pve2", 104)):
         assert [p for p in reads if f"/qemu/{vmid}/" in p] == [

@@ -13,7 +13,7 @@ from builders import TWO_GPUS_RTX3060
 from labsim.fixture import fixtures_dir
 
 from .conftest import ROOT, playbook_lab
-from .test_role import play, results
+from .test_role import converge, converge_again, results
 
 
 def two_card_inventory(tmp_path: pathlib.Path) -> str:
@@ -38,9 +38,7 @@ def two_gpu_lab(tmp_path):
 def test_two_cards_to_one_vm_are_two_mappings_and_two_hostpci_then_nothing_to_do(two_gpu_lab, tmp_path):
     lab = two_gpu_lab
     inventory = two_card_inventory(tmp_path)
-    out = play(lab.state, inventory=inventory)
-    assert out["rc"] == 0, out["stdout"]
-    assert lab.rejected() == []
+    converge(lab, inventory=inventory)
     client = lab.client()
     assert [(m["id"], m["map"]) for m in client.get("cluster/mapping/pci")] == [
         ("rtx3060", ["node=pve,path=0000:05:00,id=10de:2504,iommugroup=16,subsystem-id=1462:397d"]),
@@ -52,9 +50,5 @@ def test_two_cards_to_one_vm_are_two_mappings_and_two_hostpci_then_nothing_to_do
     assert status == {"vm-1": "running", "vm-2": "running", "vm-gpu": "running"}
 
     # a second run: nothing to do
-    mark = lab.mark()
-    out = play(lab.state, inventory=inventory)
-    assert out["rc"] == 0, out["stdout"]
-    assert all(s["changed"] == 0 and s["failures"] == 0 for s in out["stats"].values()), out["stats"]
-    assert lab.writes(mark) == []
+    out, _ = converge_again(lab, inventory=inventory)
     assert results(out, "gpulab_pve_vm")["vm-gpu"]["changed"] is False

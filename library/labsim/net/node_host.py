@@ -120,6 +120,8 @@ def node_host_spec(
         # another PC than the reference (a second cluster node): its hardware view is made from its own
         # devices, and its boot decides on its own card
         conf.update(pci=pci, gpu_cards=sysfs_tree.gpu_cards_of(pci))
+    if node.get("hardware"):
+        conf["hardware"] = node["hardware"]
     files = {
         "/etc/default/grub": DEBIAN_DEFAULT_GRUB,
         "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
@@ -238,6 +240,7 @@ def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
         cmdline=cmdline,
         pci=conf.get("pci"),
         card_states=states,
+        hardware=conf.get("hardware"),
     )
     result = {"boot": int(os.environ.get("GPULAB_BOOT", "0")), "state": state, "cmdline": cmdline}
     if len(states) > 1:

@@ -113,10 +113,11 @@ def packages(
     suffix = f"{branch}{'-' + flavour if flavour else ''}"
     if not signed:
         return (f"nvidia-driver-{suffix}",)
+    utils = suffix.removesuffix("-open")  # the user space tools are one package for both kernel modules
     return (
         f"linux-modules-nvidia-{suffix}-{kernel_flavour}",
         f"nvidia-headless-no-dkms-{suffix}",
-        f"nvidia-utils-{suffix}",
+        f"nvidia-utils-{utils}",
     )
 
 

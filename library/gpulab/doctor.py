@@ -373,3 +373,62 @@ def large_bar_cards(report: Report) -> list[str]:
 
 def iommu_width(text: str) -> int | None:
     return _iommu_bits(_sections(text).get("iommu", []))
+
+
+def as_dict(report: Report) -> dict:
+    """The report as plain data (the filter's answer): node findings, and per card slot its findings."""
+
+    def rows(findings: list[Finding]) -> list[dict]:
+        return [{"level": f.level, "check": f.check, "text": f.text, "fix": f.fix} for f in findings]
+
+    return {
+        "blocked": report.blocked,
+        "node": rows(report.node),
+        "qemu_server": report.qemu_server,
+        "cards": {
+            c.address: {
+                "name": c.card.describe(),
+                "architecture": c.card.architecture,
+                "driver": c.driver,
+                "reset_methods": c.reset_methods,
+                "resettable": c.resettable,
+                "largest_bar": c.largest_bar,
+                "findings": rows(c.findings),
+            }
+            for c in report.cards
+        },
+        "text": report.text(),
+    }
+
+
+def stage_host_problems(report: Report, gpus: list[dict], vms: list[dict]) -> list[str]:
+    """What stops stage host for the inventory's cards of this node (`gpus`: its pve_gpus; `vms`: the resolved
+    VMs, gpulab.vmspec, of this node): interrupt remapping off, a blocking finding of one of its cards other than
+    the IOMMU group (checked by stage host itself), and a card that cannot be reset given to a VM that starts at
+    boot (it would work once, then hang the VM's next start or the host)."""
+    if not gpus:
+        return []
+    out = [
+        f"{f.check}: {f.text}. Fix: {f.fix}" for f in report.node if f.level == BLOCKS and f.check != "IOMMU"
+    ]
+    by_slot = {c.address: c for c in report.cards}
+    for gpu in gpus:
+        rep = by_slot.get(str(gpu.get("pci", "")).lower())
+        if rep is None:
+            continue  # not on the node: stage host's own check says so
+        out += [
+            f"GPU {gpu.get('id')} ({rep.address}) {f.check}: {f.text}. Fix: {f.fix}"
+            for f in rep.findings
+            if f.level == BLOCKS and f.check != "IOMMU group"
+        ]
+        if rep.resettable:
+            continue
+        for vm in vms:
+            if gpu.get("id") in (vm.get("gpus") or []) and (vm.get("spec") or {}).get("onboot"):
+                why = next((f.text for f in rep.findings if f.check == "reset"), "no reset method")
+                out.append(
+                    f"GPU {gpu.get('id')} ({rep.address}, {rep.card.describe()}) cannot be reset reliably ({why}), "
+                    f"and {vm.get('host')} starts at boot with it: after the first stop the card hangs the VM's next "
+                    f"start. Fix: set vm_onboot: false on {vm.get('host')} and start it by hand after each host boot"
+                )
+    return out

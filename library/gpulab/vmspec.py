@@ -135,6 +135,8 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
             parent[path[-1]] = vm.get(var)
     if "efidisk" in spec:
         spec["efidisk"]["pre_enrolled_keys"] = bool(spec["efidisk"]["pre_enrolled_keys"])
+    if vm.get("vm_guest_phys_bits"):  # a large-BAR card's address width (gpulab doctor; qemu-server 9.0.18)
+        spec["cpu"] = f"{spec['cpu']},guest-phys-bits={vm['vm_guest_phys_bits']}"
     if vm.get("vm_mac"):
         spec["nets"][0]["macaddr"] = vm["vm_mac"]
     if cards:

@@ -90,7 +90,7 @@ def _standin_files(commands) -> dict[str, str]:
 
 
 #: stand-ins every VM has, with or without systemd (firmware and initramfs tools of a real guest)
-GUEST_TOOLS = ("mokutil", "update-initramfs")
+GUEST_TOOLS = ("mokutil", "update-initramfs", "modinfo")
 
 
 def guest_standins(power: bool = True) -> dict[str, str]:

@@ -932,6 +932,17 @@ def _flavour_lines(found: Found) -> list[str]:
         )
         return [*_comment(text), "# nvidia_driver_flavour:"]
     drv = nvidia.driver_for([c for _, c in cards], None, 0)
+    adopted = [v.host for v in found.vms if v.get("vm_gpu") is not None] if not found.proposed else []
+    if adopted and drv.open and not any(c.needs() for _, c in cards):
+        # an existing GPU VM most likely runs the proprietary driver (gpulab's earlier default, and Ubuntu's
+        # server branch): adopt it as it is rather than switch its kernel module
+        text = (
+            f"{', '.join(adopted)} already has a card ({', '.join(f'{gid}: {c.describe()}' for gid, c in cards)}): "
+            "kept on the proprietary kernel module (nvidia-driver-<branch>-server) it most likely runs, which the "
+            "card can use. server-open is NVIDIA's recommendation for it; switching installs it at the next run "
+            "and loads it after the VM's reboot. Unset, gpulab picks server-open."
+        )
+        return [*_comment(text), "nvidia_driver_flavour: server"]
     text = (
         f"Picked by gpulab discover for {', '.join(f'{gid}: {c.describe()}' for gid, c in cards) or 'no card'} "
         f"(NVIDIA open kernel modules {', '.join(sorted({c.open for _, c in cards})) or '-'}; "

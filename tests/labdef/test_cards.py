@@ -146,9 +146,11 @@ def test_secure_boot_gets_the_signed_modules_and_a_kernel_without_them_is_refuse
 
 
 def test_discover_writes_the_flavour_it_picked_with_why():
-    def gpus(*ids):
+    def gpus(*ids, vms=()):
         return SimpleNamespace(
-            gpus=[SimpleNamespace(id=f"g{i}", vendor_device=v) for i, v in enumerate(ids)], proposed=False
+            gpus=[SimpleNamespace(id=f"g{i}", vendor_device=v) for i, v in enumerate(ids)],
+            proposed=False,
+            vms=list(vms),
         )
 
     lines = discover._flavour_lines(gpus("10de:2b85"))
@@ -157,6 +159,11 @@ def test_discover_writes_the_flavour_it_picked_with_why():
     assert discover._flavour_lines(gpus("10de:1b80"))[-1] == "nvidia_driver_flavour: server"
     mixed = discover._flavour_lines(gpus("10de:1b80", "10de:2b85"))
     assert mixed[-1] == "# nvidia_driver_flavour:" and "need different kernel modules" in " ".join(mixed)
+    # a GPU VM that exists already keeps the proprietary module where the card can run it (adoption)
+    vm = SimpleNamespace(host="vm-gpu", get=lambda name: "g0" if name == "vm_gpu" else None)
+    adopted = discover._flavour_lines(gpus("10de:2204", vms=[vm]))
+    assert adopted[-1] == "nvidia_driver_flavour: server" and "vm-gpu already has a card" in " ".join(adopted)
+    assert discover._flavour_lines(gpus("10de:2b85", vms=[vm]))[-1] == "nvidia_driver_flavour: server-open"
 
 
 @pytest.mark.parametrize(

@@ -47,10 +47,8 @@ def _discover(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    try:
-        session = discover_ssh.Session(args.target, args.port, args.identity, args.known_hosts)
-    except discover_ssh.SshError as exc:
-        print(f"gpulab discover: {exc}.", file=sys.stderr)
+    session = _session(args, "discover")
+    if session is None:
         return 1
     try:
         raw = discover.collect(
@@ -89,12 +87,10 @@ def _discover(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from gpulab import discover_ssh, doctor
+    from gpulab import doctor
 
-    try:
-        session = discover_ssh.Session(args.target, args.port, args.identity, args.known_hosts)
-    except discover_ssh.SshError as exc:
-        print(f"gpulab doctor: {exc}.", file=sys.stderr)
+    session = _session(args, "doctor")
+    if session is None:
         return 1
     try:
         rc, out, err = session.run(doctor.SCRIPT)
@@ -107,6 +103,17 @@ def _doctor(args: argparse.Namespace) -> int:
     print(f"gpulab doctor {session.user}@{session.host} (read-only):")
     print(report.text())
     return 1 if report.blocked else 0
+
+
+def _session(args: argparse.Namespace, command: str):
+    """The SSH session to the node of `args.target`, or None after saying why it could not be opened."""
+    from gpulab import discover_ssh
+
+    try:
+        return discover_ssh.Session(args.target, args.port, args.identity, args.known_hosts)
+    except discover_ssh.SshError as exc:
+        print(f"gpulab {command}: {exc}.", file=sys.stderr)
+        return None
 
 
 def _unreadable(inventory: str, exc: Exception) -> int:

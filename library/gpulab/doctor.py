@@ -82,6 +82,27 @@ HOST_DRIVERS = ("nouveau", "nvidia", "nova_core", "nova-core", "nvidiafb")
 FRAMEBUFFERS = (("simpledrm", "simpledrm"), ("EFI VGA", "efifb"), ("efifb", "efifb"), ("simple", "simplefb"))
 
 
+#: Each finding's fix, by what it is about.
+FIXES = {
+    "iommu": "turn on VT-d (Intel) or AMD-Vi/IOMMU (AMD) in the BIOS; on Intel with a kernel older than 6.8 also "
+    "add the kernel parameter intel_iommu=on",
+    "unsafe": "turn on interrupt remapping (VT-d / x2APIC, AMD-Vi) in the BIOS and drop the parameter",
+    "remapping": "turn on interrupt remapping in the BIOS (Intel: VT-d and x2APIC; AMD: IOMMU), or as a last resort "
+    "`options vfio_iommu_type1 allow_unsafe_interrupts=1` in /etc/modprobe.d (unsafe)",
+    "group": "put the card in a slot with its own group (a CPU-attached x16 slot), or turn on ACS in the BIOS; the "
+    "pcie_acs_override kernel patch removes isolation",
+    "driver": "stage host blacklists the host drivers and binds vfio-pci (one reboot): `ansible-playbook site.yml "
+    "--tags host -e pve_host_reboot_allowed=true`",
+    "framebuffer": "add the kernel parameter initcall_blacklist=sysfb_init (simpledrm/simplefb; video=efifb:off for "
+    "efifb), refresh the boot loader and reboot; keep vm_onboot off (the host loses its screen)",
+    "no-reset": "keep the VM's start at boot off and reboot the host between VM starts; a BIOS update may add FLR",
+    "reset-bug": "keep vm_onboot off; after the VM stops, reboot the host before starting it again",
+    "upgrade": "upgrade PVE (qemu-server 9.0.18 or newer: apt full-upgrade)",
+    "cpu-host": "vm_cpu: host (its address width is the host CPU's); a qemu64/kvm64 CPU model needs +pdpe1gb, or "
+    "OVMF caps the guest at 40 bits (qemu-server 9.1.7's warning)",
+}
+
+
 @dataclass(frozen=True)
 class Finding:
     level: str  # blocks | warn | ok
@@ -173,38 +194,17 @@ def analyse(text: str) -> Report:
     if groups:
         node.append(Finding(OK, "IOMMU", f"on ({groups} IOMMU groups)"))
     else:
-        node.append(
-            Finding(
-                BLOCKS,
-                "IOMMU",
-                "off: the kernel made no IOMMU groups",
-                "turn on VT-d (Intel) or AMD-Vi/IOMMU (AMD) in the BIOS; on Intel with a kernel older than 6.8 "
-                "also add the kernel parameter intel_iommu=on",
-            )
-        )
+        node.append(Finding(BLOCKS, "IOMMU", "off: the kernel made no IOMMU groups", FIXES["iommu"]))
     ir = (s.get("interrupts") or [""])[0].split()
     if len(ir) == 4 and groups:
         if int(ir[1]) > 0:
             node.append(Finding(OK, "interrupt remapping", f"on ({ir[1]} interrupts through IR- chips)"))
         elif "allow_unsafe_interrupts=1" in cmdline:
-            node.append(
-                Finding(
-                    WARN,
-                    "interrupt remapping",
-                    "off, and vfio_iommu_type1.allow_unsafe_interrupts=1 lets vfio use the card anyway",
-                    "turn on interrupt remapping (VT-d / x2APIC, AMD-Vi) in the BIOS and drop the parameter",
-                )
-            )
+            why = "off, and vfio_iommu_type1.allow_unsafe_interrupts=1 lets vfio use the card anyway"
+            node.append(Finding(WARN, "interrupt remapping", why, FIXES["unsafe"]))
         else:
-            node.append(
-                Finding(
-                    BLOCKS,
-                    "interrupt remapping",
-                    "off (no IR- interrupt chip in /proc/interrupts): vfio refuses to give the card to a VM",
-                    "turn on interrupt remapping in the BIOS (Intel: VT-d and x2APIC; AMD: IOMMU), or as a last "
-                    "resort `options vfio_iommu_type1 allow_unsafe_interrupts=1` in /etc/modprobe.d (unsafe)",
-                )
-            )
+            why = "off (no IR- interrupt chip in /proc/interrupts): vfio refuses to give the card to a VM"
+            node.append(Finding(BLOCKS, "interrupt remapping", why, FIXES["remapping"]))
     dpkg = dict(line.split(None, 1) for line in s.get("dpkg", []) if len(line.split()) == 2)
     qemu_server = dpkg.get("qemu-server")
     if qemu_server:
@@ -258,66 +258,36 @@ def analyse(text: str) -> Report:
             pass  # IOMMU off: said once for the node
         elif others:
             names = ", ".join(f"{m} (class {c})" for m, _v, c in others)
-            f.append(
-                Finding(
-                    BLOCKS,
-                    "IOMMU group",
-                    f"group {group} also holds {names}: all of it would go to the VM",
-                    "put the card in a slot with its own group (a CPU-attached x16 slot), or turn on ACS in the BIOS; "
-                    "the pcie_acs_override kernel patch removes isolation",
-                )
-            )
+            why = f"group {group} also holds {names}: all of it would go to the VM"
+            f.append(Finding(BLOCKS, "IOMMU group", why, FIXES["group"]))
         else:
             f.append(Finding(OK, "IOMMU group", f"group {group} holds only the card's own functions"))
         # the driver now
         if driver in HOST_DRIVERS:
-            f.append(
-                Finding(
-                    WARN,
-                    "driver",
-                    f"{driver} holds it now",
-                    "stage host blacklists the host drivers and binds vfio-pci (one reboot): `ansible-playbook "
-                    "site.yml --tags host -e pve_host_reboot_allowed=true`",
-                )
-            )
+            f.append(Finding(WARN, "driver", f"{driver} holds it now", FIXES["driver"]))
         else:
             f.append(Finding(OK, "driver", f"{driver or 'none'} (no host driver holds it)"))
         # the boot display's framebuffer
         if boot_vga == "1" and fb_holder:
-            f.append(
-                Finding(
-                    WARN,
-                    "framebuffer",
-                    f"the host's boot display is this card and {fb_holder} holds its memory: the VM can fail with "
-                    "'BAR 1: can't reserve' or show no picture",
-                    "add the kernel parameter initcall_blacklist=sysfb_init (simpledrm/simplefb; video=efifb:off for "
-                    "efifb), refresh the boot loader and reboot; keep vm_onboot off (the host loses its screen)",
-                )
+            why = (
+                f"the host's boot display is this card and {fb_holder} holds its memory: the VM can fail with "
+                "'BAR 1: can't reserve' or show no picture"
             )
+            f.append(Finding(WARN, "framebuffer", why, FIXES["framebuffer"]))
         elif boot_vga == "1":
             f.append(
                 Finding(OK, "framebuffer", "the host's boot display, and no framebuffer holds its memory")
             )
         # reset
         if not methods:
-            f.append(
-                Finding(
-                    WARN,
-                    "reset",
-                    "no reset method (reset_method empty): it works once, then fails after the VM restarts",
-                    "keep the VM's start at boot off and reboot the host between VM starts; a BIOS update may add FLR",
-                )
-            )
+            why = "no reset method (reset_method empty): it works once, then fails after the VM restarts"
+            f.append(Finding(WARN, "reset", why, FIXES["no-reset"]))
         elif card.architecture == "blackwell":
-            f.append(
-                Finding(
-                    WARN,
-                    "reset",
-                    f"reset methods {' '.join(methods)}, but Blackwell cards are known to hang on the reset after a "
-                    "VM stops (NVIDIA/open-gpu-kernel-modules#853)",
-                    "keep vm_onboot off; after the VM stops, reboot the host before starting it again",
-                )
+            why = (
+                f"reset methods {' '.join(methods)}, but Blackwell cards are known to hang on the reset after a "
+                "VM stops (NVIDIA/open-gpu-kernel-modules#853)"
             )
+            f.append(Finding(WARN, "reset", why, FIXES["reset-bug"]))
         else:
             flr = "flr" in methods
             text = f"reset methods: {' '.join(methods)}" + (
@@ -331,36 +301,18 @@ def analyse(text: str) -> Report:
                 f"a BAR of {big >> 30} GiB needs a guest physical address width above {OVMF_CAPPED_BITS} bits"
             )
             if iommu_bits and cpu_bits and iommu_bits < cpu_bits:
+                narrow = f"the IOMMU's address width ({iommu_bits} bits) is below the CPU's ({cpu_bits})"
                 if qemu_server and _version(qemu_server) < GUEST_PHYS_BITS_SINCE:
-                    f.append(
-                        Finding(
-                            BLOCKS,
-                            "BAR size",
-                            f"{need}, and the IOMMU's address width ({iommu_bits} bits) is below the CPU's "
-                            f"({cpu_bits}): qemu-server {qemu_server} cannot set guest-phys-bits",
-                            "upgrade PVE (qemu-server 9.0.18 or newer: apt full-upgrade)",
-                        )
-                    )
+                    why = f"{need}, and {narrow}: qemu-server {qemu_server} cannot set guest-phys-bits"
+                    f.append(Finding(BLOCKS, "BAR size", why, FIXES["upgrade"]))
                 else:
-                    f.append(
-                        Finding(
-                            WARN,
-                            "BAR size",
-                            f"{need}; the IOMMU's address width ({iommu_bits} bits) is below the CPU's ({cpu_bits})",
-                            f"vm_cpu: host with vm_guest_phys_bits: {iommu_bits} (stage vms writes "
-                            f"cpu host,guest-phys-bits={iommu_bits})",
-                        )
+                    fix = (
+                        f"vm_cpu: host with vm_guest_phys_bits: {iommu_bits} (stage vms writes "
+                        f"cpu host,guest-phys-bits={iommu_bits})"
                     )
+                    f.append(Finding(WARN, "BAR size", f"{need}; {narrow}", fix))
             else:
-                f.append(
-                    Finding(
-                        WARN,
-                        "BAR size",
-                        need,
-                        "vm_cpu: host (its address width is the host CPU's); a qemu64/kvm64 CPU model needs "
-                        "+pdpe1gb, or OVMF caps the guest at 40 bits (qemu-server 9.1.7's warning)",
-                    )
-                )
+                f.append(Finding(WARN, "BAR size", need, FIXES["cpu-host"]))
         elif big:
             f.append(Finding(OK, "BAR size", f"largest BAR {big >> 20} MiB fits OVMF's default window"))
     return Report(node, cards, qemu_server)

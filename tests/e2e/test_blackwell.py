@@ -17,37 +17,46 @@ from builders import FIXTURE_CARDS
 
 from labsim.fixture import fixtures_dir
 
-from .helpers import GPULAB, inventory_copy, lab_down, lab_up, need_root, run_playbook, set_vars
+from .helpers import GPULAB, inventory_copy, lab_down, lab_up, need_root, playbook_env, run_playbook, set_vars
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def _inventory(dest):
+    """inventory/demo with the RTX 5090 on vm-gpu, Secure Boot on, its guest address width, the flavour unset."""
+    inv = inventory_copy(dest)
+    gpus = yaml.safe_load((inv / "host_vars" / "pve.yml").read_text())["pve_gpus"]
+    set_vars(inv, "pve", {"pve_gpus": [*gpus, FIXTURE_CARDS["rtx5090"]]})
+    set_vars(inv, "all", {"nvidia_driver_flavour": KeyError})  # unset: gpulab picks per card
+    set_vars(inv, "vm-gpu", {"vm_gpu": "rtx5090", "vm_efi_pre_enrolled_keys": True, "vm_guest_phys_bits": 39})
+    return inv
+
+
+def _doctor(lab, home):
+    """`gpulab doctor root@NODE` over SSH, the node's host key trusted as a user would after checking it."""
+    address = lab.info["node_host"]["address"]
+    scan = subprocess.run(["ssh-keyscan", "-t", "ed25519", address], capture_output=True, text=True,
+                          timeout=30, check=True)  # fmt: skip
+    home.mkdir()
+    (home / "known_hosts").write_text(scan.stdout)
+    return subprocess.run(
+        [GPULAB, "doctor", "-i", lab.info["ssh_private_key"], "--known-hosts", str(home / "known_hosts"),
+         f"root@{address}"],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def blackwell(tmp_path_factory):
     need_root()
     root = tmp_path_factory.mktemp("blackwell")
+    inv = _inventory(root / "inventory")
     lab = lab_up(root / "lab", fixtures_dir() / "rtx5090.yml")
     try:
-        known = root / "home" / "known_hosts"
-        known.parent.mkdir()
-        address = lab.info["node_host"]["address"]
-        scan = subprocess.run(["ssh-keyscan", "-t", "ed25519", address], capture_output=True, text=True,
-                              timeout=30, check=True)  # fmt: skip
-        known.write_text(scan.stdout)
-        doctor = subprocess.run(
-            [GPULAB, "doctor", "-i", lab.info["ssh_private_key"], "--known-hosts", str(known), f"root@{address}"],
-            capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "HOME": str(known.parent)},
-        )  # fmt: skip
-        inv = inventory_copy(root / "inventory")
-        gpus = yaml.safe_load((inv / "host_vars" / "pve.yml").read_text())["pve_gpus"]
-        set_vars(inv, "pve", {"pve_gpus": [*gpus, FIXTURE_CARDS["rtx5090"]]})
-        set_vars(inv, "all", {"nvidia_driver_flavour": KeyError})  # unset: gpulab picks per card
-        set_vars(
-            inv, "vm-gpu", {"vm_gpu": "rtx5090", "vm_efi_pre_enrolled_keys": True, "vm_guest_phys_bits": 39}
-        )
-        plan = subprocess.run([GPULAB, "plan", str(inv)], capture_output=True, text=True, check=False)
-        run = run_playbook(lab, inv, timeout=900)
-        yield lab, doctor, plan, run
+        doctor = _doctor(lab, root / "home")
+        plan = subprocess.run([GPULAB, "plan", str(inv)], capture_output=True, text=True, check=False,
+                              env=playbook_env(lab))  # fmt: skip
+        yield lab, doctor, plan, run_playbook(lab, inv, timeout=900)
     finally:
         lab_down(lab.state)
 

@@ -521,7 +521,13 @@ def hardware_files(hardware: dict, iommu: bool = True) -> Tree:
         ),
     }
     fb = {"simpledrm": "0 simpledrmdrmfb\n", "efifb": "0 EFI VGA\n", "simplefb": "0 simple\n"}
-    out["/proc/fb"] = Entry("file", fb.get(str(hardware.get("framebuffer", "none")), "").encode())
+    holder = str(hardware.get("framebuffer", "none"))
+    out["/proc/fb"] = Entry("file", fb.get(holder, "").encode())
+    # the firmware's framebuffer shows as BOOTFB inside the boot GPU's BAR 1 while a framebuffer holds it
+    iomem = "00000000-00000fff : Reserved\n00100000-7fffffff : System RAM\n6000000000-600fffffff : PCI Bus 0000:02\n"
+    if holder in fb:
+        iomem += "  6000000000-60007e8fff : BOOTFB\n"
+    out["/proc/iomem"] = Entry("file", iomem.encode())
     if iommu:
         mgaw = int(hardware.get("iommu_address_bits", 39)) - 1
         cap = (0x00D2008C40660462 & ~(0x3F << 16)) | (mgaw << 16)

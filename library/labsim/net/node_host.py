@@ -154,6 +154,9 @@ def node_host_spec(
         (str(view / "proc" / "cmdline"), "/proc/cmdline"),
         (str(view / "proc" / "modules"), "/proc/modules"),
         (str(view / "proc" / "sys" / "kernel" / "osrelease"), "/proc/sys/kernel/osrelease"),
+        # what `gpulab doctor` reads besides /sys (sysfs_tree.hardware_files): interrupt chips, address widths,
+        # framebuffers and the firmware's reserved ranges, the node's own and not this machine's
+        *((str(view / "proc" / name), f"/proc/{name}") for name in ("interrupts", "cpuinfo", "fb", "iomem")),
         (str(view / "lib" / "modules"), "/lib/modules"),
         # the VMs the lab runs on this node, kept up to date by the VM hooks (read by the qm stand-in)
         (str(pve), f"{command_standins.SIM}/pve"),

@@ -85,7 +85,12 @@ def test_the_plan_shows_the_signed_open_modules(blackwell):
 def test_it_converges_with_the_open_signed_modules_under_secure_boot(blackwell):
     lab, _, _, run = blackwell
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
-    assert "Secure Boot on, nvidia module signed by Canonical Ltd. Kernel Module Signing" in run.stdout
+    # the role's proof ran on vm-gpu and held (modinfo's signer is Canonical's, mokutil says Secure Boot is on)
+    proof = run.stdout.split(
+        "TASK [nvidia_driver : Prove the signed NVIDIA module loads with Secure Boot on]", 1
+    )
+    assert len(proof) == 2, run.stdout[-3000:]
+    assert "ok: [vm-gpu]" in proof[1].split("TASK [", 1)[0], proof[1][:2000]
     vm = lab.pve_state()["vms"]["102"]["config"]
     assert vm["hostpci0"].startswith("mapping=rtx5090") and vm["cpu"] == "host,guest-phys-bits=39"
     assert "pre-enrolled-keys=1" in vm["efidisk0"]

@@ -33,6 +33,18 @@ def card(card_id: str, pci: str, vendor_device: str, iommu_group: int, **more: A
 RTX3090 = card("rtx3090", "0000:02:00", "10de:2204", 13, boot_display=True)
 # labsim fixture two-gpus's second card, an RTX 3060 12 GB (library/labsim/fixtures/two-gpus.yml).
 TWO_GPUS_RTX3060 = card("rtx3060", "0000:05:00", "10de:2504", 16)
+# labsim's card fixtures of issue 31 (library/labsim/fixtures/<name>.yml): each adds this card at 0000:05:00
+# beside the reference RTX 3090 (the RTX 2080 with its four functions; the shared-group 3060 in group 14).
+FIXTURE_CARDS = {
+    "gtx1080": card("gtx1080", "0000:05:00", "10de:1b80", 16),
+    "rtx2080": {
+        **card("rtx2080", "0000:05:00", "10de:1e82", 16),
+        "functions": [f"0000:05:00.{i}" for i in range(4)],
+    },
+    "rtx5090": card("rtx5090", "0000:05:00", "10de:2b85", 16),
+    "rtx-a4000": card("rtxa4000", "0000:05:00", "10de:24b0", 16),
+    "shared-group": card("rtx3060", "0000:05:00", "10de:2504", 14),
+}
 
 
 def storage(kind: str, size_gb: int, *content: str) -> dict:

@@ -1,5 +1,5 @@
-"""The `gpulab` command line: `gpulab discover USER@HOST INVENTORY`, `gpulab plan INVENTORY` and
-`gpulab lab up|down|status`."""
+"""The `gpulab` command line: `gpulab discover USER@HOST INVENTORY`, `gpulab plan INVENTORY`,
+`gpulab doctor [USER@]HOST` and `gpulab lab up|down|status`."""
 
 from __future__ import annotations
 
@@ -47,10 +47,8 @@ def _discover(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    try:
-        session = discover_ssh.Session(args.target, args.port, args.identity, args.known_hosts)
-    except discover_ssh.SshError as exc:
-        print(f"gpulab discover: {exc}.", file=sys.stderr)
+    session = _session(args, "discover")
+    if session is None:
         return 1
     try:
         raw = discover.collect(
@@ -88,12 +86,53 @@ def _discover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from gpulab import doctor
+
+    session = _session(args, "doctor")
+    if session is None:
+        return 1
+    try:
+        rc, out, err = session.run(doctor.SCRIPT)
+    finally:
+        session.close()
+    if rc != 0 and not out:
+        print(f"gpulab doctor: the read on {args.target} failed ({err.strip() or rc}).", file=sys.stderr)
+        return 1
+    report = doctor.analyse(out)
+    print(f"gpulab doctor {session.user}@{session.host} (read-only):")
+    print(report.text())
+    return 1 if report.blocked else 0
+
+
+def _session(args: argparse.Namespace, command: str):
+    """The SSH session to the node of `args.target`, or None after saying why it could not be opened."""
+    from gpulab import discover_ssh
+
+    try:
+        return discover_ssh.Session(args.target, args.port, args.identity, args.known_hosts)
+    except discover_ssh.SshError as exc:
+        print(f"gpulab {command}: {exc}.", file=sys.stderr)
+        return None
+
+
 def _unreadable(inventory: str, exc: Exception) -> int:
     hint = ""
     if "vault" in str(exc).lower():
         hint = " (an encrypted vault.yml: add --ask-vault-pass or --vault-password-file FILE)"
     print(f"gpulab plan: cannot read inventory {inventory}: {exc}{hint}", file=sys.stderr)
     return 1
+
+
+def _ssh_options(parser: argparse.ArgumentParser) -> None:
+    """The SSH login options of the commands that read a node (discover, doctor)."""
+    parser.add_argument("-i", "--identity", metavar="KEY", help="the SSH private key to log in with")
+    parser.add_argument("-p", "--port", type=int, default=22, help="the node's SSH port (default 22)")
+    parser.add_argument(
+        "--known-hosts",
+        metavar="FILE",
+        help="a known_hosts file to trust besides ~/.ssh/known_hosts (host keys are always checked)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,14 +164,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     disc.add_argument("target", metavar="USER@HOST", help="the node's SSH login, e.g. root@192.168.100.5")
     disc.add_argument("inventory", metavar="INVENTORY", help="the folder to write, e.g. inventory/mylab")
-    disc.add_argument("-i", "--identity", metavar="KEY", help="the SSH private key to log in with")
-    disc.add_argument("-p", "--port", type=int, default=22, help="the node's SSH port (default 22)")
-    disc.add_argument(
-        "--known-hosts",
-        metavar="FILE",
-        help="a known_hosts file to trust besides ~/.ssh/known_hosts (host keys are always checked)",
-    )
+    _ssh_options(disc)
     disc.set_defaults(func=_discover)
+    doc = sub.add_parser(
+        "doctor",
+        help="read a Proxmox VE node over SSH and say, per NVIDIA card, what passthrough needs (read-only)",
+        description="Read the node's /sys, /proc and package versions over SSH (nothing is written) and report per "
+        "NVIDIA card: IOMMU and interrupt remapping, the IOMMU group's other devices, the driver bound now, the "
+        "boot display's framebuffer, reset methods, BAR sizes against the guest's address width, the PVE version; "
+        "each finding with its fix. Exit 0 when nothing blocks passthrough, 1 otherwise.",
+    )
+    doc.add_argument(
+        "target", metavar="[USER@]HOST", help="the node's SSH login (root when no user is given)"
+    )
+    _ssh_options(doc)
+    doc.set_defaults(func=_doctor)
     sub.add_parser("lab", help="the simulated lab: gpulab lab up|down|status [--state DIR] [--fixture FILE]")
     args = parser.parse_args(argv)
     return args.func(args)

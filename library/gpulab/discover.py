@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from gpulab import cards as nvidia
 from gpulab import vmspec
 from gpulab.constants import PLACEHOLDER, PVE_FINGERPRINT_RE, ROUTER_KINDS, SSH_ROUTER_KINDS
 from gpulab.pve import propstr, vmoptions
@@ -919,6 +920,41 @@ def _storage_with(found: Found, content: str, prefer: str | None = None) -> str 
     return max(have, key=lambda s: found.storages[s].get("size_gb", 0)) if have else None
 
 
+def _flavour_lines(found: Found) -> list[str]:
+    """nvidia_driver_flavour as gpulab picks it for the node's cards (gpulab.cards), with a comment saying why;
+    left unset (gpulab then picks per GPU VM) when the cards need different kernel modules."""
+    cards = [(g.id, nvidia.card(g.vendor_device)) for g in found.gpus]
+    if nvidia.flavour_problems(cards, None):
+        text = (
+            "nvidia_driver_flavour is left unset: "
+            + ", ".join(f"{gid} is {c.describe()} (open kernel modules {c.open})" for gid, c in cards)
+            + "; these cards need different kernel modules, so gpulab picks per GPU VM (give them to two VMs)."
+        )
+        return [*_comment(text), "# nvidia_driver_flavour:"]
+    drv = nvidia.driver_for([c for _, c in cards], None, 0)
+    adopted = [v.host for v in found.vms if v.get("vm_gpu") is not None] if not found.proposed else []
+    if adopted and drv.open and not any(c.needs() for _, c in cards):
+        # an existing GPU VM most likely runs the proprietary driver (gpulab's earlier default, and Ubuntu's
+        # server branch): adopt it as it is rather than switch its kernel module
+        text = (
+            f"{', '.join(adopted)} already has a card ({', '.join(f'{gid}: {c.describe()}' for gid, c in cards)}): "
+            "kept on the proprietary kernel module (nvidia-driver-<branch>-server) it most likely runs, which the "
+            "card can use. server-open is NVIDIA's recommendation for it; switching installs it at the next run "
+            "and loads it after the VM's reboot. Unset, gpulab picks server-open."
+        )
+        return [*_comment(text), "nvidia_driver_flavour: server"]
+    text = (
+        f"Picked by gpulab discover for {', '.join(f'{gid}: {c.describe()}' for gid, c in cards) or 'no card'} "
+        f"(NVIDIA open kernel modules {', '.join(sorted({c.open for _, c in cards})) or '-'}; "
+        "library/gpulab/data/nvidia-gpus.json): "
+        + ("the open kernel module." if drv.open else "the proprietary kernel module.")
+        + " Unset, gpulab picks the same per GPU VM. A GPU VM that already runs the proprietary driver "
+        "(nvidia-driver-<branch>-server) would switch at the next run: write `server` to keep it where the card "
+        "allows it (not on Blackwell)."
+    )
+    return [*_comment(text), f"nvidia_driver_flavour: {drv.flavour}"]
+
+
 def render(found: Found) -> dict[str, str]:
     """The inventory folder's files, path -> text."""
     ref = reference()
@@ -1027,7 +1063,9 @@ def render(found: Found) -> dict[str, str]:
         "# --- guests, k3s, HAMi (the versions the reference lab is tested with) ------------------------",
     ]
     for key in REFERENCE_KEYS[1:]:
-        if key in ref:
+        if key == "nvidia_driver_flavour":
+            lines += _flavour_lines(found)
+        elif key in ref:
             lines.append(f"{key}: {scalar(ref[key])}")
             if key == "k3s_version":
                 lines += [

@@ -2,7 +2,7 @@
 
 `resolve(lab)` is pure: it takes a validated lab definition (defaults applied, see gpulab.labdef) and
 returns, for each VM in the order stage "vms" brings them up (GPU VMs last), where it lives, how it is
-installed, and the options of gpulab_pve_vm (`gpulab.pve.vmoptions`) with every decision made: the
+installed, the NVIDIA driver of a GPU VM (`driver`, gpulab.cards.driver_for), and the options of gpulab_pve_vm (`gpulab.pve.vmoptions`) with every decision made: the
 defaults, the GPUs (one hostpci entry per card of vm_gpu, hostpci0, hostpci1, ... in its order) and whether
 each goes through its resource mapping or its raw address, start at boot, the balloon and its floor, the
 name, the install kind. Preflight publishes the result as the fact `gpulab_vms`; roles/pve_vms passes it
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpulab import cards as nvidia
 from gpulab.labdef.definition import gpu_ids
 from gpulab.pve.client import raw_pci_login
 
@@ -134,6 +135,8 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
             parent[path[-1]] = vm.get(var)
     if "efidisk" in spec:
         spec["efidisk"]["pre_enrolled_keys"] = bool(spec["efidisk"]["pre_enrolled_keys"])
+    if vm.get("vm_guest_phys_bits"):  # a large-BAR card's address width (gpulab doctor; qemu-server 9.0.18)
+        spec["cpu"] = f"{spec['cpu']},guest-phys-bits={vm['vm_guest_phys_bits']}"
     if vm.get("vm_mac"):
         spec["nets"][0]["macaddr"] = vm["vm_mac"]
     if cards:
@@ -142,6 +145,9 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
             {**_device(gpu, raw, vm.get("vm_gpu_passthrough")), "pcie": vm["vm_machine"] == "q35"}
             for gpu in cards
         ]
+    driver = None
+    if cards:  # the GPU guest's NVIDIA driver (gpulab.cards): flavour, packages, DKMS or signed modules
+        driver = nvidia.vm_driver(g, vm, cards).as_dict()
     snippet = None
     image = (
         image_download(g["gpulab_os_image"], "import") if cloud else image_download(g["gpulab_os_iso"], "iso")
@@ -170,6 +176,7 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
         "name": vm["vm_name"],
         "install": vm["vm_os_install"],
         "gpus": [gpu["id"] for gpu in cards],
+        "driver": driver,
         "address": vm["vm_address"],
         "ssh_user": vm["vm_ssh_user"],
         "image": image,

@@ -9,7 +9,12 @@ Keys (see fixtures/reference.yml, the default):
   efi|legacy-bios, ``secureboot``, ``loader``), ``kernel``, ``storages`` (``name``, ``type``
   dir|zfspool|lvmthin, ``content`` list, ``total`` bytes, ``path`` for dir; local to the node, as no
   storage is shared), ``bridges``, ``pci`` (items shaped like PVE's hardware/pci answer, plus
-  ``boot_vga``).
+  ``boot_vga``, and for the node's own /sys (labsim.sysfs_tree.node_pci_tree): ``reset_method`` (the kernel's
+  list, e.g. ``flr bus``; empty: no reset; default ``flr bus`` on an NVIDIA function), ``bars`` (BAR sizes in
+  lspci's notation, BAR order, null for unused), ``memory_mib`` (what the guest's nvidia-smi reports) and
+  ``kernel_modules`` (``open`` or ``proprietary``: the only NVIDIA kernel modules that find the card; unset:
+  either)), ``hardware`` (``interrupt_remapping``, ``cpu_address_bits``, ``iommu_address_bits``,
+  ``framebuffer``: labsim.sysfs_tree.hardware_files).
 - ``timings``: seconds per task type (``qmcreate``, ``qmconfig``, ``qmstart``, ``qmshutdown``, ``qmstop``,
   ``qmdestroy``, ``resize``), ``download_rate`` (bytes/s), ``download_max_s``, ``download_progress_s``,
   ``agent_delay`` (seconds after start before the guest agent answers).
@@ -31,7 +36,8 @@ Keys (see fixtures/reference.yml, the default):
   node's kernel command line.
 
 ``--fixture`` takes a path or the name of a fixture in ``fixtures/`` (``reference``, ``homelab``,
-``homelab-blacklisted``, ``cluster``, ``two-gpus``): :func:`resolve_fixture`.
+``homelab-blacklisted``, ``cluster``, ``two-gpus``, and one per card case of issue 31: ``gtx1080``,
+``rtx2080``, ``rtx5090``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``): :func:`resolve_fixture`.
 """
 
 from __future__ import annotations

@@ -1599,12 +1599,16 @@ def agent_interfaces(ip_json: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
-# at each boot of a VM: the NVIDIA kernel module "loads" when the driver package installed it
+# at each boot of a VM: the NVIDIA kernel module "loads" when a module package installed it (its kind goes to
+# nvidia-loaded), except a DKMS-built one under Secure Boot, which the kernel refuses ("Key was rejected by
+# service": shared/reference/guest-stack.md 2.4); Canonical's signed modules load
 VM_BOOT_HOOK = [
     "sh",
     "-c",
-    'if [ -e "$GPULAB_HOST_ROOT/usr/lib/gpulab-sim/nvidia-module-installed" ]; then'
-    ' : > "$GPULAB_HOST_ROOT/run/gpulab/nvidia-loaded"; fi',
+    'M="$GPULAB_HOST_ROOT/usr/lib/gpulab-sim/nvidia-module-installed"; '
+    'F="$GPULAB_HOST_ROOT/etc/gpulab-sim/firmware.json"; '
+    'if [ -e "$M" ] && ! { grep -q dkms "$M" && grep -q \'"secure_boot": true\' "$F" 2>/dev/null; }; then'
+    ' cp "$M" "$GPULAB_HOST_ROOT/run/gpulab/nvidia-loaded"; fi',
 ]
 
 
@@ -1747,6 +1751,8 @@ def vm_gpus(config: dict[str, Any], fixture: dict[str, Any], node: str) -> list[
                 "memory_mib": int(dev.get("memory_mib") or GPU_MEMORY_MIB.get(str(dev.get("device")), 0)),
                 "pci_bus_id": f"00000000:{len(gpus) + 1:02X}:00.0",
                 "host_address": dev["id"],
+                # the only NVIDIA kernel modules that find this card (fixture key; unset: either)
+                "kernel_modules": dev.get("kernel_modules"),
             }
         )
     return gpus

@@ -249,6 +249,7 @@ def build_tree(
     cmdline: str | None = None,
     pci: list[dict] | None = None,
     card_states: dict[str, str] | None = None,
+    hardware: dict | None = None,
 ) -> Tree:
     """The tree for `state`, with the test variants applied.
 
@@ -257,10 +258,15 @@ def build_tree(
     `iommu=False`: no IOMMU groups and no `iommu_group` links (firmware VT-d/AMD-Vi off).
     `share_group_with`: a PCI address moved into the GPU's IOMMU group (e.g. "0000:03:00.0").
     `cmdline`: the running kernel command line for /proc/cmdline (a newline is added when missing).
+    `hardware`: a fixture node's ``hardware`` (:func:`hardware_files`: interrupt remapping, address widths, the
+    boot framebuffer), always applied with its defaults.
     """
     tree = _base_tree(state)
     if pci:
         tree = node_pci_tree(tree, state, pci, card_states)
+    else:
+        tree.update(REFERENCE_RESET)
+    tree.update(hardware_files(hardware or {}, iommu))
     if share_group_with:
         tree = _share_group(tree, share_group_with)
     if not iommu:
@@ -272,7 +278,7 @@ def build_tree(
 
 def materialise(root: Path, state: str, **variants: Any) -> Path:
     """Write the tree for `state` under `root` (replacing an earlier one there) and return `root`;
-    `variants` are build_tree's keywords (iommu, share_group_with, cmdline, pci, card_states).
+    `variants` are build_tree's keywords (iommu, share_group_with, cmdline, pci, card_states, hardware).
 
     `root/sys`, `root/proc` and `root/lib/modules` are removed first, so calling it again at each
     simulated boot leaves exactly the new state. `root` must not be the machine's own root.
@@ -424,6 +430,15 @@ def node_pci_tree(tree: Tree, state: str, pci: list[dict], card_states: dict[str
         }
         if cls >> 16 == 0x03:
             files["boot_vga"] = "1\n" if dev.get("boot_vga") else "0\n"
+        methods = dev.get("reset_method", "flr bus" if vendor == 0x10DE else None)
+        if (
+            methods is not None
+        ):  # drivers/pci/pci-sysfs.c: reset_method lists the methods; reset only with one
+            files["reset_method"] = f"{methods}\n"
+            if str(methods).strip():
+                out[f"{d}/reset"] = Entry("file", b"")
+        if dev.get("bars"):
+            files["resource"] = resource_text(dev["bars"])
         for name, text in files.items():
             out[f"{d}/{name}"] = Entry("file", text.encode())
         out[f"{d}/config"] = Entry("file", _config_space(vendor, device, cls, sv, sd))
@@ -440,6 +455,83 @@ def node_pci_tree(tree: Tree, state: str, pci: list[dict], card_states: dict[str
                 "symlink", f"../../../../devices/pci0000:00/{addr}"
             )
             out[f"/sys/kernel/iommu_groups/{group}/type"] = group_type
+    return out
+
+
+_SIZE = re.compile(r"^(\d+)([KMGT]?)$")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+# resource flags (include/linux/ioport.h): IORESOURCE_MEM 0x200, _IO 0x100, _PREFETCH 0x2000, _MEM_64 0x100000,
+# _SIZEALIGN 0x40000; the values the recorded 3090 tree shows for its BARs
+_BAR_FLAGS = {"mem32": 0x40200, "mem64pref": 0x14220C, "io": 0x40101}
+
+
+def resource_text(bars: list) -> str:
+    """A `resource` file (pci-sysfs.c `resource_show`: one `start end flags` line per resource, 13 lines on
+    x86) for BAR sizes in lspci's notation (``16M``, ``32G``; ``128`` for the I/O BAR; None for an unused or
+    the upper half of a 64-bit BAR), in BAR order. BAR 0 is 32-bit memory, the last sized one I/O when it is
+    below 1 KiB, the others 64-bit prefetchable memory, placed one after another as firmware would."""
+    lines = []
+    mem32, mem64, io = 0xDE000000, 0x6000000000, 0xE000
+    for i, size in enumerate(list(bars) + [None] * (13 - len(bars))):
+        m = _SIZE.match(str(size)) if size is not None else None
+        if not m:
+            lines.append((0, 0, 0))
+            continue
+        n = int(m.group(1)) * _UNITS[m.group(2)]
+        if n < 1024:
+            start, kind, io = io, "io", io + max(n, 0x80)
+        elif i == 0:
+            start, kind, mem32 = mem32, "mem32", mem32 + n
+        else:
+            mem64 = (mem64 + n - 1) // n * n
+            start, kind, mem64 = mem64, "mem64pref", mem64 + n
+        lines.append((start, start + n - 1, _BAR_FLAGS[kind]))
+    return "".join(f"0x{a:016x} 0x{b:016x} 0x{c:016x}\n" for a, b, c in lines)
+
+
+#: The reference card's reset methods, which the recorded tree lacks (constructed: "flr bus", what the kernel
+#: lists for an endpoint with FLReset+ alone on its bus; RTX 4090 and RTX A-series captures show FLReset+).
+REFERENCE_RESET = {
+    f"/sys/devices/pci0000:00/0000:00:1b.0/{addr}/{name}": Entry("file", text)
+    for addr in GPU_FUNCTIONS
+    for name, text in (("reset_method", b"flr bus\n"), ("reset", b""))
+}
+
+
+def hardware_files(hardware: dict, iommu: bool = True) -> Tree:
+    """The node's /proc and /sys files that `gpulab doctor` reads besides the PCI devices, from a fixture node's
+    ``hardware``: ``interrupt_remapping`` (default true: /proc/interrupts shows IR- chips, Linux
+    arch/x86/kernel/apic/msi.c "IR-PCI-MSI"; false: plain PCI-MSI), ``cpu_address_bits`` (39; /proc/cpuinfo
+    "address sizes"), ``iommu_address_bits`` (39; the Intel IOMMU's cap register, MGAW bits 21:16 + 1) and
+    ``framebuffer`` (none, simpledrm, efifb or simplefb: /proc/fb)."""
+    ir = hardware.get("interrupt_remapping", True)
+    chip = "IR-PCI-MSI" if ir else "PCI-MSI"
+    apic = "IR-IO-APIC" if ir else "IO-APIC"
+    interrupts = (
+        "            CPU0       CPU1\n"
+        f"   1:          0          9  {apic}    1-edge      i8042\n"
+        f" 122:          0     118213  {chip}-0000:00:17.0    0-edge      ahci[0000:00:17.0]\n"
+        f" 125:          0      53118  {chip}-0000:03:00.0    0-edge      enp3s0\n"
+    )
+    cpu_bits = int(hardware.get("cpu_address_bits", 39))
+    out: Tree = {
+        "/proc/interrupts": Entry("file", interrupts.encode()),
+        "/proc/cpuinfo": Entry(
+            "file", f"processor\t: 0\naddress sizes\t: {cpu_bits} bits physical, 48 bits virtual\n".encode()
+        ),
+    }
+    fb = {"simpledrm": "0 simpledrmdrmfb\n", "efifb": "0 EFI VGA\n", "simplefb": "0 simple\n"}
+    holder = str(hardware.get("framebuffer", "none"))
+    out["/proc/fb"] = Entry("file", fb.get(holder, "").encode())
+    # the firmware's framebuffer shows as BOOTFB inside the boot GPU's BAR 1 while a framebuffer holds it
+    iomem = "00000000-00000fff : Reserved\n00100000-7fffffff : System RAM\n6000000000-600fffffff : PCI Bus 0000:02\n"
+    if holder in fb:
+        iomem += "  6000000000-60007e8fff : BOOTFB\n"
+    out["/proc/iomem"] = Entry("file", iomem.encode())
+    if iommu:
+        mgaw = int(hardware.get("iommu_address_bits", 39)) - 1
+        cap = (0x00D2008C40660462 & ~(0x3F << 16)) | (mgaw << 16)
+        out["/sys/class/iommu/dmar0/intel-iommu/cap"] = Entry("file", f"{cap:x}\n".encode())
     return out
 
 

@@ -15,7 +15,8 @@ description:
   - The UUIDs feed HAMi card pinning (C(nvidia.com/use-gpuuuid)) later on.
   - In the same call it reports what else a GPU guest's next steps decide on, so that they need no call of
     their own. That is the running kernel (RV(kernel), whose headers the driver's DKMS build needs), the
-    Secure Boot state as C(mokutil --sb-state) reports it (RV(mokutil)), and the NVIDIA container toolkit
+    Secure Boot state as C(mokutil --sb-state) reports it (RV(mokutil)), the signer of the installed nvidia
+    module (RV(module_signer)), and the NVIDIA container toolkit
     (RV(container_toolkit), what k3s needs to add the nvidia runtime).
   - When fewer than O(min_gpus) cards are found, the module fails and lists the likely causes with what it
     found for each one, read from the guest itself. That is whether an NVIDIA display controller is on the
@@ -134,6 +135,13 @@ mokutil:
     stderr:
       description: Error output.
       type: str
+module_signer:
+  description:
+    - Who signed the installed C(nvidia) kernel module, as C(modinfo -F signer nvidia) prints it
+      (C(Canonical Ltd. Kernel Module Signing) for Ubuntu's precompiled modules); V(null) without modinfo or
+      without the module.
+  returned: always
+  type: str
 container_toolkit:
   description: The NVIDIA container toolkit as this guest has it.
   returned: always
@@ -467,6 +475,15 @@ def mokutil_state(module):
     return {"rc": rc, "stdout": out, "stderr": err}
 
 
+def module_signer(module):
+    """`modinfo -F signer nvidia` (the installed module's signer), or None without modinfo or the module."""
+    modinfo = module.get_bin_path("modinfo", required=False, opt_dirs=["/usr/sbin", "/sbin"])
+    if not modinfo:
+        return None
+    rc, out, _err = module.run_command([modinfo, "-F", "signer", "nvidia"])
+    return (out.strip() or None) if rc == 0 else None
+
+
 def container_toolkit(module, runtime):
     """The NVIDIA container toolkit: the runtime where k3s looks for it, and what nvidia-ctk says it is."""
     found = {"runtime": runtime if os.path.isfile(runtime) and os.access(runtime, os.X_OK) else None}
@@ -520,6 +537,7 @@ def run_module():
         "error": error,
         "kernel": os.uname().release,
         "mokutil": mokutil_state(module),
+        "module_signer": module_signer(module),
         "container_toolkit": toolkit,
         "ansible_facts": {"gpulab_gpus": gpus, "gpulab_container_toolkit": toolkit},
     }

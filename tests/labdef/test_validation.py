@@ -139,7 +139,6 @@ BAD = [
         {"vm_balloon": True},
         "vm-gpu: vm_balloon=True: ballooning cannot work with a passed-through device",
     ),
-    ("gpu-secure-boot", "vm-gpu", {"vm_efi_pre_enrolled_keys": True}, "refuses the unsigned NVIDIA module"),
     (
         "gpu-onboot-display",
         "vm-gpu",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpulab import cards as nvidia
 from gpulab.labdef.definition import LabDefinition, gpu_ids, pinned_mib
 from gpulab.labdef.hami_values import image_lines
 
@@ -61,6 +62,7 @@ def plan_text(definition: LabDefinition) -> str:
                 f"  GPU {gpu.get('id')} {gpu.get('pci')} ({gpu.get('vendor_device', '?')}, "
                 f"IOMMU group {gpu.get('iommu_group', '?')}{disp}) -> {', '.join(users) or 'unused'}"
             )
+    lines += driver_lines(definition)
     if definition.router:
         rh, r = definition.router
         pool = r.get("router_dhcp_pool") or {}
@@ -80,3 +82,29 @@ def plan_text(definition: LabDefinition) -> str:
     )
     lines += image_lines(definition)
     return "\n".join(lines)
+
+
+def driver_lines(definition: LabDefinition) -> list[str]:
+    """The NVIDIA driver each GPU VM installs (gpulab.cards.driver_for): packages, flavour and why."""
+    g = definition.globals
+    lines = []
+    for host, vm in definition.vms.items():
+        found = definition.node_by_name(vm.get("vm_node"))
+        if not gpu_ids(vm) or found is None:
+            continue
+        by_id = {x.get("id"): x for x in found[1].get("pve_gpus") or () if isinstance(x, dict)}
+        cards = [by_id[i] for i in gpu_ids(vm) if i in by_id]
+        if not cards:
+            continue
+        drv = nvidia.vm_driver(g, vm, cards)
+        how = (
+            "Canonical-signed precompiled modules (Secure Boot on)"
+            if drv.modules == "signed"
+            else "DKMS build"
+        )
+        pick = f"picked by gpulab: {drv.reason}" if drv.chosen else drv.reason
+        lines.append(
+            f"Driver {host}: {' '.join(drv.packages)} ({'open' if drv.open else 'proprietary'} kernel module, "
+            f"{how}; flavour {drv.flavour or '(desktop)'}, {pick})"
+        )
+    return lines

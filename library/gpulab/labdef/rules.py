@@ -226,6 +226,13 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vm_cores": (at_least("vm_cores", 1),),
     "vm_memory_mib": (at_least("vm_memory_mib", 512),),
     "vm_disk_gb": (at_least("vm_disk_gb", 1),),
+    "vm_guest_phys_bits": (
+        Rule(
+            lambda v: not _int(v) or 32 <= v <= 64,
+            "PVE's guest-phys-bits is 32-64",
+            "set the IOMMU's address width that `gpulab doctor` names (e.g. 39), or leave it unset",
+        ),
+    ),
     # --- the router ---
     "router_kind": (one_of(ROUTER_KINDS, "unknown router kind"),),
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpulab import cards as nvidia
 from gpulab.labdef.rules import first_failure
 
 if TYPE_CHECKING:
@@ -34,12 +35,6 @@ GPU_VM_RULES: tuple[tuple[str, Any, str, str], ...] = (
         lambda vm: not vm.get("vm_balloon"),
         "ballooning cannot work with a passed-through device (all memory is pinned)",
         "set vm_balloon: false",
-    ),
-    (
-        "vm_efi_pre_enrolled_keys",
-        lambda vm: not vm.get("vm_efi_pre_enrolled_keys"),
-        "Secure Boot with Microsoft keys refuses the unsigned NVIDIA module",
-        "set vm_efi_pre_enrolled_keys: false",
     ),
 )
 
@@ -154,6 +149,33 @@ def check_vms(d: LabDefinition, gpus: dict[str, tuple[str, dict]], out: Problems
         for field, right, why, fix in GPU_VM_RULES:
             if not right(vm):
                 out.add(host, field, vm.get(field), why, fix)
+        known = [
+            (gid, nvidia.card(gpus[f"{node['pve_node']}/{gid}"][1].get("vendor_device")))
+            for _, gid in cards
+            if f"{node['pve_node']}/{gid}" in gpus
+        ]
+        check_driver(d, host, vm, known, out)
+
+
+def check_driver(d: LabDefinition, host: str, vm: dict, known: list, out: Problems) -> None:
+    """The GPU VM's driver: a flavour every card can use (gpulab.cards), and with Secure Boot (pre-enrolled
+    keys) a kernel flavour that has Canonical-signed precompiled modules."""
+    flavour = d.globals.get("nvidia_driver_flavour")
+    for gid, why, fix in nvidia.flavour_problems(known, flavour):
+        field = "nvidia_driver_flavour" if flavour is not None else "vm_gpu"
+        out.add(host, field, flavour if flavour is not None else gid, why, fix)
+    kflavour = d.globals.get("nvidia_driver_kernel_flavour") or nvidia.KERNEL_FLAVOUR
+    if vm.get("vm_efi_pre_enrolled_keys") and kflavour not in nvidia.SIGNED_KERNEL_FLAVOURS:
+        why = (
+            f"Secure Boot is on (pre-enrolled keys) and Ubuntu has no Canonical-signed NVIDIA modules for kernel "
+            f"flavour {kflavour!r} ({', '.join(nvidia.SIGNED_KERNEL_FLAVOURS)} have them), so the DKMS-built module "
+            "would be refused"
+        )
+        fix = (
+            "(1) set vm_efi_pre_enrolled_keys: false (Secure Boot off), or (2) run a kernel flavour with signed "
+            "modules and set nvidia_driver_kernel_flavour to it (e.g. generic)"
+        )
+        out.add(host, "vm_efi_pre_enrolled_keys", True, why, fix)
 
 
 def _gpu_cards(host: str, value: Any, out: Problems) -> list[tuple[str, str]]:

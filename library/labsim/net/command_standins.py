@@ -289,9 +289,42 @@ def cmd_mokutil(argv):
     return 0
 
 
+#: The signer `modinfo -F signer` prints for the kernel module of each kind: Canonical's key for the precompiled
+#: linux-modules-nvidia-* (the "Canonical Ltd. Kernel Module Signing" certificate Ubuntu kernels load); the
+#: machine-owner key that Ubuntu's update-secureboot-policy makes for DKMS (its subject, unverified).
+MODULE_SIGNERS = {
+    "signed": "Canonical Ltd. Kernel Module Signing",
+    "dkms": "ubuntu Secure Boot Module Signature key",
+}
+
+
+def cmd_modinfo(argv):
+    """``modinfo [-F FIELD] nvidia``: the NVIDIA module the lab's package installed (kmod tools/modinfo.c: an
+    unknown module is `modinfo: ERROR: Module NAME not found.`, exit 1); other modules are not modelled."""
+    field = argv[argv.index("-F") + 1] if "-F" in argv and argv.index("-F") + 1 < len(argv) else None
+    names = [a for i, a in enumerate(argv) if not a.startswith("-") and (i == 0 or argv[i - 1] != "-F")]
+    name = names[-1] if names else ""
+    try:
+        with open(host("/usr/lib/gpulab-sim/nvidia-module-installed")) as f:
+            kind = f.read().split()
+    except OSError:
+        kind = []
+    if name != "nvidia" or len(kind) < 2:
+        err(f"modinfo: ERROR: Module {name} not found.")
+        return 1
+    fields = {"license": "Dual MIT/GPL" if kind[0] == "open" else "NVIDIA", "signer": MODULE_SIGNERS[kind[1]]}
+    if field:
+        print(fields.get(field, ""))
+    else:
+        for key, value in fields.items():
+            print(f"{key + ':':<16}{value}")
+    return 0
+
+
 COMMANDS = {
     "qm": cmd_qm,
     "mokutil": cmd_mokutil,
+    "modinfo": cmd_modinfo,
     "reboot": cmd_reboot,
     "poweroff": cmd_poweroff,
     "halt": cmd_poweroff,

@@ -90,7 +90,7 @@ def _standin_files(commands) -> dict[str, str]:
 
 
 #: stand-ins every VM has, with or without systemd (firmware and initramfs tools of a real guest)
-GUEST_TOOLS = ("mokutil", "update-initramfs")
+GUEST_TOOLS = ("mokutil", "update-initramfs", "modinfo")
 
 
 def guest_standins(power: bool = True) -> dict[str, str]:
@@ -120,6 +120,8 @@ def node_host_spec(
         # another PC than the reference (a second cluster node): its hardware view is made from its own
         # devices, and its boot decides on its own card
         conf.update(pci=pci, gpu_cards=sysfs_tree.gpu_cards_of(pci))
+    if node.get("hardware"):
+        conf["hardware"] = node["hardware"]
     files = {
         "/etc/default/grub": DEBIAN_DEFAULT_GRUB,
         "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
@@ -152,6 +154,9 @@ def node_host_spec(
         (str(view / "proc" / "cmdline"), "/proc/cmdline"),
         (str(view / "proc" / "modules"), "/proc/modules"),
         (str(view / "proc" / "sys" / "kernel" / "osrelease"), "/proc/sys/kernel/osrelease"),
+        # what `gpulab doctor` reads besides /sys (sysfs_tree.hardware_files): interrupt chips, address widths,
+        # framebuffers and the firmware's reserved ranges, the node's own and not this machine's
+        *((str(view / "proc" / name), f"/proc/{name}") for name in ("interrupts", "cpuinfo", "fb", "iomem")),
         (str(view / "lib" / "modules"), "/lib/modules"),
         # the VMs the lab runs on this node, kept up to date by the VM hooks (read by the qm stand-in)
         (str(pve), f"{command_standins.SIM}/pve"),
@@ -238,6 +243,7 @@ def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
         cmdline=cmdline,
         pci=conf.get("pci"),
         card_states=states,
+        hardware=conf.get("hardware"),
     )
     result = {"boot": int(os.environ.get("GPULAB_BOOT", "0")), "state": state, "cmdline": cmdline}
     if len(states) > 1:

@@ -84,6 +84,12 @@ def main(argv):
             gpus = json.load(f)
     except (OSError, ValueError):
         gpus = []
+    # the kernel module that loaded ("open" or "proprietary", then "dkms" or "signed"; labsim's boot hook copies it
+    # from the package's marker): a card that only the other modules support is not probed, so nvidia-smi does not
+    # see it (open modules on a Pascal card, proprietary ones on Blackwell: NVIDIA/open-gpu-kernel-modules#862)
+    with open("{NVIDIA_LOADED}") as f:
+        kind = (f.read().split() or ["any"])[0]
+    gpus = [g for g in gpus if g.get("kernel_modules") in (None, kind) or kind == "any"]
     if not gpus:
         print("No devices were found")
         return 6
@@ -197,7 +203,12 @@ WantedBy=multi-user.target
 def _packages(kernel: str) -> dict[str, list[dict]]:
     """Stand-in packages per archive: name, version, depends, files {path: (mode, text)}, postinst."""
     drv = DRIVER_DEB_VERSION
-    marker = {NVIDIA_MODULE_MARKER: (0o644, "installed by the lab's nvidia-dkms stand-in\n")}
+
+    def marker(kind):  # what the module package installed: open|proprietary, dkms|signed (read at boot)
+        return {
+            NVIDIA_MODULE_MARKER: (0o644, f"{kind}\ninstalled by the lab's NVIDIA kernel module stand-in\n")
+        }
+
     ubuntu = [
         {"name": "dkms", "version": "3.0.11-1ubuntu13", "files": {"/usr/sbin/dkms": (0o755, RECORDING_TOOL)}},
         {"name": "linux-headers-generic", "version": "6.8.0-90.91", "depends": f"linux-headers-{kernel}"},
@@ -213,8 +224,40 @@ def _packages(kernel: str) -> dict[str, list[dict]]:
             "postinst": "mkdir -p /etc/systemd/system/multi-user.target.wants && ln -sf "
             "/usr/lib/systemd/system/qemu-guest-agent.service /etc/systemd/system/multi-user.target.wants/",
         },
-        {"name": "nvidia-dkms-580-server", "version": drv, "depends": "dkms", "files": marker},
-        {"name": "nvidia-dkms-580-server-open", "version": drv, "depends": "dkms", "files": marker},
+        {
+            "name": "nvidia-dkms-580-server",
+            "version": drv,
+            "depends": "dkms",
+            "files": marker("proprietary dkms"),
+        },
+        {
+            "name": "nvidia-dkms-580-server-open",
+            "version": drv,
+            "depends": "dkms",
+            "files": marker("open dkms"),
+        },
+        # Canonical-signed precompiled modules (linux-restricted-modules) for the generic kernel flavour, and the
+        # driver without DKMS (what ubuntu-drivers --gpgpu installs with them)
+        {
+            "name": "linux-modules-nvidia-580-server-generic",
+            "version": drv,
+            "files": marker("proprietary signed"),
+        },
+        {
+            "name": "linux-modules-nvidia-580-server-open-generic",
+            "version": drv,
+            "files": marker("open signed"),
+        },
+        {
+            "name": "nvidia-headless-no-dkms-580-server",
+            "version": drv,
+            "depends": f"nvidia-compute-utils-580-server (= {drv})",
+        },
+        {
+            "name": "nvidia-headless-no-dkms-580-server-open",
+            "version": drv,
+            "depends": f"nvidia-compute-utils-580-server (= {drv})",
+        },
         {
             "name": "nvidia-utils-580-server",
             "version": drv,

@@ -1,0 +1,32 @@
+"""Filters of stage host: the card checks of `gpulab doctor` (gpulab.doctor), on the text its read printed.
+
+`read.stdout | gpulab_doctor` is the report as data (node findings, per card slot its findings, reset methods,
+largest BAR, and the report's text); `read.stdout | gpulab_doctor_problems(pve_gpus, vms)` lists what stops stage
+host for the node's inventory cards (gpulab.doctor.stage_host_problems). `'' | gpulab_doctor_script` is the read
+itself (one read-only shell script), so the role and the command run the same one.
+"""
+
+from __future__ import annotations
+
+from gpulab import doctor
+
+
+def gpulab_doctor(text):
+    return doctor.as_dict(doctor.analyse(text or ""))
+
+
+def gpulab_doctor_problems(text, gpus, vms):
+    return doctor.stage_host_problems(doctor.analyse(text or ""), list(gpus or []), list(vms or []))
+
+
+def gpulab_doctor_script(_unused=""):
+    return doctor.SCRIPT
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpulab_doctor": gpulab_doctor,
+            "gpulab_doctor_problems": gpulab_doctor_problems,
+            "gpulab_doctor_script": gpulab_doctor_script,
+        }

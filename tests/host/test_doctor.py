@@ -1,0 +1,120 @@
+"""`gpulab doctor` (gpulab.doctor) against each card fixture of issue 31: the read-only script runs over the node's
+/sys and /proc as labsim.sysfs_tree materialises them from the fixture (GPULAB_SYSFS_ROOT points it there, as
+over SSH it reads the node's own), and the report has the expected findings with their fixes; stage host's
+refusals (gpulab.doctor.stage_host_problems) follow from the same report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from builders import FIXTURE_CARDS, RTX3090
+
+from gpulab import doctor
+from labsim import sysfs_tree
+from labsim.fixture import load_fixture, resolve_fixture
+
+# fixture -> [(level, check, fragment of the finding)] of its card
+CASES = {
+    "reference": [("ok", "reset", "reset methods: flr bus")],
+    "gtx1080": [("ok", "reset", "bus (no FLR"), ("ok", "BAR size", "BAR 256 MiB")],
+    "rtx2080": [("ok", "IOMMU group", "group 16 holds only the card's own")],
+    "cluster": [("ok", "reset", "flr bus"), ("ok", "driver", "no host driver")],
+    "rtx5090": [("warn", "reset", "Blackwell"), ("warn", "BAR size", "BAR of 32 GiB")],
+    "rtx-a4000": [("ok", "reset", "reset methods: flr bus")],
+    "shared-group": [("blocks", "IOMMU group", "group 14 also holds 0000:03:00.0")],
+    "irq-remap-off": [("ok", "IOMMU group", "group 13 holds only")],
+}
+# the node and card slot of each fixture's card (the added cards sit at 0000:05:00 on node pve)
+WHERE = {
+    "reference": ("pve", "0000:02:00"),
+    "cluster": ("pve2", "0000:01:00"),
+    "irq-remap-off": ("pve", "0000:02:00"),
+}
+BLOCKED = {"shared-group", "irq-remap-off"}
+
+
+def read(tmp_path, fixture, node_name, state="vfio", **variants):
+    """The doctor's read of the fixture node's materialised tree (what `gpulab doctor` gets over SSH)."""
+    fix = load_fixture(resolve_fixture(fixture))
+    node = next(n for n in fix["nodes"] if n["name"] == node_name)
+    own = {str(d["id"]).lower() for d in node["pci"]} != sysfs_tree.reference_addresses()
+    root = sysfs_tree.materialise(
+        tmp_path / "root", state, pci=node["pci"] if own else None, hardware=node.get("hardware"), **variants
+    )
+    env = {**os.environ, "GPULAB_SYSFS_ROOT": str(root)}
+    out = subprocess.run(["sh", "-c", doctor.SCRIPT], env=env, capture_output=True, text=True, check=True)
+    assert out.stderr == ""
+    return out.stdout
+
+
+@pytest.mark.parametrize("fixture", list(CASES))
+def test_each_fixture_has_its_findings(tmp_path, fixture):
+    node, slot = WHERE.get(fixture, ("pve", "0000:05:00"))
+    report = doctor.analyse(read(tmp_path, fixture, node))
+    assert report.blocked is (fixture in BLOCKED), report.text()
+    [card] = [c for c in report.cards if c.address == slot]
+    for level, check, fragment in CASES[fixture]:
+        assert any(f.level == level and f.check == check and fragment in f.text for f in card.findings), (
+            report.text()
+        )
+    assert all(f.fix for f in card.findings if f.level != "ok")
+
+
+def test_interrupt_remapping_off_blocks_with_its_fix(tmp_path):
+    report = doctor.analyse(read(tmp_path, "irq-remap-off", "pve"))
+    [ir] = [f for f in report.node if f.check == "interrupt remapping"]
+    assert ir.level == "blocks" and "allow_unsafe_interrupts=1" in ir.fix and "BIOS" in ir.fix
+
+
+def test_iommu_off_blocks_and_a_host_driver_is_named(tmp_path):
+    report = doctor.analyse(read(tmp_path, "reference", "pve", state="stock", iommu=False))
+    assert [f.level for f in report.node if f.check == "IOMMU"] == ["blocks"]
+    [card] = report.cards
+    assert any(f.check == "driver" and f.text == "nouveau holds it now" for f in card.findings)
+
+
+def test_the_boot_framebuffer_is_named_on_the_boot_display(tmp_path):
+    text = read(tmp_path, "reference", "pve").replace("== fb\n", "== fb\n0 simpledrmdrmfb\n")
+    [card] = doctor.analyse(text).cards
+    [fb] = [f for f in card.findings if f.check == "framebuffer"]
+    assert fb.level == "warn" and "simpledrm holds its memory" in fb.text
+    assert "initcall_blacklist=sysfb_init" in fb.fix
+
+
+def test_a_large_bar_with_a_narrow_iommu_and_an_old_qemu_server_blocks(tmp_path):
+    text = read(tmp_path, "rtx5090", "pve")
+    text = text.replace(
+        "== cpu\naddress sizes\t: 39 bits physical", "== cpu\naddress sizes\t: 46 bits physical"
+    )
+    text = text.replace("== dpkg\n", "== dpkg\nqemu-server 9.0.17\n")
+    [bar] = [
+        f for c in doctor.analyse(text).cards for f in c.findings if f.check == "BAR size" and f.level != "ok"
+    ]
+    assert bar.level == "blocks" and "qemu-server 9.0.18" in bar.fix
+    newer = text.replace("qemu-server 9.0.17", "qemu-server 9.1.7")
+    [bar] = [
+        f
+        for c in doctor.analyse(newer).cards
+        for f in c.findings
+        if f.check == "BAR size" and f.level != "ok"
+    ]
+    assert bar.level == "warn" and "vm_guest_phys_bits: 39" in bar.fix
+
+
+def test_stage_host_refuses_a_card_that_cannot_be_reset_on_a_vm_that_starts_at_boot(tmp_path):
+    report = doctor.analyse(read(tmp_path, "rtx5090", "pve"))
+    gpus = [RTX3090, FIXTURE_CARDS["rtx5090"]]
+    vm = {"host": "vm-gpu", "gpus": ["rtx5090"], "spec": {"onboot": True}}
+    [problem] = doctor.stage_host_problems(report, gpus, [vm])
+    assert "GPU rtx5090 (0000:05:00" in problem and "cannot be reset reliably" in problem
+    assert "Fix: set vm_onboot: false on vm-gpu" in problem
+    assert doctor.stage_host_problems(report, gpus, [{**vm, "spec": {"onboot": False}}]) == []
+
+
+def test_stage_host_refuses_interrupt_remapping_off_only_with_a_card(tmp_path):
+    report = doctor.analyse(read(tmp_path, "irq-remap-off", "pve"))
+    [problem] = doctor.stage_host_problems(report, [RTX3090], [])
+    assert problem.startswith("interrupt remapping: off")
+    assert doctor.stage_host_problems(report, [], []) == []

@@ -79,8 +79,20 @@ def _kind(value):
     return next((kind for type_, kind in _KINDS if isinstance(value, type_)), "any")
 
 
-def keys_from_values(values, chart_version, source=""):
-    """Key facts of a chart from its parsed values.yaml (see the module docstring)."""
+def keys_from_values(
+    values,
+    chart_version,
+    source="",
+    *,
+    chart=CHART_NAME,
+    open_names=OPEN_MAP_NAMES,
+    template_only=None,
+    images=None,
+):
+    """Key facts of a chart from its parsed values.yaml (see the module docstring). HAMi's by default; another
+    chart (gpulab.monitoring) gives its name, its open map names, its template-only keys and its images."""
+    template_only = TEMPLATE_ONLY_KEYS.get(chart_version, {}) if template_only is None else template_only
+    image_paths = CHART_IMAGES if images is None else images
     keys = {}
 
     def walk(node, prefix):
@@ -89,13 +101,13 @@ def keys_from_values(values, chart_version, source=""):
             kind = _kind(value)
             entry = {"kind": kind}
             if kind == "map":
-                entry["open"] = name in OPEN_MAP_NAMES or not value
+                entry["open"] = name in open_names or path in open_names or not value
             keys[path] = entry
             if kind == "map":
                 walk(value, path + ".")
 
     walk(values, "")
-    for path, kind in TEMPLATE_ONLY_KEYS.get(chart_version, {}).items():
+    for path, kind in template_only.items():
         keys.setdefault(path, {"kind": kind, "open": True, "template_only": True})
 
     def at(path):
@@ -104,17 +116,17 @@ def keys_from_values(values, chart_version, source=""):
             node = node.get(part) if isinstance(node, dict) else None
         return node if isinstance(node, dict) else {}
 
-    images = {
+    found = {
         path: {k: at(path).get(k) or "" for k in ("registry", "repository", "tag")}
-        for path, _what in CHART_IMAGES
+        for path, _what in image_paths
         if at(path)
     }
     return {
-        "chart": CHART_NAME,
+        "chart": chart,
         "version": chart_version,
         "source": source,
         "global_image_tag": str(at("global").get("imageTag") or ""),
-        "images": images,
+        "images": found,
         "keys": dict(sorted(keys.items())),
     }
 
@@ -301,19 +313,22 @@ def helmchart(
     target_namespace=None,
     repo=CHART_REPO,
     timeout="10m0s",
+    chart=CHART_NAME,
+    labels=None,
 ):
-    """The helm.cattle.io/v1 HelmChart that k3s's helm-controller installs from the manifests directory."""
+    """The helm.cattle.io/v1 HelmChart that k3s's helm-controller installs from the manifests directory (HAMi's,
+    or `chart` of `repo`)."""
     return {
         "apiVersion": "helm.cattle.io/v1",
         "kind": "HelmChart",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpulab"},
+            "labels": {"app.kubernetes.io/managed-by": "gpulab", **(labels or {})},
         },
         "spec": {
             "repo": repo,
-            "chart": CHART_NAME,
+            "chart": chart,
             "version": chart_version,
             "targetNamespace": target_namespace or namespace,
             "timeout": timeout,

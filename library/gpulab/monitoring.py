@@ -212,7 +212,9 @@ def _seconds(duration: str) -> float:
 
     parts = re.findall(r"(\d+)(ms|s|m|h)", str(duration))
     if not parts or "".join(n + u for n, u in parts) != str(duration):
-        raise MonitoringError(f"monitoring_scrape_interval: {duration!r} is not a Prometheus duration (e.g. 15s, 1m)")
+        raise MonitoringError(
+            f"monitoring_scrape_interval: {duration!r} is not a Prometheus duration (e.g. 15s, 1m)"
+        )
     return sum(int(n) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[u] for n, u in parts)
 
 

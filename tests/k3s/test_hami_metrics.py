@@ -17,7 +17,11 @@ from labsim.net.k3s import hami, hami_metrics, monitoring_charts
 
 from .conftest import free_port
 
-CARD = {"uuid": "GPU-e1924eea-b9bb-d537-39f2-b345087fa145", "name": "NVIDIA GeForce RTX 3090", "memory_mib": 24576}
+CARD = {
+    "uuid": "GPU-e1924eea-b9bb-d537-39f2-b345087fa145",
+    "name": "NVIDIA GeForce RTX 3090",
+    "memory_mib": 24576,
+}
 MIB = 1024 * 1024
 
 
@@ -61,7 +65,9 @@ def test_hami_metrics_scheduler_names_labels_and_values():
     base = {"node": "vm-gpu", "device_uuid": CARD["uuid"], "device_index": "0", "device_type": "NVIDIA GeForce RTX 3090",
             "zone": "vGPU"}  # fmt: skip
     assert found["hami_gpu_memory_limit_bytes"] == [(base, "2.5769803776e+10")]
-    assert found["hami_gpu_memory_allocated_bytes"] == [({**base, "device_cores": "100"}, hami_metrics.go_float(20889 * MIB))]
+    assert found["hami_gpu_memory_allocated_bytes"] == [
+        ({**base, "device_cores": "100"}, hami_metrics.go_float(20889 * MIB))
+    ]
     assert found["hami_gpu_shared_count"] == [(base, "2")]
     assert found["hami_gpu_core_allocated_ratio"] == [(base, "30")]
     assert {lab["pod"] for lab, _ in found["hami_vgpu_memory_allocated_bytes"]} == {"vllm", "ollama"}
@@ -70,15 +76,21 @@ def test_hami_metrics_scheduler_names_labels_and_values():
     assert "GPUDeviceMemoryAllocated" not in found and "hami_build_info" in found
     # families sorted by name, each with HELP and TYPE gauge
     names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
-    assert names == sorted(names) and all(line.endswith(" gauge") for line in text.splitlines() if "# TYPE" in line)
+    assert names == sorted(names) and all(
+        line.endswith(" gauge") for line in text.splitlines() if "# TYPE" in line
+    )
 
 
 def test_hami_metrics_legacy_names_with_legacy_metrics():
     found = series(hami_metrics.exposition(hami_metrics.scheduler_families(NODES, PODS, legacy=True)))
     assert found["GPUDeviceMemoryAllocated"][0][0]["nodeid"] == "vm-gpu"
     assert {"hami_gpu_memory_allocated_bytes", "vGPUMemoryAllocated", "GPUDeviceSharedNum"} <= set(found)
-    monitor = series(hami_metrics.exposition(hami_metrics.monitor_families("vm-gpu", [CARD], PODS, legacy=True)))
-    assert {"HostGPUMemoryUsage", "vGPU_device_memory_limit_in_bytes", "hami_vgpu_memory_limit_bytes"} <= set(monitor)
+    monitor = series(
+        hami_metrics.exposition(hami_metrics.monitor_families("vm-gpu", [CARD], PODS, legacy=True))
+    )
+    assert {"HostGPUMemoryUsage", "vGPU_device_memory_limit_in_bytes", "hami_vgpu_memory_limit_bytes"} <= set(
+        monitor
+    )
 
 
 def test_hami_metrics_monitor_only_containers_hami_core_limits():
@@ -97,7 +109,11 @@ def test_monitoring_charts_prometheus_config_from_the_values():
     values = monitoring.prometheus_values(targets={"hami-scheduler": ["a:31993"]}, node_port=30090)
     values["extraScrapeConfigs"] = "- job_name: extra\n  static_configs: [{targets: ['b:1']}]\n"
     config = monitoring_charts.prometheus_config(values)
-    assert config["global"] == {"scrape_interval": "15s", "scrape_timeout": "10s", "evaluation_interval": "1m"}
+    assert config["global"] == {
+        "scrape_interval": "15s",
+        "scrape_timeout": "10s",
+        "evaluation_interval": "1m",
+    }
     short = monitoring.prometheus_values(targets={}, node_port=30090, scrape_interval="2s")
     assert short["server"]["global"] == {"scrape_interval": "2s", "scrape_timeout": "2s"}
     assert [j["job_name"] for j in config["scrape_configs"]] == ["prometheus", "hami-scheduler", "extra"]
@@ -120,7 +136,9 @@ def test_a_real_prometheus_scrapes_the_standin_and_answers_the_proof_and_the_das
     s_port, m_port, p_port = free_port(), free_port(), free_port()
     servers = [
         hami_metrics.serve("127.0.0.1", s_port, lambda: hami_metrics.scheduler_families(nodes, pods)),
-        hami_metrics.serve("127.0.0.1", m_port, lambda: hami_metrics.monitor_families("vm-gpu", [CARD], pods)),
+        hami_metrics.serve(
+            "127.0.0.1", m_port, lambda: hami_metrics.monitor_families("vm-gpu", [CARD], pods)
+        ),
     ]
     targets = {"hami-scheduler": [f"127.0.0.1:{s_port}"], "hami-device-plugin": [f"127.0.0.1:{m_port}"]}
     values = monitoring.prometheus_values(targets=targets, node_port=30090, scrape_interval="1s")
@@ -156,9 +174,9 @@ def test_a_real_prometheus_scrapes_the_standin_and_answers_the_proof_and_the_das
         pods.pop(0)  # vLLM's share (HAMi-core off) ends; ollama's, which the monitor sees, stays
         assert monitoring.problems({**before, "pods": {"items": pods_doc["items"][1:]}})
         deadline = time.monotonic() + 30
-        while get(f"{base}/api/v1/query", query=monitoring.ALLOCATED_QUERY)["data"]["result"][0]["value"][1] != str(
-            11059 * MIB
-        ):
+        while get(f"{base}/api/v1/query", query=monitoring.ALLOCATED_QUERY)["data"]["result"][0]["value"][
+            1
+        ] != str(11059 * MIB):
             assert time.monotonic() < deadline, "Prometheus did not follow the scheduler"
             time.sleep(0.5)
         # every query of HAMi's dashboard (its variables at All) answers with data

@@ -28,7 +28,12 @@ def test_the_key_facts_name_their_source_tag_and_commit():
     assert "tag prometheus-29.27.0 = commit ca06aaef8a20ca639f06523f467cb0ef8a114feb" in PROM["source"]
     assert GRAF["chart"] == "grafana" and "tag grafana-12.11.1 = commit 864f7794" in GRAF["source"]
     # the keys gpulab sets, and the template-only ones its templates read
-    for key in ("server.service.type", "server.service.nodePort", "scrapeConfigs", "server.global.scrape_interval"):
+    for key in (
+        "server.service.type",
+        "server.service.nodePort",
+        "scrapeConfigs",
+        "server.global.scrape_interval",
+    ):
         assert key in PROM["keys"], key
     for key in ("service.nodePort", "adminPassword", "dashboards", "global.imageRegistry"):
         assert key in GRAF["keys"], key
@@ -81,7 +86,7 @@ def test_unknown_keys_and_bad_node_ports_are_refused_naming_each():
 
 
 def test_a_missing_version_or_address_is_refused():
-    with pytest.raises(monitoring.MonitoringError, match="No key facts for chart prometheus 1.0.0"):
+    with pytest.raises(monitoring.MonitoringError, match=r"No key facts for chart prometheus 1\.0\.0"):
         monitoring.render(**{**ARGS, "prometheus_version": "1.0.0"})
     with pytest.raises(monitoring.MonitoringError, match="no GPU node"):
         monitoring.render(**{**ARGS, "gpu_nodes": []})
@@ -96,8 +101,12 @@ def test_the_module_returns_both_manifests():
 
 
 def nodes_doc(devmem=24576):
-    register = json.dumps([{"id": CARD, "count": 10, "devmem": devmem, "devcore": 100, "type": "NVIDIA", "health": True}])
-    return {"items": [{"metadata": {"name": "vm-gpu", "annotations": {"hami.io/node-nvidia-register": register}}}]}
+    register = json.dumps(
+        [{"id": CARD, "count": 10, "devmem": devmem, "devcore": 100, "type": "NVIDIA", "health": True}]
+    )
+    return {
+        "items": [{"metadata": {"name": "vm-gpu", "annotations": {"hami.io/node-nvidia-register": register}}}]
+    }
 
 
 def pods_doc(*mibs):
@@ -118,7 +127,12 @@ def targets_doc(**health):
 
 
 def query_doc(value):
-    return {"data": {"resultType": "vector", "result": [{"metric": {"device_uuid": CARD}, "value": [0, str(value)]}]}}
+    return {
+        "data": {
+            "resultType": "vector",
+            "result": [{"metric": {"device_uuid": CARD}, "value": [0, str(value)]}],
+        }
+    }
 
 
 def look(targets, query, pods):
@@ -135,8 +149,14 @@ def test_the_proof_names_a_target_that_is_down_and_an_allocation_that_differs():
     down = targets_doc(**{"hami-scheduler": "up", "hami-device-plugin": "down"})
     found = monitoring.problems(look(down, query_doc(0), pods_doc(9830)))
     text = monitoring.problems_text(found)
-    assert "job hami-device-plugin target hami-device-plugin:1 = down: Prometheus cannot scrape it: connection refused" in text
-    assert f"reports 0 bytes allocated on card {CARD} of node vm-gpu, the scheduler holds {9830 * monitoring.MIB}" in text
+    assert (
+        "job hami-device-plugin target hami-device-plugin:1 = down: Prometheus cannot scrape it: connection refused"
+        in text
+    )
+    assert (
+        f"reports 0 bytes allocated on card {CARD} of node vm-gpu, the scheduler holds {9830 * monitoring.MIB}"
+        in text
+    )
     assert all(p["wait"] for p in found)
     missing = monitoring.problems(look(targets_doc(), {"data": {"result": []}}, pods_doc()))
     assert {p["field"] for p in missing} == {

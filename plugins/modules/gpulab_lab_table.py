@@ -48,7 +48,7 @@ options:
   state_dir:
     description:
       - Folder for C(lab-table.md), C(lab-table.json) and C(lab-table.html) (a self-contained page with a picture
-        of the lab: nodes, VMs, cards, shares, problems); omitted, nothing is written.
+        of the lab with its nodes, VMs, cards, shares and problems); omitted, nothing is written.
     type: path
   links:
     description: Where the lab's UIs are reached (name to URL, as stage monitoring notes them), listed under the

@@ -386,9 +386,14 @@ def main(argv=None):
         f"charts/hami/values.yaml of Project-HAMi/HAMi chart {args.chart_version}{at} (Apache-2.0); "
         "key names, kinds and image defaults only"
     )
-    text = json.dumps(keys_from_values(values, args.chart_version, source), indent=1) + "\n"
-    if args.output:
-        args.output.write_text(text)
+    return write_facts(keys_from_values(values, args.chart_version, source), args.output)
+
+
+def write_facts(facts, output=None):
+    """A facts file's JSON text (indent 1) to `output`, or to stdout; 0, the command's exit status."""
+    text = json.dumps(facts, indent=1) + "\n"
+    if output:
+        output.write_text(text)
     else:
         sys.stdout.write(text)
     return 0

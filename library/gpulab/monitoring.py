@@ -493,12 +493,7 @@ def main(argv=None):
         facts = keys_from_values(
             yaml.safe_load(args.values_yaml.read_text()), args.chart, args.version, args.source
         )
-    text = json.dumps(facts, indent=1) + "\n"
-    if args.output:
-        args.output.write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return hami.write_facts(facts, args.output)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -382,10 +383,17 @@ def prometheus_pod(lab, tmp_path):
         pod = json.loads((folder / "pod.json").read_text())
         netns = f"{lab_id(lab.state)}-v100"  # vm-1's (labsim.network_lab: vm100 -> v100)
         log = (tmp_path / "prometheus.log").open("w")
+        config = folder / "prometheus.yml"
         procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", netns, binary, f"--config.file={folder / 'prometheus.yml'}",
+            ["ip", "netns", "exec", netns, binary, f"--config.file={config}",
              f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=0.0.0.0:{pod['port']}"],
             stdout=log, stderr=log))  # fmt: skip
+        # the chart's config reloader: a changed config makes Prometheus read it again (SIGHUP here)
+        seen = config.stat().st_mtime
+        while not stop.wait(0.5):
+            if config.stat().st_mtime != seen:
+                seen = config.stat().st_mtime
+                procs[0].send_signal(signal.SIGHUP)
 
     thread = threading.Thread(target=kubelet, daemon=True)
     thread.start()
@@ -440,12 +448,30 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
 
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring")
         assert rc == 0 and changed(recap) == 0, out[-4000:]
+        # with the lab table: the page and the Markdown say where both UIs are
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring,verify")
+        assert rc == 0, out[-4000:]
+        for name in ("lab-table.html", "lab-table.md"):
+            assert f"http://{address}:30300/d/hami-vgpu-metrics" in (lab.state / name).read_text(), name
         manifests = lab.upper("vm-1") / "var/lib/rancher/k3s/server/manifests"
         before = {p.name: p.read_text() for p in manifests.glob("gpulab-monitoring-*.yaml")}
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "--check", "--diff",
                                   "-e", "monitoring_scrape_interval=30s")  # fmt: skip
         assert rc == 0 and changed(recap) == 1 and "scrape_interval: 30s" in out, out[-4000:]
         assert {p.name: p.read_text() for p in manifests.glob("gpulab-monitoring-*.yaml")} == before
+
+        # a vGPU monitor Prometheus cannot reach: the stage waits, then stops naming the target and why
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "-e", "monitoring_ready_timeout=20",
+                                  "-e", '{"monitoring_gpu_addresses": ["127.0.0.9"]}')  # fmt: skip
+        assert rc != 0
+        # (down once scraped, unknown before its first scrape)
+        assert re.search(
+            r"Prometheus does not show what HAMi holds: job hami-device-plugin target 127\.0\.0\.9:31992 = "
+            r"(down|unknown): Prometheus cannot scrape it: ",
+            flat(out),
+        ), out[-4000:]
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring")
+        assert rc == 0 and changed(recap) == 1, out[-4000:]
 
 
 def test_upgrade_rolls_the_agents_one_at_a_time(lab):

@@ -122,6 +122,66 @@ def holding_pods(pods):
     ]
 
 
+#: the scheduler's per-card label names, and those of its legacy metrics (before 2.9)
+CARD_LABELS = {"node": "node", "uuid": "device_uuid", "index": "device_index", "type": "device_type",
+               "cores": "device_cores", "limit": "device_memory_limit"}  # fmt: skip
+LEGACY_CARD_LABELS = {"node": "nodeid", "uuid": "deviceuuid", "index": "deviceidx", "type": "devicetype",
+                      "cores": "devicecores", "limit": "devicememorylimit"}  # fmt: skip
+
+
+def _card_series(families, names, node_name, card, used):
+    """One card's series of the scheduler's per-card families, labelled with `names` (new or legacy): the
+    legacy memory percentage has no device type label."""
+    total, cores = int(card.get("devmem", 0)), int(card.get("devcore", 0))
+    base = {names["node"]: node_name, names["uuid"]: card["id"], names["index"]: str(card.get("index", 0)),
+            names["type"]: card.get("type", "")}  # fmt: skip
+    families["limit"][2].append((base, total * MIB))
+    families["core_limit"][2].append((base, cores))
+    families["allocated"][2].append(({**base, names["cores"]: str(cores)}, used["mem"] * MIB))
+    families["shared"][2].append((base, used["count"]))
+    families["core_allocated"][2].append((base, used["cores"]))
+    families["overview"][2].append(
+        ({**base, names["cores"]: str(cores), names["limit"]: str(total)}, used["mem"] * MIB)
+    )
+    if total > 0:
+        ratio = base if names is CARD_LABELS else {k: v for k, v in base.items() if k != names["type"]}
+        families["ratio"][2].append((ratio, used["mem"] / total))
+
+
+#: the scheduler's families: key -> (name, name before 2.9, help) (cmd/scheduler/metrics.go@v2.10.0)
+SCHEDULER_FAMILIES = {
+    "limit": ("hami_gpu_memory_limit_bytes", "GPUDeviceMemoryLimit", "Device memory limit for a certain GPU"),
+    "core_limit": ("hami_gpu_core_limit_ratio", "GPUDeviceCoreLimit", "Device core limit for a certain GPU"),
+    "allocated": ("hami_gpu_memory_allocated_bytes", "GPUDeviceMemoryAllocated", "Device memory allocated for a certain GPU"),
+    "shared": ("hami_gpu_shared_count", "GPUDeviceSharedNum", "Number of containers sharing this GPU"),
+    "core_allocated": ("hami_gpu_core_allocated_ratio", "GPUDeviceCoreAllocated", "Device core allocated for a certain GPU"),
+    "overview": ("hami_node_gpu_overview", "nodeGPUOverview", "GPU overview on a certain node"),
+    "ratio": ("hami_node_gpu_memory_allocated_ratio", "nodeGPUMemoryPercentage", "GPU Memory Allocated Percentage on a certain GPU"),
+    "ctr_mem": ("hami_vgpu_memory_allocated_bytes", "vGPUMemoryAllocated", "vGPU memory allocated from a container"),
+    "ctr_core": ("hami_vgpu_core_allocated_ratio", "vGPUCoreAllocated", "vGPU core allocated from a container"),
+}  # fmt: skip
+#: the vGPU monitor's families (cmd/vGPUmonitor/metrics.go@v2.10.0); None: no legacy name
+MONITOR_FAMILIES = {
+    "host_mem": ("hami_host_gpu_memory_used_bytes", "HostGPUMemoryUsage", "GPU device memory usage in bytes"),
+    "host_util": ("hami_host_gpu_utilization_ratio", "HostCoreUtilization", "GPU core utilization ratio (0-100)"),
+    "host_mc": ("hami_host_gpu_memory_controller_utilization_ratio", None, "GPU memory controller utilization ratio (0-100)"),
+    "used": ("hami_vgpu_memory_used_bytes", "vGPU_device_memory_usage_in_bytes", "vGPU device memory usage in bytes"),
+    "limit": ("hami_vgpu_memory_limit_bytes", "vGPU_device_memory_limit_in_bytes", "vGPU device memory limit in bytes"),
+    "ctr_mem": ("hami_container_device_memory_bytes", None, "Container device memory usage in bytes"),
+    "ctr_util": ("hami_container_device_utilization_ratio", "Device_utilization_desc_of_container", "Container device SM utilization ratio"),
+    "context": ("hami_vgpu_memory_context_bytes", None, "Container device memory context size in bytes"),
+    "module": ("hami_vgpu_memory_module_bytes", None, "Container device memory module size in bytes"),
+    "buffer": ("hami_vgpu_memory_buffer_bytes", None, "Container device memory buffer size in bytes"),
+}  # fmt: skip
+
+
+def _families(table):
+    """Empty families of `table`: (key -> (name, help, series)) with the new names, and with the legacy ones."""
+    new = {key: (name, help_text, []) for key, (name, _old, help_text) in table.items()}
+    old = {key: (name, help_text, []) for key, (_new, name, help_text) in table.items() if name}
+    return new, old
+
+
 def scheduler_families(nodes, pods, legacy=False, version="v2.10.0"):
     """The scheduler's families from the nodes (name -> node with `hami_register`, the register annotation's JSON)
     and the pods (the stand-in's model: name, namespace, node, phase, annotations)."""
@@ -134,32 +194,7 @@ def scheduler_families(nodes, pods, legacy=False, version="v2.10.0"):
                 u["mem"] += d["mem"]
                 u["cores"] += d["cores"]
                 u["count"] += 1
-    f = {
-        "limit": ("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", []),
-        "core_limit": ("hami_gpu_core_limit_ratio", "Device core limit for a certain GPU", []),
-        "allocated": ("hami_gpu_memory_allocated_bytes", "Device memory allocated for a certain GPU", []),
-        "shared": ("hami_gpu_shared_count", "Number of containers sharing this GPU", []),
-        "core_allocated": ("hami_gpu_core_allocated_ratio", "Device core allocated for a certain GPU", []),
-        "overview": ("hami_node_gpu_overview", "GPU overview on a certain node", []),
-        "ratio": (
-            "hami_node_gpu_memory_allocated_ratio",
-            "GPU Memory Allocated Percentage on a certain GPU",
-            [],
-        ),
-        "ctr_mem": ("hami_vgpu_memory_allocated_bytes", "vGPU memory allocated from a container", []),
-        "ctr_core": ("hami_vgpu_core_allocated_ratio", "vGPU core allocated from a container", []),
-    }
-    legacy_f = {
-        "limit": ("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", []),
-        "core_limit": ("GPUDeviceCoreLimit", "Device memory core limit for a certain GPU", []),
-        "allocated": ("GPUDeviceMemoryAllocated", "Device memory allocated for a certain GPU", []),
-        "shared": ("GPUDeviceSharedNum", "Number of containers sharing this GPU", []),
-        "core_allocated": ("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", []),
-        "overview": ("nodeGPUOverview", "GPU overview on a certain node", []),
-        "ratio": ("nodeGPUMemoryPercentage", "GPU Memory Allocated Percentage on a certain GPU", []),
-        "ctr_mem": ("vGPUMemoryAllocated", "vGPU memory allocated from a container", []),
-        "ctr_core": ("vGPUCoreAllocated", "vGPU core allocated from a container", []),
-    }
+    f, legacy_f = _families(SCHEDULER_FAMILIES)
     for node_name, node in sorted(nodes.items()):
         try:
             cards = json.loads(node.get("hami_register") or "[]")
@@ -167,34 +202,9 @@ def scheduler_families(nodes, pods, legacy=False, version="v2.10.0"):
             cards = []
         for card in cards:
             u = used.get(card["id"], {"mem": 0, "cores": 0, "count": 0})
-            total, cores = int(card.get("devmem", 0)), int(card.get("devcore", 0))
-            base = {"node": node_name, "device_uuid": card["id"], "device_index": str(card.get("index", 0)),
-                    "device_type": card.get("type", "")}  # fmt: skip
-            f["limit"][2].append((base, total * MIB))
-            f["core_limit"][2].append((base, cores))
-            f["allocated"][2].append(({**base, "device_cores": str(cores)}, u["mem"] * MIB))
-            f["shared"][2].append((base, u["count"]))
-            f["core_allocated"][2].append((base, u["cores"]))
-            f["overview"][2].append(
-                ({**base, "device_cores": str(cores), "device_memory_limit": str(total)}, u["mem"] * MIB)
-            )
-            if total > 0:
-                f["ratio"][2].append((base, u["mem"] / total))
+            _card_series(f, CARD_LABELS, node_name, card, u)
             if legacy:
-                old = {"nodeid": node_name, "deviceuuid": card["id"], "deviceidx": str(card.get("index", 0)),
-                       "devicetype": card.get("type", "")}  # fmt: skip
-                legacy_f["limit"][2].append((old, total * MIB))
-                legacy_f["core_limit"][2].append((old, cores))
-                legacy_f["allocated"][2].append(({**old, "devicecores": str(cores)}, u["mem"] * MIB))
-                legacy_f["shared"][2].append((old, u["count"]))
-                legacy_f["core_allocated"][2].append((old, u["cores"]))
-                legacy_f["overview"][2].append(
-                    ({**old, "devicecores": str(cores), "devicememorylimit": str(total)}, u["mem"] * MIB)
-                )
-                if total > 0:
-                    legacy_f["ratio"][2].append(
-                        ({k: old[k] for k in ("nodeid", "deviceuuid", "deviceidx")}, u["mem"] / total)
-                    )
+                _card_series(legacy_f, LEGACY_CARD_LABELS, node_name, card, u)
     for pod in held:
         for index, devices in enumerate(decode_allocated(pod["annotations"][ALLOCATED])):
             for d in devices:
@@ -223,47 +233,23 @@ def hami_core_on(spec):
     )
 
 
+#: the vGPU monitor's per-card label names, and those of its legacy metrics
+HOST_LABELS = ("node", "device_index", "device_uuid", "device_type")
+LEGACY_HOST_LABELS = ("nodeid", "deviceidx", "deviceuuid", "devicetype")
+
+
 def monitor_families(node_name, cards, pods, legacy=False, version="v2.10.0"):
     """The vGPU monitor's families on node `node_name`: its cards (nvidia-smi's: uuid, name) and the containers
     of its pods that HAMi-core limits."""
-    f = {
-        "host_mem": ("hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes", []),
-        "host_util": ("hami_host_gpu_utilization_ratio", "GPU core utilization ratio (0-100)", []),
-        "host_mc": ("hami_host_gpu_memory_controller_utilization_ratio",
-                    "GPU memory controller utilization ratio (0-100)", []),
-        "used": ("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes", []),
-        "limit": ("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes", []),
-        "ctr_mem": ("hami_container_device_memory_bytes", "Container device memory usage in bytes", []),
-        "ctr_util": ("hami_container_device_utilization_ratio", "Container device SM utilization ratio", []),
-        "context": ("hami_vgpu_memory_context_bytes", "Container device memory context size in bytes", []),
-        "module": ("hami_vgpu_memory_module_bytes", "Container device memory module size in bytes", []),
-        "buffer": ("hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", []),
-    }  # fmt: skip
-    legacy_f = {
-        "host_mem": ("HostGPUMemoryUsage", "GPU device memory usage", []),
-        "host_util": ("HostCoreUtilization", "GPU core utilization", []),
-        "used": ("vGPU_device_memory_usage_in_bytes", "vGPU device usage", []),
-        "limit": ("vGPU_device_memory_limit_in_bytes", "vGPU device limit", []),
-        "ctr_util": ("Device_utilization_desc_of_container", "Container device utilization description", []),
-    }
+    f, legacy_f = _families(MONITOR_FAMILIES)
     for index, card in enumerate(cards):
-        dtype = "NVIDIA-" + str(card.get("name", ""))
-        labels = {
-            "node": node_name,
-            "device_index": str(index),
-            "device_uuid": card["uuid"],
-            "device_type": dtype,
-        }
+        values = (node_name, str(index), card["uuid"], "NVIDIA-" + str(card.get("name", "")))
+        labels = dict(zip(HOST_LABELS, values, strict=True))
         f["host_mem"][2].append((labels, 0))
         f["host_util"][2].append((labels, 0))
-        f["host_mc"][2].append(({k: labels[k] for k in ("device_index", "device_uuid", "device_type")}, 0))
+        f["host_mc"][2].append(({k: labels[k] for k in HOST_LABELS[1:]}, 0))
         if legacy:
-            old = {
-                "nodeid": node_name,
-                "deviceidx": str(index),
-                "deviceuuid": card["uuid"],
-                "devicetype": dtype,
-            }
+            old = dict(zip(LEGACY_HOST_LABELS, values, strict=True))
             legacy_f["host_mem"][2].append((old, 0))
             legacy_f["host_util"][2].append((old, 0))
     for pod in holding_pods(pods):

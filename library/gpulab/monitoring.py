@@ -393,13 +393,22 @@ def _problem(field: str, value: Any, cause: str, fix: str, wait: bool = True) ->
     return {"field": field, "value": value, "cause": cause, "fix": fix, "wait": wait}
 
 
-def target_problems(targets_doc: Mapping[str, Any], jobs: list[str]) -> list[dict[str, Any]]:
-    """Every HAMi job of `jobs` without targets, or with a target Prometheus does not report up
-    (/api/v1/targets: activeTargets with labels.job, health, lastError)."""
+def target_problems(targets_doc: Mapping[str, Any], jobs: Mapping[str, list[str]]) -> list[dict[str, Any]]:
+    """Every HAMi job of `jobs` (job -> its static targets) whose targets are not the wanted ones (Prometheus still
+    runs an older config), or with a target Prometheus does not report up (/api/v1/targets: activeTargets with
+    labels.job, labels.instance, health, lastError)."""
     active = ((targets_doc or {}).get("data") or {}).get("activeTargets") or []
     out = []
-    for job in jobs:
+    for job, wanted in jobs.items():
         mine = [t for t in active if (t.get("labels") or {}).get("job") == job]
+        scraped = sorted((t.get("labels") or {}).get("instance", "") for t in mine)
+        if mine and wanted and scraped != sorted(wanted):
+            out.append(
+                _problem(f"job {job} targets", ", ".join(scraped),
+                         f"Prometheus scrapes {', '.join(scraped)}, the chart's values say {', '.join(sorted(wanted))}",
+                         "wait for the chart's new config to be loaded (a Helm upgrade, then the config reloader)")
+            )  # fmt: skip
+            continue
         if not mine:
             out.append(
                 _problem(f"job {job}", "(no target)", f"Prometheus has no target for job {job}",
@@ -454,9 +463,12 @@ def allocation_problems(
     return out
 
 
-def problems(look: str | Mapping[str, Any], jobs: list[str] | None = None) -> list[dict[str, Any]]:
+def problems(
+    look: str | Mapping[str, Any], jobs: Mapping[str, list[str]] | None = None
+) -> list[dict[str, Any]]:
     """The proof's problems from one look ({"targets", "query", "nodes", "pods"}: Prometheus's /api/v1/targets
-    and /api/v1/query answers, kubectl's nodes and pods), as JSON text or parsed."""
+    and /api/v1/query answers, kubectl's nodes and pods), as JSON text or parsed; `jobs`: the HAMi jobs and
+    their targets as rendered (scrape_targets), else both jobs with any targets."""
     if isinstance(look, str):
         try:
             look = json.loads(look) if look.strip() else {}
@@ -464,7 +476,7 @@ def problems(look: str | Mapping[str, Any], jobs: list[str] | None = None) -> li
             return [_problem("look", look[:200], "the look is not JSON", "see the task's stderr")]
     if not look:
         return [_problem("prometheus", "(no answer)", "Prometheus did not answer", "wait for its pod")]
-    jobs = jobs or [SCHEDULER_JOB, MONITOR_JOB]
+    jobs = jobs or {SCHEDULER_JOB: [], MONITOR_JOB: []}
     return target_problems(look.get("targets") or {}, jobs) + allocation_problems(
         look.get("query") or {}, look.get("nodes") or {}, look.get("pods") or {}
     )

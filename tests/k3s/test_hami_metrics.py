@@ -166,7 +166,11 @@ def test_a_real_prometheus_scrapes_the_standin_and_answers_the_proof_and_the_das
                 return {}
 
         deadline = time.monotonic() + 60
-        while (found := monitoring.problems(look())) and time.monotonic() < deadline and proc.poll() is None:
+        while (
+            (found := monitoring.problems(look(), targets))
+            and time.monotonic() < deadline
+            and proc.poll() is None
+        ):
             time.sleep(0.5)
         assert found == [], (found, (tmp_path / "prometheus.log").read_text()[-2000:])
         # a share ends: Prometheus follows what the scheduler holds, and the proof names the difference meanwhile

@@ -429,7 +429,7 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
         assert changed(recap) == 1, recap  # the two manifests, placed in one task
         text = flat(out)
         assert f"Prometheus: http://{address}:30090" in text
-        assert f"Grafana, HAMi's dashboard: http://{address}:30300/d/hami-vgpu-metrics" in text
+        assert f"Grafana, HAMi dashboard: http://{address}:30300/d/hami-vgpu-metrics" in text
         config = yaml.safe_load((folder / "prometheus.yml").read_text())
         jobs = {j["job_name"]: j for j in config["scrape_configs"]}
         gpu_address = lab.cluster()["nodes"]["vm-gpu"]["address"]
@@ -464,12 +464,13 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "-e", "monitoring_ready_timeout=20",
                                   "-e", '{"monitoring_gpu_addresses": ["127.0.0.9"]}')  # fmt: skip
         assert rc != 0
-        # (down once scraped, unknown before its first scrape)
+        # (not before Prometheus loaded the new config; down once scraped, unknown before its first scrape)
         assert re.search(
             r"Prometheus does not show what HAMi holds: job hami-device-plugin target 127\.0\.0\.9:31992 = "
             r"(down|unknown): Prometheus cannot scrape it: ",
             flat(out),
         ), out[-4000:]
+        assert f"{gpu_address}:31992" not in flat(out).split("Prometheus does not show")[-1]
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring")
         assert rc == 0 and changed(recap) == 1, out[-4000:]
 

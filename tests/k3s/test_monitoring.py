@@ -164,6 +164,16 @@ def test_the_proof_names_a_target_that_is_down_and_an_allocation_that_differs():
     }  # fmt: skip
 
 
+def test_the_proof_waits_for_prometheus_to_scrape_the_rendered_targets():
+    up = targets_doc(**{"hami-scheduler": "up", "hami-device-plugin": "up"})
+    wanted = {"hami-scheduler": ["hami-scheduler:1"], "hami-device-plugin": ["10.0.0.9:31992"]}
+    found = monitoring.problems(look(up, query_doc(0), pods_doc()), wanted)
+    assert [(p["field"], p["wait"]) for p in found] == [("job hami-device-plugin targets", True)]
+    assert (
+        "Prometheus scrapes hami-device-plugin:1, the chart's values say 10.0.0.9:31992" in found[0]["cause"]
+    )
+
+
 def test_the_dashboard_queries_are_kept_with_their_provenance_only():
     kept = monitoring.dashboard_queries("2.10.0")
     assert "tag v2.10.0 = commit 4707fb02c91c545bc7343ce26dba4c32919f9a3e (Apache-2.0)" in kept["source"]

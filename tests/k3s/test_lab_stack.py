@@ -25,6 +25,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
+import browser
 import pytest
 import requests
 import urllib3
@@ -453,6 +454,18 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
         assert rc == 0, out[-4000:]
         for name in ("lab-table.html", "lab-table.md"):
             assert f"http://{address}:30300/d/hami-vgpu-metrics" in (lab.state / name).read_text(), name
+        if shutil.which(
+            "chromium"
+        ):  # the page this run wrote, in a real browser: the engines' shares, what is free
+            dom = browser.Dom(
+                browser.chromium("--dump-dom", (lab.state / "lab-table.html").as_uri(), tmp_path=tmp_path)
+            )
+            assert {e["attrs"]["data-vm"] for e in dom.find("vm")} == {"vm-1", "vm-2", "vm-gpu"}
+            shares = sorted(
+                (e["attrs"]["data-pod"].split("-")[0], e["attrs"]["data-percent"]) for e in dom.find("share")
+            )
+            assert shares == [("default/ollama", "45"), ("default/vllm", "45")], shares
+            assert [e["attrs"]["data-percent"] for e in dom.find("free")] == ["10"]
         manifests = lab.upper("vm-1") / "var/lib/rancher/k3s/server/manifests"
         before = {p.name: p.read_text() for p in manifests.glob("gpulab-monitoring-*.yaml")}
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "--check", "--diff",

@@ -179,6 +179,7 @@ def load_keys(chart_version):
 def check_values(values, facts):
     """Every problem with `values` for the chart described by `facts`, as readable lines (empty: all good)."""
     keys = facts["keys"]
+    chart = "HAMi" if facts.get("chart", CHART_NAME) == CHART_NAME else facts["chart"]
     problems = []
 
     def suggest(path):
@@ -196,7 +197,7 @@ def check_values(values, facts):
             entry = keys.get(path)
             if entry is None:
                 problems.append(
-                    f"{path}: not a value of HAMi chart {facts['version']} (Helm would ignore it){suggest(path)}"
+                    f"{path}: not a value of {chart} chart {facts['version']} (Helm would ignore it){suggest(path)}"
                 )
                 continue
             kind = entry["kind"]

@@ -421,8 +421,9 @@ def prometheus_get(lab, path, **params):
 def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab, tmp_path):
     """--tags monitoring: both HelmCharts placed, Prometheus (real, as the chart's pod) scrapes HAMi's scheduler and
     vGPU monitor stand-ins, the stage waits until each card's allocated memory in Prometheus is what the engines'
-    shares hold, prints where both UIs are; a second run changes nothing, --check writes nothing, and every query of
-    HAMi's dashboard answers from that Prometheus."""
+    shares hold, prints where both UIs are; a second run changes nothing, the lab table's page shows the shares
+    and the UIs, --check writes nothing, every query of HAMi's dashboard answers from that Prometheus, and a
+    target Prometheus cannot scrape stops the stage naming it (left so: the tests after this one do not use it)."""
     address = lab.cluster()["nodes"]["vm-1"]["address"]
     with prometheus_pod(lab, tmp_path) as folder:
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring")
@@ -447,11 +448,10 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
             expr = query["expr"].replace("$node", ".*").replace("$namespace", ".*")
             assert prometheus_get(lab, "/api/v1/query", query=expr)["data"]["result"], query
 
-        rc, recap, out = lab.play("site.yml", "--tags", "monitoring")
-        assert rc == 0 and changed(recap) == 0, out[-4000:]
-        # with the lab table: the page and the Markdown say where both UIs are
+        # a second run changes nothing on the server; with the lab table, whose page and Markdown now say where
+        # both UIs are (the one change, on localhost)
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring,verify")
-        assert rc == 0, out[-4000:]
+        assert rc == 0 and recap["vm-1"]["changed"] == 0, out[-4000:]
         for name in ("lab-table.html", "lab-table.md"):
             assert f"http://{address}:30300/d/hami-vgpu-metrics" in (lab.state / name).read_text(), name
         if shutil.which(
@@ -484,8 +484,6 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
             flat(out),
         ), out[-4000:]
         assert f"{gpu_address}:31992" not in flat(out).split("Prometheus does not show")[-1]
-        rc, recap, out = lab.play("site.yml", "--tags", "monitoring")
-        assert rc == 0 and changed(recap) == 1, out[-4000:]
 
 
 def test_upgrade_rolls_the_agents_one_at_a_time(lab):

@@ -28,7 +28,12 @@ PVE_MODULES = {
     "gpulab_pve_vm",
     "gpulab_lab_table",
 }
-CONTROLLER = PVE_MODULES | {"gpulab_hami_values", "gpulab_hami_workloads", "gpulab_dhcp_reservation"}
+CONTROLLER = PVE_MODULES | {
+    "gpulab_hami_values",
+    "gpulab_hami_workloads",
+    "gpulab_dhcp_reservation",
+    "gpulab_monitoring_charts",
+}
 
 
 def imports(tree: ast.Module) -> set[str]:

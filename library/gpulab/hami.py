@@ -79,8 +79,20 @@ def _kind(value):
     return next((kind for type_, kind in _KINDS if isinstance(value, type_)), "any")
 
 
-def keys_from_values(values, chart_version, source=""):
-    """Key facts of a chart from its parsed values.yaml (see the module docstring)."""
+def keys_from_values(
+    values,
+    chart_version,
+    source="",
+    *,
+    chart=CHART_NAME,
+    open_names=OPEN_MAP_NAMES,
+    template_only=None,
+    images=None,
+):
+    """Key facts of a chart from its parsed values.yaml (see the module docstring). HAMi's by default; another
+    chart (gpulab.monitoring) gives its name, its open map names, its template-only keys and its images."""
+    template_only = TEMPLATE_ONLY_KEYS.get(chart_version, {}) if template_only is None else template_only
+    image_paths = CHART_IMAGES if images is None else images
     keys = {}
 
     def walk(node, prefix):
@@ -89,13 +101,13 @@ def keys_from_values(values, chart_version, source=""):
             kind = _kind(value)
             entry = {"kind": kind}
             if kind == "map":
-                entry["open"] = name in OPEN_MAP_NAMES or not value
+                entry["open"] = name in open_names or path in open_names or not value
             keys[path] = entry
             if kind == "map":
                 walk(value, path + ".")
 
     walk(values, "")
-    for path, kind in TEMPLATE_ONLY_KEYS.get(chart_version, {}).items():
+    for path, kind in template_only.items():
         keys.setdefault(path, {"kind": kind, "open": True, "template_only": True})
 
     def at(path):
@@ -104,17 +116,17 @@ def keys_from_values(values, chart_version, source=""):
             node = node.get(part) if isinstance(node, dict) else None
         return node if isinstance(node, dict) else {}
 
-    images = {
+    found = {
         path: {k: at(path).get(k) or "" for k in ("registry", "repository", "tag")}
-        for path, _what in CHART_IMAGES
+        for path, _what in image_paths
         if at(path)
     }
     return {
-        "chart": CHART_NAME,
+        "chart": chart,
         "version": chart_version,
         "source": source,
         "global_image_tag": str(at("global").get("imageTag") or ""),
-        "images": images,
+        "images": found,
         "keys": dict(sorted(keys.items())),
     }
 
@@ -167,6 +179,7 @@ def load_keys(chart_version):
 def check_values(values, facts):
     """Every problem with `values` for the chart described by `facts`, as readable lines (empty: all good)."""
     keys = facts["keys"]
+    chart = "HAMi" if facts.get("chart", CHART_NAME) == CHART_NAME else facts["chart"]
     problems = []
 
     def suggest(path):
@@ -184,7 +197,7 @@ def check_values(values, facts):
             entry = keys.get(path)
             if entry is None:
                 problems.append(
-                    f"{path}: not a value of HAMi chart {facts['version']} (Helm would ignore it){suggest(path)}"
+                    f"{path}: not a value of {chart} chart {facts['version']} (Helm would ignore it){suggest(path)}"
                 )
                 continue
             kind = entry["kind"]
@@ -301,19 +314,22 @@ def helmchart(
     target_namespace=None,
     repo=CHART_REPO,
     timeout="10m0s",
+    chart=CHART_NAME,
+    labels=None,
 ):
-    """The helm.cattle.io/v1 HelmChart that k3s's helm-controller installs from the manifests directory."""
+    """The helm.cattle.io/v1 HelmChart that k3s's helm-controller installs from the manifests directory (HAMi's,
+    or `chart` of `repo`)."""
     return {
         "apiVersion": "helm.cattle.io/v1",
         "kind": "HelmChart",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpulab"},
+            "labels": {"app.kubernetes.io/managed-by": "gpulab", **(labels or {})},
         },
         "spec": {
             "repo": repo,
-            "chart": CHART_NAME,
+            "chart": chart,
             "version": chart_version,
             "targetNamespace": target_namespace or namespace,
             "timeout": timeout,
@@ -371,9 +387,14 @@ def main(argv=None):
         f"charts/hami/values.yaml of Project-HAMi/HAMi chart {args.chart_version}{at} (Apache-2.0); "
         "key names, kinds and image defaults only"
     )
-    text = json.dumps(keys_from_values(values, args.chart_version, source), indent=1) + "\n"
-    if args.output:
-        args.output.write_text(text)
+    return write_facts(keys_from_values(values, args.chart_version, source), args.output)
+
+
+def write_facts(facts, output=None):
+    """A facts file's JSON text (indent 1) to `output`, or to stdout; 0, the command's exit status."""
+    text = json.dumps(facts, indent=1) + "\n"
+    if output:
+        output.write_text(text)
     else:
         sys.stdout.write(text)
     return 0

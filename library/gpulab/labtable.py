@@ -2,8 +2,8 @@
 
 `rows()` is pure: it joins the VM configs PVE returns, the GPU facts of each VM and the k3s node
 list. `read_vm_configs()` does the PVE reads (one list, and one config per VM whose config the caller
-does not already hold). `markdown()` and `text()` render the table; `write()` stores it as lab-table.md
-and lab-table.json.
+does not already hold). `markdown()` and `text()` render the table; `write()` stores it as lab-table.md,
+lab-table.json and lab-table.html (a picture of the lab, gpulab.labpage).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulab import labpage
 from gpulab.k8s.hami_checks import card_usage
 from gpulab.pve.client import PveClient
 
@@ -164,20 +165,28 @@ def text(table: list[Mapping[str, str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in grid]
 
 
-def files(table: list[Mapping[str, str]]) -> dict[str, str]:
-    """The stored forms of the table: file name -> content."""
+def files(table: list[Mapping[str, str]], links: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The stored forms of the table: file name -> content. `links`: where the lab's UIs are reached (name ->
+    URL, e.g. stage monitoring's Prometheus and Grafana), listed under the table and on the page."""
+    extra = "".join(f"- {name}: {url}\n" for name, url in (links or {}).items())
     return {
-        "lab-table.md": "# gpulab lab\n\n" + markdown(table),
+        "lab-table.md": "# gpulab lab\n\n"
+        + markdown(table)
+        + (f"\n## Reached at\n\n{extra}" if extra else ""),
         "lab-table.json": json.dumps(table, indent=2) + "\n",
+        "lab-table.html": labpage.page(table, links, COLUMNS),
     }
 
 
 def write(
-    state_dir: str | os.PathLike, table: list[Mapping[str, str]], dry_run: bool = False
+    state_dir: str | os.PathLike,
+    table: list[Mapping[str, str]],
+    dry_run: bool = False,
+    links: Mapping[str, str] | None = None,
 ) -> tuple[bool, list[Path]]:
-    """Write lab-table.md and lab-table.json into the state directory; (changed, paths)."""
+    """Write lab-table.md, lab-table.json and lab-table.html into the state directory; (changed, paths)."""
     d = Path(state_dir)
-    wanted = {d / name: text for name, text in files(table).items()}
+    wanted = {d / name: text for name, text in files(table, links).items()}
     changed = any(not f.exists() or f.read_text() != text for f, text in wanted.items())
     if changed and not dry_run:
         d.mkdir(parents=True, exist_ok=True)

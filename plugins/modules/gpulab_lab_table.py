@@ -9,7 +9,7 @@ short_description: Build the lab table of every VM from PVE, nvidia-smi and k3s,
 description:
   - Reads each VM's power state from the Proxmox VE API (one list) and its config (one read per VM, none
     for a VM whose C(config) is given), joins them with the GPU facts of each VM and the k3s node list, and returns the table.
-  - Writes it as C(lab-table.md) and C(lab-table.json) into O(state_dir) when given; C(changed) is true
+  - Writes it as C(lab-table.md), C(lab-table.json) and C(lab-table.html) into O(state_dir) when given; C(changed) is true
     only when their content changed. In check mode nothing is written.
 version_added: "0.1.0"
 author: gpulab
@@ -46,8 +46,15 @@ options:
     elements: dict
     default: []
   state_dir:
-    description: Folder for C(lab-table.md) and C(lab-table.json); omitted, nothing is written.
+    description:
+      - Folder for C(lab-table.md), C(lab-table.json) and C(lab-table.html) (a self-contained page with a picture
+        of the lab with its nodes, VMs, cards, shares and problems); omitted, nothing is written.
     type: path
+  links:
+    description: Where the lab's UIs are reached (name to URL, as stage monitoring notes them), listed under the
+      Markdown table and on the page.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""

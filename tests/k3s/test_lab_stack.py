@@ -3,7 +3,8 @@
 One lab for the whole module (bringing it up and running site.yml takes minutes): site.yml, then the
 opt-in workloads stage (a plan above 100 % of a card is refused before anything is placed; two engines
 sharing vm-gpu's card start one after the other, each after the previous is Ready, and again in that order
-after vm-gpu reboots, kept by the second engine's init container), the rolling upgrade
+after vm-gpu reboots, kept by the second engine's init container), the opt-in monitoring stage (a real
+Prometheus, run as the chart's pod, scrapes HAMi's metrics stand-ins), the rolling upgrade
 (one agent at a time: drain, upgrade, Ready, uncordon) and the teardown (VMs kept without the
 confirmation, destroyed through the PVE API with it).
 
@@ -12,18 +13,27 @@ The order is read from what the lab's k3s stand-in records: the kubectl calls on
 Ready, each node's version) and the version file the install script stand-in writes on each host.
 """
 
+import contextlib
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
+import threading
 import time
+import urllib.parse
 from pathlib import Path
 
+import browser
 import pytest
 import requests
 import urllib3
 import yaml
 from simlab import machine_apt_lists_aged, running_lab
+
+from gpulab import monitoring
+from labsim.network_lab import lab_id
 
 from . import engines
 
@@ -353,6 +363,127 @@ def test_a_node_reboot_starts_the_engines_one_after_another(lab, tmp_path):
     assert vllm[1]["started"] < vllm[1]["ready"] <= ollama[1]["started"], history
     # ollama was seen held in its init container, its engine not started
     assert held and all(started is None for _ready, started in held), held
+
+
+@contextlib.contextmanager
+def prometheus_pod(lab, tmp_path):
+    """The Prometheus server's pod, as the kubelet would run it: once the k3s stand-in has installed the chart (its
+    rendered prometheus.yml and port under gpulab-pods on vm-1), the distribution's real prometheus runs with that
+    config in vm-1's network namespace, on the Service's NodePort. Yields the folder; stopped at the end."""
+    folder = lab.upper("vm-1") / "var/lib/rancher/k3s/gpulab-pods/monitoring/prometheus-server"
+    binary = shutil.which("prometheus")
+    if not binary:
+        pytest.skip("prometheus is not installed (system-packages.txt: make deps)")
+    procs, stop = [], threading.Event()
+
+    def kubelet():
+        while not stop.is_set() and not (folder / "pod.json").exists():
+            time.sleep(0.5)
+        if stop.is_set():
+            return
+        pod = json.loads((folder / "pod.json").read_text())
+        netns = f"{lab_id(lab.state)}-v100"  # vm-1's (labsim.network_lab: vm100 -> v100)
+        log = (tmp_path / "prometheus.log").open("w")
+        config = folder / "prometheus.yml"
+        procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", netns, binary, f"--config.file={config}",
+             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=0.0.0.0:{pod['port']}"],
+            stdout=log, stderr=log))  # fmt: skip
+        # the chart's config reloader: a changed config makes Prometheus read it again (SIGHUP here)
+        seen = config.stat().st_mtime
+        while not stop.wait(0.5):
+            if config.stat().st_mtime != seen:
+                seen = config.stat().st_mtime
+                procs[0].send_signal(signal.SIGHUP)
+
+    thread = threading.Thread(target=kubelet, daemon=True)
+    thread.start()
+    try:
+        yield folder
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def prometheus_get(lab, path, **params):
+    """An answer of the lab's Prometheus, from vm-1 (its NodePort at vm-1's address, as the stage reaches it)."""
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    netns = f"{lab_id(lab.state)}-v100"
+    out = subprocess.run(["ip", "netns", "exec", netns, "curl", "-fsS", "--max-time", "5",
+                          f"http://127.0.0.1:30090{path}{query}"], capture_output=True, text=True, timeout=30,
+                         check=True)  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab, tmp_path):
+    """--tags monitoring: both HelmCharts placed, Prometheus (real, as the chart's pod) scrapes HAMi's scheduler and
+    vGPU monitor stand-ins, the stage waits until each card's allocated memory in Prometheus is what the engines'
+    shares hold, prints where both UIs are; a second run changes nothing, the lab table's page shows the shares
+    and the UIs, --check writes nothing, every query of HAMi's dashboard answers from that Prometheus, and a
+    target Prometheus cannot scrape stops the stage naming it (left so: the tests after this one do not use it)."""
+    address = lab.cluster()["nodes"]["vm-1"]["address"]
+    with prometheus_pod(lab, tmp_path) as folder:
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring")
+        assert rc == 0, out[-6000:] + (tmp_path / "prometheus.log").read_text()[-2000:]
+        assert changed(recap) == 1, recap  # the two manifests, placed in one task
+        text = flat(out)
+        assert f"Prometheus: http://{address}:30090" in text
+        assert f"Grafana, HAMi dashboard: http://{address}:30300/d/hami-vgpu-metrics" in text
+        config = yaml.safe_load((folder / "prometheus.yml").read_text())
+        jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+        gpu_address = lab.cluster()["nodes"]["vm-gpu"]["address"]
+        assert jobs["hami-scheduler"]["static_configs"] == [{"targets": [f"{address}:31993"]}]
+        assert jobs["hami-device-plugin"]["static_configs"] == [{"targets": [f"{gpu_address}:31992"]}]
+        # the allocation Prometheus reports is what the engines' shares hold on the card
+        card = lab.cluster()["nodes"]["vm-gpu"]["gpu_cards"][0]
+        held = sum(card["memory_mib"] * e["gpu_memory_percent"] // 100 for e in ENGINES)
+        answer = prometheus_get(lab, "/api/v1/query", query="hami_gpu_memory_allocated_bytes")
+        assert [(r["metric"]["device_uuid"], r["value"][1]) for r in answer["data"]["result"]] == [
+            (card["uuid"], str(held * 1024 * 1024))
+        ]
+        for query in monitoring.dashboard_queries("2.10.0")["queries"]:
+            expr = query["expr"].replace("$node", ".*").replace("$namespace", ".*")
+            assert prometheus_get(lab, "/api/v1/query", query=expr)["data"]["result"], query
+
+        # a second run changes nothing on the server; with the lab table, whose page and Markdown now say where
+        # both UIs are (the one change, on localhost)
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring,verify")
+        assert rc == 0 and recap["vm-1"]["changed"] == 0, out[-4000:]
+        for name in ("lab-table.html", "lab-table.md"):
+            assert f"http://{address}:30300/d/hami-vgpu-metrics" in (lab.state / name).read_text(), name
+        if shutil.which(
+            "chromium"
+        ):  # the page this run wrote, in a real browser: the engines' shares, what is free
+            dom = browser.Dom(
+                browser.chromium("--dump-dom", (lab.state / "lab-table.html").as_uri(), tmp_path=tmp_path)
+            )
+            assert {e["attrs"]["data-vm"] for e in dom.find("vm")} == {"vm-1", "vm-2", "vm-gpu"}
+            shares = sorted(
+                (e["attrs"]["data-pod"].split("-")[0], e["attrs"]["data-percent"]) for e in dom.find("share")
+            )
+            assert shares == [("default/ollama", "45"), ("default/vllm", "45")], shares
+            assert [e["attrs"]["data-percent"] for e in dom.find("free")] == ["10"]
+        manifests = lab.upper("vm-1") / "var/lib/rancher/k3s/server/manifests"
+        before = {p.name: p.read_text() for p in manifests.glob("gpulab-monitoring-*.yaml")}
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "--check", "--diff",
+                                  "-e", "monitoring_scrape_interval=30s")  # fmt: skip
+        assert rc == 0 and changed(recap) == 1 and "scrape_interval: 30s" in out, out[-4000:]
+        assert {p.name: p.read_text() for p in manifests.glob("gpulab-monitoring-*.yaml")} == before
+
+        # a vGPU monitor Prometheus cannot reach: the stage waits, then stops naming the target and why
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "-e", "monitoring_ready_timeout=20",
+                                  "-e", '{"monitoring_gpu_addresses": ["127.0.0.9"]}')  # fmt: skip
+        assert rc != 0
+        # (not before Prometheus loaded the new config; down once scraped, unknown before its first scrape)
+        assert re.search(
+            r"Prometheus does not show what HAMi holds: job hami-device-plugin target 127\.0\.0\.9:31992 = "
+            r"(down|unknown): Prometheus cannot scrape it: ",
+            flat(out),
+        ), out[-4000:]
+        assert f"{gpu_address}:31992" not in flat(out).split("Prometheus does not show")[-1]
 
 
 def test_upgrade_rolls_the_agents_one_at_a_time(lab):

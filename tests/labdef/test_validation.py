@@ -574,3 +574,24 @@ def test_the_version_rules_are_written_once_and_the_role_defaults_keep_them():
     defaults = yaml.safe_load((root / "roles/k3s_server/defaults/main.yml").read_text())
     assert KUBE_VIP_VERSION_RE.match(defaults["k3s_server_kube_vip_version"])
     assert K3S_VERSION_RE.match("v1.33.5+k3s1") and not K3S_VERSION_RE.match("v0.10.2+k3s1")
+
+
+def test_monitoring_chart_values_the_pinned_charts_lack_are_refused_before_any_change(inv):
+    """Stage monitoring's extra values are checked in preflight against the pinned Prometheus and Grafana charts."""
+    _set(
+        inv,
+        "vm-1",
+        monitoring_prometheus_extra_values={"server": {"retention": "15d", "retension": "15d"}},
+        monitoring_grafana_extra_values={"persistence": {"enabled": True}},
+    )
+    [msg] = inv.messages()
+    assert msg.startswith(
+        "vm-1: monitoring_prometheus_extra_values='server.retension': not a value of prometheus chart 29.27.0 "
+        "(Helm would ignore it); did you mean server.retention?"
+    )
+    assert "library/gpulab/data/prometheus-29.27.0-keys.json" in msg
+    _set(inv, "vm-1", monitoring_grafana_chart_version="1.0.0", monitoring_prometheus_extra_values=KeyError)
+    [msg] = inv.messages()
+    assert msg.startswith(
+        "vm-1: monitoring_grafana_chart_version='1.0.0': gpulab holds no key facts for the grafana"
+    )

@@ -34,6 +34,7 @@ from gpulab.labdef.catalogue import (
 )
 from gpulab.labdef.definition import LabDefinition, gpu_ids, load, pinned_mib
 from gpulab.labdef.hami_values import check_hami_values
+from gpulab.labdef.monitoring_values import check_monitoring_values
 from gpulab.labdef.node_checks import check_cluster
 from gpulab.labdef.problems import Problem, Problems
 from gpulab.labdef.rules import first_failure
@@ -469,6 +470,7 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_k3s(d, out)
     check_registration(d, out)
     check_hami_values(d, out)
+    check_monitoring_values(d, out)
     check_names(d, out)
     # one message per (host, field, why): a missing value may be reported by two checks; a placeholder only
     # as such (what else its field breaks follows from it)

@@ -12,6 +12,7 @@ OPTIONS = {
     "k8s_nodes": {"type": "list", "elements": "dict", "default": []},
     "k8s_pods": {"type": "list", "elements": "dict", "default": []},
     "state_dir": {"type": "path"},
+    "links": {"type": "dict", "default": {}},
 }
 
 
@@ -22,6 +23,6 @@ def run(task: Task) -> dict:
     table = labtable.rows(p["vms"], pve, p["gpus"], p["k8s_nodes"], p["k8s_pods"])
     run.result.update(rows=table, lines=labtable.text(table), markdown=labtable.markdown(table))
     if p["state_dir"]:
-        changed, paths = labtable.write(p["state_dir"], table, dry_run=task.check_mode)
+        changed, paths = labtable.write(p["state_dir"], table, dry_run=task.check_mode, links=p["links"])
         run.result.update(changed=changed, files=[str(f) for f in paths])
     return run.done()

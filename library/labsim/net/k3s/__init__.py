@@ -9,7 +9,8 @@ config.yaml). The binary is this package as one file, a zipapp (:func:`build_zip
 By concern: ``server`` (``k3s server``: token, kubeconfig, the server's loop), ``apiserver`` (the API and
 its node edits), ``cluster`` (the cluster state, the manifests' Deployments and their pods), ``etcd``
 (embedded etcd), ``kube_vip`` (kube-vip's control-plane VIP), ``hami`` (HAMi's device plugin, webhook and
-scheduler), ``agent`` (``k3s agent``), ``kubectl`` (``k3s kubectl``), ``common`` (what they share) and
+scheduler), ``hami_metrics`` (HAMi's scheduler and vGPU monitor metrics), ``monitoring_charts`` (the Prometheus
+and Grafana charts of stage monitoring), ``agent`` (``k3s agent``), ``kubectl`` (``k3s kubectl``), ``common`` (what they share) and
 ``__main__`` (the command line). Each module's docstring says what it stands in for.
 
 The install script stand-in (``K3S_INSTALL`` in ``package_archive.py``, served as ``install.sh``) writes the

@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 
+from . import hami_metrics
 from .common import (
     HEARTBEAT_S,
     boot_id,
@@ -30,6 +31,14 @@ from .common import (
     start_id,
     version,
 )
+
+
+def server_pods(endpoint):
+    """The pods the server holds (the vGPU monitor's pod lister), [] when it does not answer."""
+    try:
+        return json.loads(urllib.request.urlopen(f"http://{endpoint}/gpulab/pods", timeout=3).read() or b"[]")
+    except (OSError, ValueError):
+        return []
 
 
 def run_agent():
@@ -58,6 +67,8 @@ def run_agent():
     }
     cards = gpu_cards()
     me.update(gpus=len(cards), gpu_uuids=[c["uuid"] for c in cards], gpu_cards=cards)
+    # HAMi's vGPU monitor on this node (module hami_metrics): started once HAMi's device plugin registered it
+    monitor = {"server": None, "legacy": False}
     while True:
         current = endpoints[0]
         req = urllib.request.Request(
@@ -65,6 +76,17 @@ def run_agent():
         )
         try:
             reply = json.loads(urllib.request.urlopen(req, timeout=5).read() or b"{}")
+            if reply.get("hami_monitor") is not None:
+                monitor["legacy"] = bool(reply["hami_monitor"].get("legacy_metrics"))
+                if monitor.get("server") is None:
+                    monitor["server"] = hami_metrics.serve(
+                        me["address"],
+                        hami_metrics.MONITOR_NODE_PORT,
+                        # the server in use when the monitor is scraped (endpoints turns on failover)
+                        lambda servers=endpoints: hami_metrics.monitor_families(
+                            name, cards, server_pods(servers[0]), legacy=monitor["legacy"]
+                        ),
+                    )
             servers = [a for a in reply.get("servers") or [] if a not in endpoints]
             if servers:
                 print(f'level=info msg="Adding server to load balancer k3s-agent-load-balancer: {servers}"',

@@ -134,7 +134,17 @@ def make_handler(cluster, token):
                 cluster.register(info)
                 # k3s agents learn every server's address and fail over between them (their load balancer)
                 servers = [m["peer"].split("://", 1)[1] for m in etcd.members] if etcd is not None else []
-                return self.reply(200, {"ok": True, **({"servers": servers} if servers else {})})
+                # where HAMi's device plugin runs on the node (it wrote the register annotation), its vGPU
+                # monitor serves metrics there (module hami_metrics); the agent starts it on this word
+                with cluster.lock:
+                    node = cluster.state["nodes"].get(info["name"]) or {}
+                    monitor = bool(node.get("hami_register"))
+                    legacy = bool((cluster.state.get("hami") or {}).get("legacy_metrics"))
+                return self.reply(
+                    200,
+                    {"ok": True, **({"servers": servers} if servers else {}),
+                     **({"hami_monitor": {"legacy_metrics": legacy}} if monitor else {})},
+                )  # fmt: skip
             if self.path in ("/gpulab/pods/create", "/gpulab/pods/delete", "/gpulab/scale"):
                 with cluster.lock:
                     if self.path == "/gpulab/scale":

@@ -29,7 +29,7 @@ import secrets
 import threading
 import time
 
-from . import hami
+from . import hami, monitoring_charts
 from .common import HEARTBEAT_S, now_iso, version
 
 STATE = "/var/lib/rancher/k3s/server/db/gpulab-state.json"
@@ -248,10 +248,16 @@ class Cluster:
                 first = seen.setdefault(f"{ns}/{name}", time.time())
                 if time.time() - first < 2:
                     continue  # the install job runs for a moment
+                jobs[f"{ns}/helm-install-{name}"] = {"complete": True}
+                if spec.get("chart") in monitoring_charts.CHARTS:
+                    # Prometheus and Grafana (module monitoring_charts); every other chart is HAMi's
+                    rollouts, made = monitoring_charts.install_chart(name, target, spec)
+                    deployments.update(rollouts)
+                    objects.update(made)
+                    continue
                 daemonset, scheduler, release, chart_vgpus = hami.install_chart(
                     self.state, name, ns, target, spec
                 )
-                jobs[f"{ns}/helm-install-{name}"] = {"complete": True}
                 daemonsets.append(daemonset)
                 deployments[f"{target}/{name}-scheduler"] = {"ready": True}
                 objects[f"{target}/{name}-scheduler"] = scheduler

@@ -265,6 +265,8 @@ def install_chart(state, name, namespace, target, spec):
         or rendered_object(chart, "scheduler/webhook.yaml")["webhooks"][0]["failurePolicy"],
         "enabled": webhook.get("enabled", True) is not False,
         "chart_version": chart["version"],
+        # the scheduler and the vGPU monitor add the names before 2.9 (module hami_metrics)
+        "legacy_metrics": values.get("legacyMetrics") is True,
     }
     replicas = state.get("scaled", {}).get(f"{target}/{name}-scheduler", 1)
     scheduler["spec"]["replicas"] = replicas

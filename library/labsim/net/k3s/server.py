@@ -15,6 +15,7 @@ first start and keeps it. Like the agent, the server sets config.yaml's ``node-l
 import contextlib
 import hashlib
 import http.server
+import json
 import os
 import secrets
 import signal
@@ -23,6 +24,7 @@ import sys
 import threading
 import time
 
+from . import hami_metrics
 from .apiserver import make_handler
 from .cluster import MANIFESTS, Cluster, manifest_docs
 from .common import (
@@ -93,6 +95,40 @@ def write_token(token):
     with os.fdopen(os.open(TOKEN + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(token + "\n")  # never readable by others, not even for a moment
     os.replace(TOKEN + ".tmp", TOKEN)
+
+
+def serve_hami_metrics(cluster, name, address, cards, metrics):
+    """HAMi's scheduler metrics (NodePort 31993) on this server's address once HAMi's chart is installed, and the
+    vGPU monitor's (NodePort 31992) when HAMi's device plugin registered this server's own cards (module
+    hami_metrics), from the cluster state."""
+    with cluster.lock:
+        hami = cluster.state.get("hami")
+        registered = bool((cluster.state["nodes"].get(name) or {}).get("hami_register"))
+    if not hami:
+        return
+
+    def state():
+        with cluster.lock:
+            return json.loads(json.dumps(cluster.state))
+
+    def pods(s):
+        return s.get("pods", []) + list(s.get("direct_pods", {}).values())
+
+    def legacy(s):
+        return bool((s.get("hami") or {}).get("legacy_metrics"))
+
+    if "scheduler" not in metrics:
+        metrics["scheduler"] = hami_metrics.serve(
+            address,
+            hami_metrics.SCHEDULER_NODE_PORT,
+            lambda: (lambda s: hami_metrics.scheduler_families(s["nodes"], pods(s), legacy(s)))(state()),
+        )
+    if registered and "monitor" not in metrics:
+        metrics["monitor"] = hami_metrics.serve(
+            address,
+            hami_metrics.MONITOR_NODE_PORT,
+            lambda: (lambda s: hami_metrics.monitor_families(name, cards, pods(s), legacy(s)))(state()),
+        )
 
 
 def run_server():
@@ -168,6 +204,7 @@ def run_server():
     }
     started = time.time()
     os.makedirs(MANIFESTS, exist_ok=True)
+    metrics = {}  # HAMi's metrics listeners (module hami_metrics), started once HAMi's chart is installed
     sd_notify(
         "READY=1"
     )  # Type=notify, as k3s: `systemctl start k3s` returns once the token and API are there
@@ -191,6 +228,7 @@ def run_server():
                     )
             time.sleep(1 if time.time() - started < 5 else HEARTBEAT_S)
             continue
+        serve_hami_metrics(cluster, name, address, cards, metrics)
         if time.time() - started > 2 and "nvidia" not in cluster.state["runtimeclasses"]:
             with cluster.lock:
                 for handler_name in RUNTIME_CLASSES:

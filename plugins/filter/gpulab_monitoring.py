@@ -1,0 +1,27 @@
+"""Filters of stage monitoring: the proof's problems, parsed in Python from the one look of each wait.
+
+`look | gpulab_monitoring_problems` takes the text that roles/monitoring/tasks/verify.yml prints (`{"targets":
+<Prometheus /api/v1/targets>, "query": <its /api/v1/query of hami_gpu_memory_allocated_bytes>, "nodes": <kubectl
+get nodes -o json>, "pods": <kubectl get pods -A -o json>}`) and returns gpulab.monitoring's problems (field,
+value, cause, fix, wait); `problems | gpulab_monitoring_problems_text` makes them one message.
+"""
+
+from __future__ import annotations
+
+from gpulab import monitoring
+
+
+def gpulab_monitoring_problems(look, jobs=None):
+    return monitoring.problems(look or "", jobs)
+
+
+def gpulab_monitoring_problems_text(problems):
+    return monitoring.problems_text(problems or [])
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpulab_monitoring_problems": gpulab_monitoring_problems,
+            "gpulab_monitoring_problems_text": gpulab_monitoring_problems_text,
+        }

@@ -394,7 +394,7 @@ GLUE = {
                            "nvidia_container_toolkit_repo_url", "k3s_server_install_script_url",
                            "k3s_agent_install_script_url"},
     "host_vars/isp-router.yml": {"ansible_host", "ansible_user", "router_kind", "router_address", "router_subnet",
-                                 "router_dhcp_pool", "router_user", "router_password"},
+                                 "router_dhcp_pool", "router_url", "router_user", "router_password"},
     "host_vars/pve.yml": {"ansible_host", "pve_host_sysfs_root"},
     "host_vars/vm-1.yml": {"vm_address"},
     "host_vars/vm-2.yml": {"vm_address"},

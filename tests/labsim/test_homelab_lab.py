@@ -75,6 +75,11 @@ def test_named_fixtures_resolve_and_build_on_the_reference_machine():
     assert homelab["nodes"][0]["pci"] == reference["nodes"][0]["pci"]
     assert homelab["network"] == reference["network"] and "seed" not in reference
     assert blacklisted["seed"]["vms"] == homelab["seed"]["vms"]
+    # the lab as it runs: the same VMs, all running, behind the user's kind of router
+    running = load_fixture("homelab-running")
+    assert [v["vmid"] for v in running["seed"]["vms"]] == [v["vmid"] for v in homelab["seed"]["vms"]]
+    assert {v["status"] for v in running["seed"]["vms"]} == {"running"}
+    assert running["network"]["router"] == "huawei_ont" and homelab["network"]["router"] == "dnsmasq"
     with pytest.raises(FixtureError, match=r"the names are: .*homelab"):
         resolve_fixture("no-such-lab")
 

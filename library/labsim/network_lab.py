@@ -1493,7 +1493,9 @@ class NetVmHooks(VmHooks):
             ]  # fmt: skip
             tools.pop("/usr/bin/cloud-init", None)
             tools.update(iso_guest_tools())
-            _write_iso_installation(self.lab.hosts_dir / name / "upper", installed, facts["router"]["address"])
+            _write_iso_installation(
+                self.lab.hosts_dir / name / "upper", installed, facts["router"]["address"]
+            )
             self._write_disk_hardware(vmid, config, installed)
             extra["views"] = [[str(self.lab.hosts_dir / name / "state" / "hw"), ISO_GUEST_HW]]
         _start_host(

@@ -5,7 +5,12 @@
 the run does not set it: the role's declared default applies). It returns the router as gpulab_dhcp_reservation
 takes it, every default and decision made (the kind's row of gpulab.routers.kinds, its URL, the SSH target,
 the options merged), and one reservation per VM: its inventory name, the host name stored with it, its MAC
-normalised (when the inventory fixes one) and the address it wants (planned mode) or must keep (keep mode).
+normalised (when the inventory fixes one) and the address it wants (planned mode) or must keep (keep mode);
+then one reservation per Proxmox node (group proxmox, `machine: node`): its own address (ansible_host), which it
+has as a static address and keeps in either mode, with the MAC of its LAN bridge's port that stage network reads
+from the node (fact gpulab_node_lan_mac). A node's reservation is left out, with the reason in `skipped`, where
+the router would refuse it (an address outside the router's subnet, or inside the pool on a router that takes
+static mappings outside its pool only); nothing of gpulab ever changes a node's address.
 Preflight publishes the result as the fact `gpulab_router`; plugins/action/gpulab_dhcp_reservation.py reads
 it, and roles/router_dhcp passes nothing of it by hand.
 
@@ -16,12 +21,13 @@ knows (the MAC PVE gave a VM, the address it holds) joins the spec in `reservati
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpulab.labdef.catalogue import role_options
 from gpulab.routers.kinds import KINDS, SSH, ssh_settings
-from gpulab.routers.model import norm_mac
+from gpulab.routers.model import ip4, norm_mac
 
 # The options of role router_dhcp the spec depends on (the others steer the run: state, known_only, ...).
 SETTINGS = (
@@ -37,6 +43,10 @@ NO_ROUTER = (
     "no host in inventory group router: add the router's host with router_kind, router_address, "
     "router_subnet and router_dhcp_pool"
 )
+
+
+#: the host variable that holds, per kind of machine, the MAC read at run time (see reservations())
+MAC_FACT = {"vm": "gpulab_vm_mac", "node": "gpulab_node_lan_mac"}
 
 
 class RouterSpecError(ValueError):
@@ -84,6 +94,51 @@ def _ssh(r: Mapping[str, Any], setting: Callable[[str], Any]) -> dict[str, Any]:
     return ssh
 
 
+def node_refusal(kind: Any, address: Any, subnet: Any, pool: Any) -> str | None:
+    """Why the router would not take a reservation of a node's static `address`, or None."""
+    try:
+        ip = ip4(str(address))
+    except ValueError:
+        return f"its address (ansible_host {address!r}) is not an IPv4 address the router could reserve"
+    try:
+        net = ipaddress.ip_network(str(subnet), strict=False)
+        first, last = ip4(str(pool["start"])), ip4(str(pool["end"]))
+    except (TypeError, KeyError, ValueError):
+        return None  # preflight's checks name the router's own mistakes
+    if ip not in net:
+        return f"{ip} is outside the router's subnet {net} (the node is on another network)"
+    if not kind.cls.in_pool_allowed and first <= ip <= last:
+        return (
+            f"{ip} is inside the DHCP pool {first}-{last} and this router takes static mappings outside its "
+            "pool only; the node keeps its static address without one"
+        )
+    return None
+
+
+def _nodes(lab: Any, kind: Any, r: Mapping[str, Any], hostnames: bool) -> tuple[list[dict], list[dict]]:
+    """Each Proxmox node's reservation (its static address, both modes) and the nodes left out, with why."""
+    out, skipped = [], []
+    for name, node in lab.nodes.items():
+        address = _set(node.get("ansible_host"))
+        if address is None:
+            continue
+        why = node_refusal(kind, address, r.get("router_subnet"), r.get("router_dhcp_pool"))
+        if why:
+            skipped.append({"host": name, "address": str(address), "why": why})
+            continue
+        out.append(
+            {
+                "host": name,
+                "machine": "node",
+                "hostname": name if hostnames else None,
+                "mac": None,
+                "address": str(address),
+                "expect": None,
+            }
+        )
+    return out, skipped
+
+
 def resolve(lab: Any, setting: Callable[[str], Any]) -> dict[str, Any]:
     """The router of `lab` and one reservation per VM (see the module docstring); raises RouterSpecError."""
     if lab.router is None:
@@ -105,6 +160,7 @@ def resolve(lab: Any, setting: Callable[[str], Any]) -> dict[str, Any]:
     reservations = [
         {
             "host": name,
+            "machine": "vm",
             "hostname": name if hostnames else None,
             "mac": norm_mac(str(vm["vm_mac"])) if _set(vm.get("vm_mac")) else None,
             "address": vm.get("vm_address") if mode == "planned" else None,
@@ -112,6 +168,7 @@ def resolve(lab: Any, setting: Callable[[str], Any]) -> dict[str, Any]:
         }
         for name, vm in lab.vms.items()
     ]
+    nodes, skipped = _nodes(lab, kind, r, hostnames)
     return {
         "host": host,
         "kind": kind.name,
@@ -127,7 +184,8 @@ def resolve(lab: Any, setting: Callable[[str], Any]) -> dict[str, Any]:
             option: var for option, var in SECRETS.items() if kind.reach == SSH or option == "password"
         },
         "mode": mode,
-        "reservations": reservations,
+        "reservations": reservations + nodes,
+        "skipped": skipped,
     }
 
 
@@ -137,10 +195,12 @@ def reservations(
     new: Iterable[str] = (),
     known_only: bool = False,
 ) -> list[dict[str, Any]]:
-    """The spec's reservations as gpulab_dhcp_reservation takes them, with what stage vms recorded:
-    `facts[host]` holds `mac` (gpulab_vm_mac, the MAC PVE gave a VM without vm_mac) and `address`
-    (gpulab_vm_address, the address the VM holds now). The VMs of `new` (not created yet) are left out,
-    and with `known_only` those whose MAC is not known yet; without it such a VM raises RouterSpecError."""
+    """The spec's reservations as gpulab_dhcp_reservation takes them, with what the run recorded:
+    `facts[host]` holds `mac` (a VM's gpulab_vm_mac, the MAC PVE gave a VM without vm_mac; a node's
+    gpulab_node_lan_mac, read from its bridge by stage network: MAC_FACT) and `address` (gpulab_vm_address,
+    the address a VM holds now; a node holds its own). The VMs of `new` (not created yet) are left out, and
+    with `known_only` the machines whose MAC is not known yet; without it such a machine raises
+    RouterSpecError."""
     new = set(new)
     out, missing = [], []
     for r in spec["reservations"]:
@@ -151,7 +211,8 @@ def reservations(
         if mac is None:
             missing.append(r["host"])
             continue
-        current = _set(known.get("address"))
+        node = r.get("machine") == "node"
+        current = r["address"] if node else _set(known.get("address"))
         out.append(
             {
                 "mac": mac,
@@ -163,8 +224,16 @@ def reservations(
             }
         )
     if missing and not known_only:
+        machine = {r["host"]: r.get("machine", "vm") for r in spec["reservations"]}
+        vms = [h for h in missing if machine[h] == "vm"]
+        nodes = [h for h in missing if machine[h] == "node"]
+        if vms:
+            raise RouterSpecError(
+                f"no MAC known for {', '.join(vms)}: run stage vms first (it records gpulab_vm_mac) "
+                "or set vm_mac in the inventory"
+            )
         raise RouterSpecError(
-            f"no MAC known for {', '.join(missing)}: run stage vms first (it records gpulab_vm_mac) "
-            "or set vm_mac in the inventory"
+            f"no MAC known for node {', '.join(nodes)}: stage network reads the MAC of its LAN bridge's port "
+            "from the node over SSH (gpulab_node_lan_mac); check that the node answers and has that bridge"
         )
     return out

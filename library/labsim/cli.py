@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fixture",
         help="lab fixture: a YAML file or a name in labsim/fixtures (reference, the default; homelab: "
         "the user's lab before gpulab ran; homelab-blacklisted: the same with the GPU blacklist on "
-        "the node's kernel command line; cluster: the reference node and a second PC with an RTX 4090, "
+        "the node's kernel command line; homelab-running: the user's lab as it runs, behind its Huawei ONT; cluster: the reference node and a second PC with an RTX 4090, "
         "each a node host of its own; two-gpus: the reference node with an RTX 3060 next to its RTX 3090)",
     )
     parser.add_argument(

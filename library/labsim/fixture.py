@@ -20,7 +20,7 @@ Keys (see fixtures/reference.yml, the default):
   ``agent_delay`` (seconds after start before the guest agent answers).
 - ``downloads``: what download-url can fetch: ``url``, ``size``, optional ``virtual_size``, ``format``,
   and hex digests per algorithm (``sha256``, ``sha512``, ...).
-- ``network`` (optional; used by the network lab and by the API-only hooks): ``router`` (dnsmasq|kea|...),
+- ``network`` (optional; used by the network lab and by the API-only hooks): ``router`` (dnsmasq|kea|huawei_ont),
   ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``).
 - ``extends`` (optional): a fixture this one builds on (a name such as ``reference``, or a path relative to
   this file); its keys are merged under this file's (mappings key by key, anything else replaced). A node
@@ -36,7 +36,7 @@ Keys (see fixtures/reference.yml, the default):
   node's kernel command line.
 
 ``--fixture`` takes a path or the name of a fixture in ``fixtures/`` (``reference``, ``homelab``,
-``homelab-blacklisted``, ``cluster``, ``two-gpus``, and one per card case of issue 31: ``gtx1080``,
+``homelab-blacklisted``, ``homelab-running``, ``cluster``, ``two-gpus``, and one per card case: ``gtx1080``,
 ``rtx2080``, ``rtx5090``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``): :func:`resolve_fixture`.
 """
 

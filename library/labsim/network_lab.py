@@ -41,6 +41,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -277,9 +278,18 @@ def _add_blackhole(lab: NetworkLab, subnet: str) -> None:
 
 
 def _make_netns(
-    lab: NetworkLab, tag: str, iface: str, mac: str | None, address: str | None
+    lab: NetworkLab,
+    tag: str,
+    iface: str,
+    mac: str | None,
+    address: str | None,
+    bridge_port: str | None = None,
 ) -> tuple[str, str]:
-    """A namespace with a veth whose far end (``iface``) is inside and whose near end is on the bridge."""
+    """A namespace with a veth whose far end (``iface``) is inside and whose near end is on the bridge.
+
+    With ``bridge_port`` (a Proxmox node: ``iface`` is its LAN bridge, vmbr0) the far end is that port, a
+    member of a Linux bridge ``iface`` inside the namespace that holds the address and has the port's MAC, as
+    PVE's ifupdown2 gives a bridge its first port's MAC: /sys/class/net/vmbr0/brif/PORT as on the node."""
     ns, veth = f"{lab.id}-{tag}", f"{lab.id}{tag}"
     lab.note("netns", ns)
     lab.note("links", veth)
@@ -287,12 +297,16 @@ def _make_netns(
         _ip("link", "del", veth, check=False)
         _ip("netns", "del", ns, check=False)
     _ip("netns", "add", ns)
-    peer = ["peer", "name", iface, "netns", ns]
+    peer = ["peer", "name", bridge_port or iface, "netns", ns]
     if mac:
         peer += ["address", mac]
     _ip("link", "add", veth, "type", "veth", *peer)
     _disable_ipv6(veth)
     _ip("link", "set", veth, "master", lab.bridge, "up")
+    if bridge_port:
+        _disable_ipv6(bridge_port, netns=ns)
+        _ip("-n", ns, "link", "add", iface, *(["address", mac] if mac else []), "type", "bridge")
+        _ip("-n", ns, "link", "set", bridge_port, "master", iface, "up")
     _disable_ipv6(iface, netns=ns)
     _ip("-n", ns, "link", "set", "lo", "up")
     if address:
@@ -451,6 +465,7 @@ def _start_host(
     extra: dict[str, Any] | None = None,
     generation: str = "",
     lower: str = "/",
+    bridge_port: str | None = None,
 ) -> dict[str, Any]:
     """Start one host (node or VM) and wait until its sshd answers; return its status.
 
@@ -463,7 +478,9 @@ def _start_host(
     upper = prepare_host_dir(hdir, hostname, address, f"{facts['subnet']} {generation}".strip(), files, tools)
     state = hdir / "state"
     _host_key(lab, hdir, name, subnet)
-    ns, veth = _make_netns(lab, tag, iface, mac, f"{address}/{subnet.prefixlen}" if address else None)
+    ns, veth = _make_netns(
+        lab, tag, iface, mac, f"{address}/{subnet.prefixlen}" if address else None, bridge_port
+    )
     cfg = {
         "name": hostname,
         "root": str(hdir / "root"),
@@ -688,6 +705,10 @@ def _router_settings(fixture: dict[str, Any], subnet: ipaddress.IPv4Network) -> 
         a, b = (p.strip() for p in str(pool).split("-", 1))
         first, last = addressing.translate(a, subnet), addressing.translate(b, subnet)
     kind = str(net.get("router") or "dnsmasq")
+    if kind not in ROUTER_KINDS:
+        raise LabNetError(
+            f"network.router: {kind!r} is not a lab router; use one of {', '.join(ROUTER_KINDS)}"
+        )
     renew_s = int(net.get("dhcp_renew_s") or DEFAULT_RENEW_S)
     if not 1 <= renew_s < LEASE_S:
         raise LabNetError(f"network.dhcp_renew_s must be between 1 and {LEASE_S - 1} seconds (got {renew_s})")
@@ -702,6 +723,15 @@ def _router_settings(fixture: dict[str, Any], subnet: ipaddress.IPv4Network) -> 
 
 
 ROUTER_NAME = "lab-router"
+#: what the router host runs: a real DHCP server, or (huawei_ont) the ONT's web form in front of a real dnsmasq
+ROUTER_KINDS = ("dnsmasq", "kea", "huawei_ont")
+#: the Huawei ONT's web form (labsim.routers.lab_ont): its settings and static table inside the router host,
+#: and its port on the router's address (80 serves the lab's package archive)
+ONT_CONF = "/etc/gpulab-ont/ont.json"
+ONT_STATE = "/var/lib/gpulab-ont/static.json"
+ONT_PORT = 8080
+ONT_USER = "admin"
+ONT_LIB = "/usr/local/lib/gpulab-ont"
 KEA_CTRL_PORT = 8000
 # Paths inside the router host (the router_dhcp role's defaults for a dnsmasq router reached over SSH)
 DNSMASQ_HOSTS_FILE = "/etc/dnsmasq.gpulab-hosts"
@@ -740,6 +770,7 @@ def _start_router(
     ranges = addressing.pool_ranges(rs["pool_first"], rs["pool_last"], static)
     if not ranges:
         raise LabNetError(f"the DHCP pool {rs['pool_first']}-{rs['pool_last']} holds no free address")
+    tools: dict[str, str] = {}
     if rs["server"] == "kea":
         files, services, run_dirs, info = _kea_setup(subnet, address, ranges, rs["renew_s"])
     else:
@@ -749,6 +780,8 @@ def _start_router(
         files[DNSMASQ_LEASES] = "".join(
             f"0 {x['mac']} {x['address']} {x['hostname']} *\n" for x in leases or []
         )
+    if rs["kind"] == "huawei_ont":
+        info.update(_ont_setup(lab, subnet, address, tools, services))
     # the lab's package archive, served by the router host (built while the router is down)
     from labsim.net import package_archive
 
@@ -781,8 +814,11 @@ def _start_router(
         address=address,
         users=[{"name": "root", "keys": [lab_key]}],
         files={**ROUTER_PRIVATE, **files},
+        tools=tools,
         extra={"services": services, "run_dirs": run_dirs},
-        generation=f"{rs['server']} renew={rs['renew_s']}" + (" seeded" if leases else ""),
+        generation=f"{rs['server']} renew={rs['renew_s']}"
+        + (" seeded" if leases else "")
+        + (" ont" if rs["kind"] == "huawei_ont" else ""),
     )
     upper = lab.hosts_dir / "router" / "upper"
     _wait_port(address, 80, "the lab's package archive")
@@ -794,6 +830,8 @@ def _start_router(
     )
     if rs["server"] == "kea":
         _wait_port(address, KEA_CTRL_PORT, f"Kea's control agent (see {lab.hosts_dir / 'router' / 'state'})")
+    if rs["kind"] == "huawei_ont":
+        _wait_port(address, ONT_PORT, f"the ONT's web form (see {lab.hosts_dir / 'router' / 'state'})")
     return {
         "kind": rs["kind"],
         "server": rs["server"],
@@ -807,6 +845,53 @@ def _start_router(
         "renew_s": rs["renew_s"],
         "upper_dir": str(upper),
         **info,
+    }
+
+
+def _ont_setup(lab: NetworkLab, subnet, address: str, tools: dict, services: list) -> dict[str, Any]:
+    """The ONT's web form as a router-host service writing dnsmasq's hosts file (labsim.routers.lab_ont).
+
+    Its admin password is a lab secret made once and kept in the router host's own settings (so a restarted
+    lab keeps it); lab.json's ``router`` gives it, with the form's URL and login, to the lab's inventory."""
+    conf_path = lab.hosts_dir / "router" / "upper" / ONT_CONF.lstrip("/")
+    try:
+        password = json.loads(conf_path.read_text())["password"]
+    except (OSError, ValueError, KeyError):
+        password = secrets.token_urlsafe(12)
+    conf = {
+        "address": address,
+        "port": ONT_PORT,
+        "lan": f"{address}/{subnet.prefixlen}",
+        "user": ONT_USER,
+        "password": password,
+        "hosts_file": DNSMASQ_HOSTS_FILE,
+        "leases_file": DNSMASQ_LEASES,
+        "pid_file": DNSMASQ_PID,
+        "state_file": ONT_STATE,
+    }
+    # written at every start (the host's first-boot files are not): the lab's range may have moved
+    conf_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_text_atomic(conf_path, json.dumps(conf, indent=1) + "\n")
+    os.chmod(conf_path, 0o600)
+    # the router host runs the machine's /usr/bin/python3: the simulator's modules go into the host as the lab's
+    # own tools (package gpulab_ont; they import nothing outside it)
+    from labsim import routers as sims
+
+    for module in ("base", "huawei", "lab_ont"):
+        tools[f"{ONT_LIB}/gpulab_ont/{module}.py"] = (Path(sims.__file__).parent / f"{module}.py").read_text()
+    tools[f"{ONT_LIB}/gpulab_ont/__init__.py"] = ""
+    services.append(
+        {
+            "name": "ont",
+            "argv": ["/usr/bin/python3", "-m", "gpulab_ont.lab_ont", ONT_CONF],
+            "env": {"PYTHONPATH": ONT_LIB},
+        }
+    )
+    return {
+        "web_url": f"http://{address}:{ONT_PORT}",
+        "web_user": ONT_USER,
+        "web_password": password,
+        "ont_state_file": ONT_STATE,
     }
 
 
@@ -1177,6 +1262,7 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
                     hostname=node["name"],
                     tag=_tag_of(name),
                     iface="vmbr0",
+                    bridge_port=NODE_LAN_PORT,
                     mac=f"02:00:00:00:00:{5 + i:02x}",
                     address=str(node_ip),
                     users=[{"name": "root", "keys": [lab_key]}],
@@ -1213,6 +1299,10 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
     if leases:
         facts["seed_leases"] = {x["hostname"]: x["address"] for x in leases}
     return facts
+
+
+#: the node's network port on its LAN bridge vmbr0 (the bridge has its MAC)
+NODE_LAN_PORT = "eno1"
 
 
 def node_dir_name(index: int) -> str:
@@ -1403,7 +1493,9 @@ class NetVmHooks(VmHooks):
             ]  # fmt: skip
             tools.pop("/usr/bin/cloud-init", None)
             tools.update(iso_guest_tools())
-            _write_iso_installation(self.lab.hosts_dir / name / "upper", installed)
+            _write_iso_installation(
+                self.lab.hosts_dir / name / "upper", installed, facts["router"]["address"]
+            )
             self._write_disk_hardware(vmid, config, installed)
             extra["views"] = [[str(self.lab.hosts_dir / name / "state" / "hw"), ISO_GUEST_HW]]
         _start_host(
@@ -1521,13 +1613,17 @@ def iso_guest_tools() -> dict[str, str]:
     return files
 
 
-def _write_iso_installation(upper: Path, installed: dict[str, Any]) -> None:
-    """What the Ubuntu installer left on the disk, written once (the guest changes it afterwards)."""
+def _write_iso_installation(upper: Path, installed: dict[str, Any], router: str) -> None:
+    """What the Ubuntu installer left on the disk, written once (the guest changes it afterwards): the disk
+    layout, and apt's package lists of the archive the guest installed from (the installer runs apt-get update
+    against its mirror, so a guest that has run since can plan an install before its own first update, as a
+    check run's apt does)."""
     from labsim.net import disk_standins
 
     marker = upper / "etc" / "gpulab-sim" / "installed.json"
     if marker.exists():
         return
+    _seed_apt_lists(upper, router)
     layout = disk_standins.install_layout(
         int(installed["disk"]["installed_bytes"]), installed["firmware"] == "efi"
     )
@@ -1537,6 +1633,32 @@ def _write_iso_installation(upper: Path, installed: dict[str, Any]) -> None:
     marker.parent.mkdir(parents=True, exist_ok=True)
     info = {k: installed[k] for k in ("os", "install", "user", "firmware")}
     _write_json(marker, {**info, "installed_bytes": installed["disk"]["installed_bytes"]})
+
+
+def _seed_apt_lists(upper: Path, router: str) -> None:
+    """apt-get update of the guest's sources (``_vm_files``) from this machine into the guest's lists folder."""
+    lists = upper / "var" / "lib" / "apt" / "lists"
+    (lists / "partial").mkdir(parents=True, exist_ok=True)
+    sources = upper / "etc" / "apt" / "sources.list"
+    sources.parent.mkdir(parents=True, exist_ok=True)
+    if not sources.exists():
+        sources.write_text(_vm_files(router)["/etc/apt/sources.list"])
+    cache = upper / "var" / "cache" / "apt"
+    cache.mkdir(parents=True, exist_ok=True)
+    options = {
+        "Dir::Etc::SourceList": str(sources),
+        "Dir::Etc::SourceParts": "/dev/null",
+        "Dir::State::Lists": str(lists),
+        "Dir::Cache": str(cache),
+        "Dir::State::status": "/dev/null",
+        "APT::Sandbox::User": "root",
+        f"Acquire::http::Proxy::{router}": "DIRECT",
+        "Acquire::Retries": "0",
+    }
+    argv = ["apt-get", "-q", "update"] + [a for k, v in options.items() for a in ("-o", f"{k}={v}")]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    if res.returncode != 0:
+        raise LabNetError(f"the ISO guest's apt lists: `apt-get update` failed: {res.stderr.strip()[-400:]}")
 
 
 def _drive_size(drive: str) -> int:

@@ -6,8 +6,9 @@ validate_certs, options and, for an SSH router, ssh, each as the spec has it unl
 secrets are read here, when the module runs, from the router host's variables the spec names
 (`secrets`: router_password, and ansible_password for an SSH router): the fact holds no secret, and the
 module's no_log hides them in its result. A task that gives no `reservations` gets the spec's, joined with
-what stage vms recorded on each VM host (gpulab_vm_mac, gpulab_vm_address; gpulab.routerspec.reservations),
-the VMs of group gpulab_new_vms left out. So roles/router_dhcp passes only what the run does (state,
+what stage vms recorded on each VM host (gpulab_vm_mac, gpulab_vm_address; gpulab.routerspec.reservations)
+and the MAC stage network read on each Proxmox node (gpulab_node_lan_mac), the VMs of group gpulab_new_vms
+left out. So roles/router_dhcp passes only what the run does (state,
 keep_free, known_only).
 
 Without the fact (playbooks/network.yml run on its own, without preflight) the inventory's router is
@@ -57,7 +58,7 @@ class ActionModule(action_loader.get("gpulab_controller", class_only=True)):
             if not args.get("reservations"):
                 facts = {
                     r["host"]: {
-                        "mac": _get(hostvars, r["host"], "gpulab_vm_mac"),
+                        "mac": _get(hostvars, r["host"], routerspec.MAC_FACT[r.get("machine", "vm")]),
                         "address": _get(hostvars, r["host"], "gpulab_vm_address"),
                     }
                     for r in spec["reservations"]

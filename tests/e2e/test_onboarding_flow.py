@@ -15,7 +15,7 @@ test supplies only:
 * on the command line, as the user passes them: `--vault-password-file` (a file only the user can read,
   whose password access.yml encrypts the vault with), `--become-password-file` (the sudo password the user
   gave the Ubuntu installer; README step 5's -K), `-e pve_host_reboot_allowed=true` (the user lets stage
-  host reboot the node for the GPU blacklist, as molecule/homelab does);
+  host reboot the node for the GPU blacklist);
 * in an extra-vars file outside the inventory (`-e @machine.yml`), what the user's own machine has and this
   one cannot: the SSH key that logs in to the lab's hosts and the known_hosts holding their keys (a user has
   both in ~/.ssh, where ssh and the router's SSH backend find them without a setting; here the key is the lab's

@@ -550,6 +550,7 @@ def test_plan_text_lists_vms_budget_gpu_and_addresses(inv):
     )
     assert "GPU rtx3090 0000:02:00 (10de:2204, IOMMU group 13, boot display) -> vm-gpu" in text
     assert "reserve (MAC from PVE) -> 192.168.100.55 (vm-gpu)" in text
+    assert "reserve (MAC of the node's LAN bridge port) -> 192.168.100.5 (node pve)" in text
 
 
 def test_the_version_rules_are_written_once_and_the_role_defaults_keep_them():

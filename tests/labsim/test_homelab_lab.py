@@ -73,6 +73,11 @@ def test_named_fixtures_resolve_and_build_on_the_reference_machine():
     assert homelab["nodes"][0]["pci"] == reference["nodes"][0]["pci"]
     assert homelab["network"] == reference["network"] and "seed" not in reference
     assert blacklisted["seed"]["vms"] == homelab["seed"]["vms"]
+    # the lab as it runs: the same VMs, all running, behind the user's kind of router
+    running = load_fixture("homelab-running")
+    assert [v["vmid"] for v in running["seed"]["vms"]] == [v["vmid"] for v in homelab["seed"]["vms"]]
+    assert {v["status"] for v in running["seed"]["vms"]} == {"running"}
+    assert running["network"]["router"] == "huawei_ont" and homelab["network"]["router"] == "dnsmasq"
     with pytest.raises(FixtureError, match=r"the names are: .*homelab"):
         resolve_fixture("no-such-lab")
 
@@ -375,7 +380,7 @@ GLUE = {
                            "nvidia_container_toolkit_repo_url", "k3s_server_install_script_url",
                            "k3s_agent_install_script_url"},
     "host_vars/isp-router.yml": {"ansible_host", "ansible_user", "router_kind", "router_address", "router_subnet",
-                                 "router_dhcp_pool", "router_user", "router_password"},
+                                 "router_dhcp_pool", "router_url", "router_user", "router_password"},
     "host_vars/pve.yml": {"ansible_host", "pve_host_sysfs_root"},
     "host_vars/vm-1.yml": {"vm_address"},
     "host_vars/vm-2.yml": {"vm_address"},

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from gpulab import cards as nvidia
+from gpulab import routerspec
 from gpulab.labdef.definition import LabDefinition, gpu_ids, pinned_mib
 from gpulab.labdef.hami_values import image_lines
+from gpulab.routers.kinds import KINDS
 
 
 def plan_text(definition: LabDefinition) -> str:
@@ -72,6 +74,17 @@ def plan_text(definition: LabDefinition) -> str:
         )
         for h, vm in definition.vms.items():
             lines.append(f"  reserve {vm.get('vm_mac') or '(MAC from PVE)'} -> {vm.get('vm_address')} ({h})")
+        # each node keeps its static address; its reservation is that address for its LAN bridge's port
+        kind = KINDS.get(r.get("router_kind"))
+        for h, node in definition.nodes.items():
+            address = node.get("ansible_host")
+            why = routerspec.node_refusal(kind, address, r.get("router_subnet"), pool) if kind else None
+            if address is None:
+                continue
+            if why:
+                lines.append(f"  no reservation for node {h} ({address}): {why}")
+            else:
+                lines.append(f"  reserve (MAC of the node's LAN bridge port) -> {address} (node {h})")
     lines.append(
         f"k3s {definition.globals.get('k3s_version')}: server {', '.join(definition.k3s_servers) or '-'}; "
         f"agents {', '.join(definition.k3s_agents) or '-'}"

@@ -1,4 +1,5 @@
-"""What every HTTP router simulator shares: a threaded server on 127.0.0.1, a request log, faults.
+"""What every HTTP router simulator shares: a threaded server on 127.0.0.1 (or a lab address), a request
+log, faults.
 
 A simulator subclasses `RouterSim` and implements `handle(req) -> Reply`. State lives in memory
 behind one lock (each request is handled atomically, like the single-threaded web servers of
@@ -69,10 +70,16 @@ class RouterSim:
     name = "router"
 
     def __init__(
-        self, *, log_file: str | Path | None = None, tls_dir: str | Path | None = None, port: int = 0
+        self,
+        *,
+        log_file: str | Path | None = None,
+        tls_dir: str | Path | None = None,
+        port: int = 0,
+        bind: str = "127.0.0.1",
     ):
         self.tls_dir = Path(tls_dir) if tls_dir else None  # serve HTTPS with a self-signed certificate
         self.port = port
+        self.bind = bind  # the address served on: 127.0.0.1, or a lab router's own (labsim.routers.lab_ont)
         self.lock = threading.RLock()
         self.log: list[dict] = []
         self.log_file = Path(log_file) if log_file else None
@@ -148,7 +155,7 @@ class RouterSim:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer((self.bind, self.port), Handler)
         self._server.daemon_threads = True
         if self.tls_dir:
             import ssl

@@ -420,6 +420,14 @@ mac:
   description: MAC address of C(net0), lower case (null in check mode for a new VM).
   returned: always
   type: str
+kept:
+  description: With O(state=absent), why the VM was kept instead of destroyed (it lacks O(owner_tag)); null otherwise.
+  returned: always
+  type: str
+backup:
+  description: With O(backup_storage), the archive vzdump wrote, as its task log names it (null in check mode).
+  returned: always
+  type: str
 address:
   description: IPv4 address the guest agent reported on C(net0) (with O(wait_for_address)).
   returned: when O(wait_for_address=true) and the VM runs (in check mode, when it already ran)

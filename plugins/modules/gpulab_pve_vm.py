@@ -302,6 +302,21 @@ options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, 
     description: Seconds to wait for the address.
     type: int
     default: 300
+  owner_tag:
+    description:
+      - 'With O(state=absent): destroy the VM only when it carries this PVE tag (the mark of the VMs gpulab creates,
+        set in the create call only); a VM without it is kept and RV(kept) says why. Unset: no such check.'
+    type: str
+  destroy_untagged:
+    description: 'With O(state=absent) and O(owner_tag): destroy the VM even without the tag (an adopted VM its owner
+      named).'
+    type: bool
+    default: false
+  backup_storage:
+    description:
+      - 'With O(state=absent): take a vzdump backup (mode stop, zstd) of the VM to this storage before it is destroyed;
+        a failed backup leaves the VM in place. The storage''s content must include C(backup).'
+    type: str
 """
 
 EXAMPLES = r"""

@@ -336,6 +336,30 @@ class VmManager:
             entry = self._lookup()
         return entry
 
+    def _settle(self) -> bool:
+        """Wait for the VM's tasks that still run (bounded by lock_timeout), before this run writes to it.
+
+        A run killed or cut off while a task of it ran (a start, a resize, an update) leaves that task running
+        in PVE: the next run must not start or resize the VM a second time over it. One GET of the node's
+        active tasks for this VM, made only when a write is about to happen (a run that changes nothing never
+        asks). Returns whether it waited for any (the caller then reads the VM again)."""
+        spec = self.spec
+        active = self.client.get(f"nodes/{spec.node}/tasks", vmid=spec.vmid, source="active") or []
+        running = [t["upid"] for t in active if t.get("upid") and t.get("status") in (None, "running")]
+        for upid in running:
+            self.log(f"VM {spec.vmid} has a task still running ({upid}), waiting for it")
+            try:
+                self.client.wait_task(spec.node, upid, self.lock_timeout, what=f"the earlier task {upid}")
+            except PveTaskError as exc:
+                if exc.message.startswith("task still running"):
+                    raise VmError(
+                        f"VM {spec.vmid} ({spec.name}) has a task running for more than {self.lock_timeout:.0f}s "
+                        f"({upid}), probably left by an interrupted run: wait for it to end (node {spec.node} > "
+                        "Tasks), then run again"
+                    ) from exc
+                self.log(f"the earlier task {upid} ended in error: {exc.message}")
+        return bool(running)
+
     def _config(self) -> dict[str, Any]:
         return self.client.get(f"{self.base}/config")
 
@@ -487,7 +511,12 @@ class VmManager:
                     touched = set(change.set) | set(change.delete)
                     res.pending = sorted(set(pending) | (touched - IMMEDIATE_KEYS))
                 if not self.check_mode:
-                    if running:
+                    settled = self._settle()
+                    if settled:
+                        entry = self._unlocked(self._lookup()) or entry
+                        running = entry.get("status") == "running"
+                        res.status = "running" if running else "stopped"
+                    if running or settled:
                         # The digest is in GET config only; diff again against exactly that config.
                         current = self._config()
                         change = vmconfig.diff(current, desired_update(spec, current))
@@ -516,7 +545,11 @@ class VmManager:
             res.changed = True
             res.actions.append("start")
             if not self.check_mode:
-                self._power("start")
+                # an interrupted run's start may still be running: wait for it rather than start twice (a VM
+                # this run created has no earlier task)
+                again = self._lookup() if not res.created and self._settle() else None
+                if again is None or again.get("status") != "running":
+                    self._power("start")
             res.status = "running"
         elif state == "stopped" and res.status == "running":
             res.changed = True

@@ -20,7 +20,7 @@ description:
     reader never sees half a file.
   - The action plugin of the same name gives O(holder) (the controller's ansible-playbook PID, its start, the
     controller's host name), decides whether a holder is gone, and fails the run when another one holds the lock.
-  - The lock is the run's own bookkeeping, taken at its start and released at its end, not part of the lab's state:
+  - The lock is the run's own bookkeeping, taken at its start and released at its end, not part of the lab's state;
     the module never reports changed (a second run is still changed=0).
   - Runs on the managed host with the Python standard library only.
 version_added: "0.1.0"
@@ -36,12 +36,18 @@ options:
     choices: [held, released]
     default: held
   holder:
-    description: This run, as the action plugin describes it (C(id), C(pid), C(controller), C(started), ...).
+    description: This run, as the action plugin describes it (C(id), C(pid), C(controller), C(started), ...); the
+      action plugin sets it.
     type: dict
-    required: true
   replace:
-    description: With O(state=held), the C(id) of a holder that may be replaced (its run is gone).
+    description: With O(state=held), the C(id) of a holder that may be replaced (its run is gone); the action
+      plugin sets it.
     type: str
+  break_lock:
+    description: Take the lock over from a holder on another controller, whose process this controller cannot
+      see (the owner knows that run is gone). Read by the action plugin.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -115,18 +121,23 @@ def decide(current, holder, replace, state):
     return False, False, False, None
 
 
+ARGUMENT_SPEC = {
+    "path": {"type": "path", "default": "/run/lock/gpulab-run.json"},
+    "state": {"type": "str", "choices": ["held", "released"], "default": "held"},
+    "holder": {"type": "dict"},
+    "replace": {"type": "str"},
+    "break_lock": {"type": "bool", "default": False},
+}
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "default": "/run/lock/gpulab-run.json"},
-            "state": {"type": "str", "choices": ["held", "released"], "default": "held"},
-            "holder": {"type": "dict", "required": True},
-            "replace": {"type": "str"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     path, holder = p["path"], p["holder"]
+    if not holder or not holder.get("id"):
+        module.fail_json(
+            msg="gpulab_run_lock: no holder; run it as a task (its action plugin says who the run is)"
+        )
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path + ".flock", "a", encoding="utf-8") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)

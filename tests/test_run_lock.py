@@ -61,6 +61,6 @@ def test_the_refusal_names_the_holder_and_how_to_go_on():
     me = runlock.this_run(os.getpid(), "inventory/demo")
     text = runlock.refusal(me, "pve")
     assert f"PID {os.getpid()} on controller {me['controller']}" in text and me["started"] in text
-    assert "/run/lock/gpulab-run.json on node pve" in text and "before any change" in text
+    assert "/var/lib/gpulab/run-lock.json on node pve" in text and "before any change" in text
     elsewhere = runlock.refusal({**me, "controller": "another-laptop"}, "pve")
     assert "-e gpulab_run_lock_break=true" in elsewhere and "gpulab_run_lock_break" not in text

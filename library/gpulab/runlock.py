@@ -17,7 +17,7 @@ import os
 import socket
 from typing import Any
 
-LOCK_PATH = "/run/lock/gpulab-run.json"
+LOCK_PATH = "/var/lib/gpulab/run-lock.json"
 
 
 def _proc_start(pid: int) -> int | None:

@@ -10,14 +10,15 @@ DOCUMENTATION = r"""
 module: gpulab_run_lock
 short_description: Take or release the lab's run lock, a file on the first Proxmox node
 description:
-  - One run at a time changes a lab. The lock is a JSON file on the lab's first Proxmox node (under C(/run/lock),
-    so every controller of the lab sees it, and a node reboot drops it), naming the run that holds it (O(holder)).
+  - One run at a time changes a lab. The lock is a JSON file on the lab's first Proxmox node, so every controller of
+    the lab sees it, naming the run that holds it (O(holder)). It is kept on disk, not under C(/run): the reboot
+    that stage host may make in the middle of a run must not drop the running run's lock.
   - V(held) takes the lock when it is free or already this run's, or when it is held by O(replace) (a holder the
     action plugin found gone); otherwise it leaves the file alone and returns the holder in RV(holder) with
     RV(acquired=false). V(released) removes the file when this run holds it, and only then.
-  - The check and the write happen under an exclusive C(flock) of a sibling C(.flock) file, and the file is
-    written whole to a temporary name and renamed, so two runs that start together cannot both take it and a
-    reader never sees half a file.
+  - The check and the write happen under an exclusive C(flock) of the lock's directory, and the file is written
+    whole to a temporary name and renamed, so two runs that start together cannot both take it and a reader never
+    sees half a file.
   - The action plugin of the same name gives O(holder) (the controller's ansible-playbook PID, its start, the
     controller's host name), decides whether a holder is gone, and fails the run when another one holds the lock.
   - The lock is the run's own bookkeeping, taken at its start and released at its end, not part of the lab's state;
@@ -29,7 +30,7 @@ options:
   path:
     description: The lock file.
     type: path
-    default: /run/lock/gpulab-run.json
+    default: /var/lib/gpulab/run-lock.json
   state:
     description: V(held) takes the lock, V(released) gives it back.
     type: str
@@ -122,7 +123,7 @@ def decide(current, holder, replace, state):
 
 
 ARGUMENT_SPEC = {
-    "path": {"type": "path", "default": "/run/lock/gpulab-run.json"},
+    "path": {"type": "path", "default": "/var/lib/gpulab/run-lock.json"},
     "state": {"type": "str", "choices": ["held", "released"], "default": "held"},
     "holder": {"type": "dict"},
     "replace": {"type": "str"},
@@ -138,8 +139,13 @@ def main():
         module.fail_json(
             msg="gpulab_run_lock: no holder; run it as a task (its action plugin says who the run is)"
         )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".flock", "a", encoding="utf-8") as guard:
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        if module.check_mode:
+            module.exit_json(changed=False, acquired=True, holder=holder, replaced=None, released=False)
+        os.makedirs(directory, mode=0o755)
+    guard = os.open(directory, os.O_RDONLY)
+    try:
         fcntl.flock(guard, fcntl.LOCK_EX)
         current = read_holder(path)
         acquired, write, remove, replaced = decide(current, holder, p["replace"], p["state"])
@@ -148,6 +154,8 @@ def main():
                 write_holder(path, holder)
             if remove:
                 os.unlink(path)
+    finally:
+        os.close(guard)
     module.exit_json(
         changed=False,
         acquired=acquired,

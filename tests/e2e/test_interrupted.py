@@ -5,8 +5,9 @@ refused by name (the run lock on the node), and each run after a kill takes the 
 afterwards keeps a VM without gpulab's tag (an adopted one) until the owner names it, backing it up first.
 
 The kill points (KILLS) are chosen by what the run is doing, never by time: a PVE request seen in the simulator's
-request log (the first VM create, its task still running), or the first task line of a stage's play on
-ansible-playbook's output. The figures (each point, the run's seconds, what the lab held when it was killed)
+request log (the first VM create, its task still running), or a task's header on ansible-playbook's output
+(the task has started: the router write, the guests' package install, HAMi's install). The lab is conftest's: a fresh one for this module. The figures (each point, the run's seconds, what the lab
+held when it was killed)
 are printed at the end (pytest -s shows them) and kept in the module's FIGURES.
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 import ansible_runs
 import pytest
 
-from .helpers import DEMO, REPO, RunningLab, api, lab_down, lab_up, need_root, playbook_env, wait_task
+from .helpers import DEMO, REPO, RunningLab, api, playbook_env, wait_task
 from .test_faults_pve import DEMO_VMS, _assert_demo_vms_once
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -63,15 +64,9 @@ class Run:
     def requests(self) -> list[str]:
         return [f"{r['method']} {r['path']}" for r in self.lab.requests()[self.mark :]]
 
-    def after_play(self, stage: str) -> bool:
-        """A task of the stage's play has started (its first TASK line after the PLAY line)."""
-        seen = False
-        for line in list(self.lines):
-            if line.startswith("PLAY [") and f"Stage {stage}" in line:
-                seen = True
-            elif seen and line.startswith("TASK ["):
-                return True
-        return False
+    def at_task(self, task: str) -> bool:
+        """A task whose header starts with `task` (role prefix and name, as the output shows it) has started."""
+        return any(line.startswith(f"TASK [{task}") for line in list(self.lines))
 
     def wait(self, timeout: float = 900) -> tuple[int, str]:
         watcher = threading.Thread(target=self._watch, daemon=True)
@@ -100,9 +95,21 @@ KILLS: list[tuple[str, str, Callable[[Run], bool]]] = [
         "vms",
         lambda r: any(CREATE.match(x) for x in r.requests()),
     ),
-    ("stage network's first task", "network", lambda r: r.after_play("3, network")),
-    ("stage guests' first task", "guests", lambda r: r.after_play("4, guests")),
-    ("stage hami's first task", "hami", lambda r: r.after_play("6, hami")),
+    (
+        "the reservations being written",
+        "network",
+        lambda r: r.at_task("router_dhcp : Reserve the VMs' addresses"),
+    ),
+    (
+        "the base packages being installed",
+        "guests",
+        lambda r: r.at_task("guest_base : Install the base packages"),
+    ),
+    (
+        "HAMi's chart placed, its install running",
+        "hami",
+        lambda r: r.at_task("hami : Wait for the chart's install"),
+    ),
 ]
 
 
@@ -134,25 +141,16 @@ def changed(output: str) -> dict[str, int]:
     return {m["host"]: int(m["changed"]) for m in RECAP.finditer(output.split("PLAY RECAP", 1)[-1])}
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory):
-    need_root()
-    state = tmp_path_factory.mktemp("interrupted")
-    try:
-        yield lab_up(state)
-    finally:
-        lab_down(state)
-
-
 def test_a_first_converge_killed_in_each_stage_resumes_and_ends_as_an_uninterrupted_one(lab):
     before = inventory_digest()
     concurrent: dict[str, Any] = {}
 
-    def second_run_once_locked(_run: Run, line: str) -> None:
+    def second_run_once_locked(run: Run, line: str) -> None:
         # once this run holds the lock (its lock task said ok), another run against the lab starts
         if line.startswith("TASK [Take the run lock"):
             concurrent["lock task"] = True
         elif concurrent.get("lock task") and "second" not in concurrent and line.startswith("ok: ["):
+            concurrent["holder"] = run.proc.pid
             concurrent["second"] = ansible_runs.ansible_playbook(
                 "-i", DEMO, REPO / "site.yml", "--tags", "vms", env=playbook_env(lab), timeout=300
             )
@@ -164,9 +162,11 @@ def test_a_first_converge_killed_in_each_stage_resumes_and_ends_as_an_uninterrup
         if n:
             assert TOOK_OVER in out and "its run is gone" in out, out[-4000:]
         FIGURES.append({"kill point": point, "stage": stage, "s": run.seconds, "end state": snapshot(lab)})
+        print("kill test:", json.dumps(FIGURES[-1]), flush=True)
 
     second = concurrent["second"]
     assert second.returncode != 0
+    assert f"PID {concurrent['holder']} on controller" in second.stdout, second.stdout[-3000:]
     assert LOCKED in second.stdout and re.search(
         r"PID \d+ on controller \S+ \(user \S+\), started ", second.stdout
     )

@@ -11,7 +11,7 @@ module: gpulab_run_lock
 short_description: Take or release the lab's run lock, a file on the first Proxmox node
 description:
   - One run at a time changes a lab. The lock is a JSON file on the lab's first Proxmox node, so every controller of
-    the lab sees it, naming the run that holds it (O(holder)). It is kept on disk, not under C(/run): the reboot
+    the lab sees it, naming the run that holds it (O(holder)). It is kept on disk, not under C(/run), because the reboot
     that stage host may make in the middle of a run must not drop the running run's lock.
   - V(held) takes the lock when it is free or already this run's, or when it is held by O(replace) (a holder the
     action plugin found gone); otherwise it leaves the file alone and returns the holder in RV(holder) with

@@ -58,6 +58,7 @@ SERVED_PATHS = (
     "/nodes/{node}/storage/{storage}/download-url",
     "/nodes/{node}/query-url-metadata",
     "/nodes/{node}/hardware/pci",
+    "/nodes/{node}/vzdump",
     "/nodes/{node}/certificates/info",
     "/nodes/{node}/tasks",
     "/nodes/{node}/tasks/{upid}",

@@ -100,7 +100,8 @@ def test_every_controller_module_runs_in_the_worker_and_only_pve_modules_take_th
     plugins = {p.stem for p in ACTIONS.glob("gpulab_*.py")} - {"gpulab_controller", "gpulab_pve_connection"}
     # gpulab_pve_access runs its module on the node; its action plugin does the controller's part.
     # gpulab_wait runs another module (on the task's host) until it reports what was waited for.
-    assert plugins == CONTROLLER | {"gpulab_preflight", "gpulab_pve_access", "gpulab_wait"}
+    # gpulab_run_lock runs its module on the node; its action plugin says who this run is.
+    assert plugins == CONTROLLER | {"gpulab_preflight", "gpulab_pve_access", "gpulab_wait", "gpulab_run_lock"}
     for name in sorted(CONTROLLER):
         plugin = action_loader.get(name, class_only=True)
         assert issubclass(plugin, worker), name

@@ -29,6 +29,10 @@ ISO_CREATE_ONLY = ("cdrom", "boot_order", "agent", "ostype", "scsihw")
 # The cloud image has no QEMU guest agent: a cloud-init vendor snippet on the node installs it.
 SNIPPET_STORAGE = "local"
 SNIPPET_NAME = "gpulab-vendor.yaml"
+# The PVE tag that marks a VM gpulab created, and nothing else does: it is set in the create call only
+# (gpulab_pve_vm's create_only), so a VM gpulab adopts never gets it, and teardown destroys only VMs that
+# carry it (or that the owner names, gpulab_teardown_adopted).
+OWNER_TAG = "gpulab"
 
 
 # inventory variable -> the gpulab_pve_vm option it sets (its path in the options), and how an option's
@@ -123,9 +127,11 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
         "hostpci": [],
         "serial_console": True if cloud else None,
         "boot_order": ["scsi0"] if cloud else ["scsi0", "ide2"],
+        # gpulab's mark, on the VMs it creates only (an adopted VM keeps its own tags)
+        "tags": [OWNER_TAG],
         # A VM installed by hand from the ISO may be one the user made in PVE's wizard: what only matters
         # for installing (the CD-ROM, the boot order) and the wizard's other choices stay as they are.
-        "create_only": [] if cloud else list(ISO_CREATE_ONLY),
+        "create_only": ["tags"] if cloud else [*ISO_CREATE_ONLY, "tags"],
     }
     if vm["vm_firmware"] == "ovmf":
         spec["efidisk"] = {"storage": vm["vm_storage"]}

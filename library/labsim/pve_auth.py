@@ -27,6 +27,7 @@ PROJECT_PRIVS = frozenset(
     {
         "VM.Allocate",
         "VM.Audit",
+        "VM.Backup",
         "VM.Config.CDROM",
         "VM.Config.CPU",
         "VM.Config.Cloudinit",
@@ -51,7 +52,6 @@ PROJECT_PRIVS = frozenset(
 
 # Every privilege PVE 9 knows (the names the schema's permission entries use; root@pam holds them all).
 ALL_PRIVS = PROJECT_PRIVS | {
-    "VM.Backup",
     "VM.Clone",
     "VM.Console",
     "VM.GuestAgent.FileRead",

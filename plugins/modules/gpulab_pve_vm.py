@@ -302,6 +302,21 @@ options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, 
     description: Seconds to wait for the address.
     type: int
     default: 300
+  owner_tag:
+    description:
+      - 'With O(state=absent): destroy the VM only when it carries this PVE tag (the mark of the VMs gpulab creates,
+        set in the create call only); a VM without it is kept and RV(kept) says why. Unset: no such check.'
+    type: str
+  destroy_untagged:
+    description: 'With O(state=absent) and O(owner_tag): destroy the VM even without the tag (an adopted VM its owner
+      named).'
+    type: bool
+    default: false
+  backup_storage:
+    description:
+      - 'With O(state=absent): take a vzdump backup (mode stop, zstd) of the VM to this storage before it is destroyed;
+        a failed backup leaves the VM in place. The storage''s content must include C(backup).'
+    type: str
 """
 
 EXAMPLES = r"""
@@ -418,6 +433,14 @@ restarted:
   type: bool
 mac:
   description: MAC address of C(net0), lower case (null in check mode for a new VM).
+  returned: always
+  type: str
+kept:
+  description: With O(state=absent), why the VM was kept instead of destroyed (it lacks O(owner_tag)); null otherwise.
+  returned: always
+  type: str
+backup:
+  description: With O(backup_storage), the archive vzdump wrote, as its task log names it (null in check mode).
   returned: always
   type: str
 address:

@@ -137,8 +137,16 @@ def test_an_iso_install_gets_the_installer_and_no_cloud_init(inv):
     assert "cloudinit" not in spec and "import_from" not in spec["disks"][0]
     assert spec["boot_order"] == ["scsi0", "ide2"] and spec["serial_console"] is None
     # what the installer needs, and the wizard's choices, only when gpulab creates the VM
-    assert spec["create_only"] == ["cdrom", "boot_order", "agent", "ostype", "scsihw"]
-    assert plans(inv)["vm-2"]["spec"]["create_only"] == []  # a cloud-image VM is always gpulab's own
+    assert spec["create_only"] == ["cdrom", "boot_order", "agent", "ostype", "scsihw", "tags"]
+    # a cloud-image VM is gpulab's own, but an existing one is not tagged afterwards (adopting never tags)
+    assert plans(inv)["vm-2"]["spec"]["create_only"] == ["tags"]
+
+
+def test_every_vm_is_created_with_the_owner_tag_and_only_created_with_it(inv):
+    from gpulab.vmspec import OWNER_TAG
+
+    for plan in plans(inv).values():
+        assert plan["spec"]["tags"] == [OWNER_TAG] and "tags" in plan["spec"]["create_only"]
 
 
 def test_no_snippet_when_it_is_turned_off(inv):

@@ -140,3 +140,44 @@ def test_pve_hardware_pci_verbose(api):
     assert gpu["vendor_name"].startswith("NVIDIA") and gpu["iommugroup"] == 13
     terse = api.data("GET", "/nodes/pve/hardware/pci", verbose=0)
     assert terse and all(set(d) <= {"id", "class", "vendor", "device", "iommugroup", "mdev"} for d in terse)
+
+
+def test_pve_vzdump_wrong_content(api):
+    from pve_sim_client import create_vm, task_log
+
+    create_vm(api, 320)
+    upid = api.data(
+        "POST", "/nodes/pve/vzdump", vmid="320", storage="local-zfs", mode="stop", compress="zstd"
+    )
+    assert upid.split(":")[5:7] == ["vzdump", "320"]
+    st = api.wait(upid)
+    assert st["exitstatus"] == (
+        "could not get storage information for 'local-zfs': can't use storage 'local-zfs' for backups - "
+        "wrong content type"
+    )
+    assert task_log(api, upid)[-1].startswith("TASK ERROR: could not get storage information")
+    content = api.data("GET", "/nodes/pve/storage/local-zfs/content")
+    assert not [v for v in content if v["content"] == "backup"]
+
+
+def test_pve_vzdump_archive_kept(api):
+    from pve_sim_client import create_vm, task_log
+
+    create_vm(api, 321)
+    upid = api.data("POST", "/nodes/pve/vzdump", vmid="321", storage="local", mode="stop", compress="zstd")
+    assert api.wait(upid)["exitstatus"] == "OK"
+    log = task_log(api, upid)
+    archive = next(line for line in log if "creating vzdump archive" in line)
+    assert re.search(r"'/var/lib/vz/dump/vzdump-qemu-321-\d{4}_\d\d_\d\d-\d\d_\d\d_\d\d\.vma\.zst'", archive)
+    assert log[-1] == "TASK OK"
+    backups = [v for v in api.data("GET", "/nodes/pve/storage/local/content") if v["content"] == "backup"]
+    assert [v["volid"].split("/")[-1] in archive for v in backups] == [True]
+    api.wait(api.data("DELETE", "/nodes/pve/qemu/321", purge=1))
+    after = [v for v in api.data("GET", "/nodes/pve/storage/local/content") if v["content"] == "backup"]
+    assert after == backups  # the destroy took the VM's disks, never its backup
+    # the call itself wants Datastore.AllocateSpace on the storage; an auditor's token has none
+    auditor = api.__class__(
+        api.base.removesuffix("/api2/json"), {"Authorization": "PVEAPIToken=auditor@pve!ro=ro-secret"}
+    )
+    r = auditor.post("/nodes/pve/vzdump", vmid="321", storage="local")
+    assert r.status_code == 403 and "Datastore.AllocateSpace" in r.text

@@ -139,3 +139,35 @@ def test_someone_elses_uncommitted_changes_are_left_alone(router):
         router.apply(check_mode=True)
     assert "dhcp.lan.limit='200'" in shell.run("uci changes dhcp").out
     assert "option limit '150'" in router.paths["conf"].read_text()
+
+
+def test_an_interrupted_runs_staged_half_is_dropped_and_never_served(router):
+    """The connection dropped after `uci set` of a new host section and before `uci commit`: the committed
+    file (what dnsmasq serves) is untouched, a check run refuses and names it, the next run reverts the half and
+    writes the whole batch once."""
+    before = router.paths["conf"].read_text()
+    shell = router.shell
+    section = "dhcp.gpulab_bc2411000901"
+    assert shell.run(f"uci set {section}=host && uci set {section}.mac={MAC}").rc == 0  # the half staged
+    assert router.paths["conf"].read_text() == before
+    router.ensure(MAC, "192.168.1.70", "vm-1")
+    with pytest.raises(RouterError, match="staged changes of an interrupted gpulab run"):
+        router.apply(check_mode=True)
+    assert shell.run("uci changes dhcp").out.strip()  # the check run wrote nothing
+    router.ensure(MAC, "192.168.1.70", "vm-1")
+    res = router.apply()
+    assert [c.action for c in res.changes] == ["create"] and reloads(router) == 1
+    assert router.dropped_leftovers and not shell.run("uci changes dhcp").out.strip()
+    hosts = [s for s in parse(router.paths["conf"].read_text()) if s[".type"] == "host"]
+    assert [h["opts"].get("ip") for h in hosts] == ["192.168.1.20", "192.168.1.70"]
+
+
+def test_own_changes_only_tells_gpulab_sections_from_an_admins():
+    from gpulab.routers.openwrt import own_changes_only
+
+    assert own_changes_only(
+        "dhcp.gpulab_bc2411000901='host'\ndhcp.gpulab_bc2411000901.mac='bc:24:11:00:09:01'\n"
+    )
+    assert own_changes_only("-dhcp.gpulab_bc2411000901\n")
+    assert not own_changes_only("dhcp.gpulab_bc2411000901='host'\ndhcp.lan.limit='200'\n")
+    assert not own_changes_only("") and not own_changes_only("dhcp.cfg0a1b2c.ip='192.168.1.9'\n")

@@ -103,3 +103,22 @@ def test_someone_elses_unapplied_changes_are_not_applied_along(sim):
     with pytest.raises(RouterError, match="not applied"):
         b.apply()
     assert sim.pending and [m["mac"] for m in sim.mappings["lan"]] == [OTHER]
+
+
+def test_a_run_cut_off_before_its_apply_is_applied_by_the_next_run(sim):
+    """The connection dropped after the reservation was saved and before the apply: pfSense holds it but does
+    not serve it. The next run has nothing to write, sees `applied: false`, applies once; the run after that
+    changes nothing."""
+    sim.mappings["lan"].append({"mac": MAC, "ipaddr": "192.168.1.10", "hostname": "vm-1", "descr": ""})
+    sim.pending = True
+    b = router(sim)
+    b.ensure(MAC, "192.168.1.10", "vm-1")
+    res = b.apply(check_mode=True)
+    assert res.changed and res.changes == [] and sim.pending  # check mode says so and applies nothing
+    b.ensure(MAC, "192.168.1.10", "vm-1")
+    res = b.apply()
+    assert res.changed and res.changes == [] and not sim.pending
+    assert [m["ipaddr"] for m in sim.applied["lan"]] == ["192.168.1.10"]
+    b.ensure(MAC, "192.168.1.10", "vm-1")
+    assert b.apply().changed is False
+    assert sim.count("POST", "/api/v2/services/dhcp_server/apply") == 1

@@ -22,6 +22,7 @@ ACL_PATH = "/"
 PRIVILEGES: dict[str, str] = {
     "VM.Allocate": "create the VMs (POST /nodes/{node}/qemu); playbooks/teardown.yml destroys them",
     "VM.Audit": "read VM lists, configs and status",
+    "VM.Backup": "the vzdump backup playbooks/teardown.yml takes before a destroy (POST /nodes/{node}/vzdump)",
     "VM.Config.CDROM": "the ISO drive (ide2) of an ISO-installed VM",
     "VM.Config.CPU": "cores and CPU type",
     "VM.Config.Cloudinit": "cloud-init settings of a cloud-image VM",

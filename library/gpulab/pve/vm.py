@@ -117,6 +117,10 @@ class VmResult:
     restarted: bool = False
     actions: list[str] = field(default_factory=list)
     mac: str | None = None
+    # With state absent: why the VM was kept instead of destroyed (it is not gpulab's); None otherwise.
+    kept: str | None = None
+    # With state absent and a backup storage: the archive vzdump wrote, as its log names it (None in check mode).
+    backup: str | None = None
     # The config as PVE returns it (GET .../config, pending values applied) when this run read or wrote
     # it last; None in check mode once a change is planned (PVE does not hold that config).
     current: dict[str, Any] | None = None
@@ -140,6 +144,11 @@ def net0_mac(config: Mapping[str, str]) -> str | None:
     props = vmconfig.NET_FORMAT.parse(net0) or {}
     mac = props.get("macaddr")
     return mac.lower() if mac else None
+
+
+def tags_of(config: Mapping[str, Any]) -> list[str]:
+    """The VM's PVE tags (config key `tags`: separated by `;`, `,` or spaces, as PVE accepts them)."""
+    return [t for t in re.split(r"[;,\s]+", str(config.get("tags") or "")) if t]
 
 
 def _shown(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -272,13 +281,21 @@ class VmManager:
         timeout: float = 600,
         lock_timeout: float = 60,
         log: Callable[[str], None] | None = None,
+        owner_tag: str | None = None,
+        destroy_untagged: bool = False,
+        backup_storage: str | None = None,
     ):
+        """With state absent: `owner_tag` keeps a VM that does not carry that tag (one gpulab did not create)
+        unless `destroy_untagged`; `backup_storage` takes a vzdump backup there before the destroy."""
         self.client = client
         self.spec = spec
         self.check_mode = check_mode
         self.timeout = timeout
         self.lock_timeout = lock_timeout
         self.log = log or (lambda _msg: None)
+        self.owner_tag = owner_tag
+        self.destroy_untagged = destroy_untagged
+        self.backup_storage = backup_storage
         self.base = f"nodes/{spec.node}/qemu/{spec.vmid}"
 
     # ---------------------------------------------------------------------------------------- reads
@@ -318,6 +335,30 @@ class VmManager:
             waited += 1
             entry = self._lookup()
         return entry
+
+    def _settle(self) -> bool:
+        """Wait for the VM's tasks that still run (bounded by lock_timeout), before this run writes to it.
+
+        A run killed or cut off while a task of it ran (a start, a resize, an update) leaves that task running
+        in PVE: the next run must not start or resize the VM a second time over it. One GET of the node's
+        active tasks for this VM, made only when a write is about to happen (a run that changes nothing never
+        asks). Returns whether it waited for any (the caller then reads the VM again)."""
+        spec = self.spec
+        active = self.client.get(f"nodes/{spec.node}/tasks", vmid=spec.vmid, source="active") or []
+        running = [t["upid"] for t in active if t.get("upid") and t.get("status") in (None, "running")]
+        for upid in running:
+            self.log(f"VM {spec.vmid} has a task still running ({upid}), waiting for it")
+            try:
+                self.client.wait_task(spec.node, upid, self.lock_timeout, what=f"the earlier task {upid}")
+            except PveTaskError as exc:
+                if exc.message.startswith("task still running"):
+                    raise VmError(
+                        f"VM {spec.vmid} ({spec.name}) has a task running for more than {self.lock_timeout:.0f}s "
+                        f"({upid}), probably left by an interrupted run: wait for it to end (node {spec.node} > "
+                        "Tasks), then run again"
+                    ) from exc
+                self.log(f"the earlier task {upid} ended in error: {exc.message}")
+        return bool(running)
 
     def _config(self) -> dict[str, Any]:
         return self.client.get(f"{self.base}/config")
@@ -360,6 +401,32 @@ class VmManager:
                 raise  # a start still running at the timeout says so itself
             raise start_failure(exc, self.spec.vmid, self.spec.name, self.spec.node) from exc
 
+    def _backup(self, storage: str) -> str | None:
+        """A vzdump backup of the VM to `storage` (mode stop: consistent, the VM is shut down for it and
+        started again if it ran; zstd), waited for; the archive its task log names, if it names one."""
+        spec = self.spec
+        self.log(
+            f"backing up VM {spec.vmid} ({spec.name}) to storage {storage} (vzdump) before destroying it"
+        )
+        upid = self.client.post(
+            f"nodes/{spec.node}/vzdump", vmid=str(spec.vmid), storage=storage, mode="stop", compress="zstd"
+        )
+        try:
+            self._wait(upid, f"back up VM {spec.vmid} to {storage}")
+        except PveTaskError as exc:
+            raise VmError(
+                f"the backup of VM {spec.vmid} ({spec.name}) to storage {storage!r} failed, so the VM was NOT "
+                f"destroyed: {exc.message}. Fix: name a storage whose content includes 'backup' (Datacenter > "
+                "Storage > Edit > Content) with room for the VM's disks, then run again"
+            ) from exc
+        if not isinstance(upid, str):
+            return None
+        for line in self.client.task_log(spec.node, upid, tail=50):
+            m = re.search(r"creating vzdump archive '([^']+)'", line)
+            if m:
+                return m.group(1)
+        return None
+
     def _shutdown(self) -> None:
         self._power("shutdown", timeout=int(min(self.timeout, 300)), forceStop=1)
 
@@ -376,11 +443,24 @@ class VmManager:
         if state == "absent":
             if entry is None:
                 return res
-            res.before = vmconfig.view(self._config())
+            config = self._config()
+            res.before = vmconfig.view(config)
+            if self.owner_tag and self.owner_tag not in tags_of(config) and not self.destroy_untagged:
+                res.status = res.status_before
+                res.kept = (
+                    f"VM {spec.vmid} ({spec.name}) does not carry the tag {self.owner_tag!r}: gpulab did not create "
+                    "it (it was adopted), so it is kept with its disks. To destroy it as well, name it: "
+                    f"-e gpulab_teardown_adopted={spec.name}"
+                )
+                return res
             res.changed = True
             res.status = "absent"
+            if self.backup_storage:
+                res.actions.append("backup")
             res.actions.append("destroy")
             if not self.check_mode:
+                if self.backup_storage:
+                    res.backup = self._backup(self.backup_storage)
                 if running:
                     self._power("stop")
                 upid = self.client.delete(self.base, purge=1, **{"destroy-unreferenced-disks": 1})
@@ -431,7 +511,12 @@ class VmManager:
                     touched = set(change.set) | set(change.delete)
                     res.pending = sorted(set(pending) | (touched - IMMEDIATE_KEYS))
                 if not self.check_mode:
-                    if running:
+                    settled = self._settle()
+                    if settled:
+                        entry = self._unlocked(self._lookup()) or entry
+                        running = entry.get("status") == "running"
+                        res.status = "running" if running else "stopped"
+                    if running or settled:
                         # The digest is in GET config only; diff again against exactly that config.
                         current = self._config()
                         change = vmconfig.diff(current, desired_update(spec, current))
@@ -460,7 +545,11 @@ class VmManager:
             res.changed = True
             res.actions.append("start")
             if not self.check_mode:
-                self._power("start")
+                # an interrupted run's start may still be running: wait for it rather than start twice (a VM
+                # this run created has no earlier task)
+                again = self._lookup() if not res.created and self._settle() else None
+                if again is None or again.get("status") != "running":
+                    self._power("start")
             res.status = "running"
         elif state == "stopped" and res.status == "running":
             res.changed = True

@@ -522,6 +522,29 @@ CONTROL: tuple[Option, ...] = (
         default=False,
     ),
     Option("address_timeout", "int", "Seconds to wait for the address.", default=300),
+    Option(
+        "owner_tag",
+        "str",
+        (
+            "With O(state=absent): destroy the VM only when it carries this PVE tag (the mark of the VMs gpulab "
+            "creates, set in the create call only); a VM without it is kept and RV(kept) says why. Unset: no "
+            "such check.",
+        ),
+    ),
+    Option(
+        "destroy_untagged",
+        "bool",
+        "With O(state=absent) and O(owner_tag): destroy the VM even without the tag (an adopted VM its owner named).",
+        default=False,
+    ),
+    Option(
+        "backup_storage",
+        "str",
+        (
+            "With O(state=absent): take a vzdump backup (mode stop, zstd) of the VM to this storage before it is "
+            "destroyed; a failed backup leaves the VM in place. The storage's content must include C(backup).",
+        ),
+    ),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in CONTROL}

@@ -136,11 +136,18 @@ class Backend(abc.ABC):
         """Plan, refuse or write the whole batch once, verify by re-reading. Returns the Result."""
         try:
             plan = self.plan()
+            unapplied = False
             if plan.changes and check_mode:
                 self.dry_run(plan)
             elif plan.changes:
                 self.write(plan)
                 self.verify(plan)
+            elif self.unapplied():
+                # an earlier run saved the whole table and was cut off before its apply step: the router
+                # holds what the lab wants but does not serve it yet
+                unapplied = True
+                if not check_mode:
+                    self._apply()
             addresses = {
                 d.name: str(plan.resolved[d.mac].ip)
                 for d in self._present
@@ -148,7 +155,15 @@ class Backend(abc.ABC):
             }
         finally:
             self._present, self._absent, self._free = [], [], []
-        return Result(bool(plan.changes), plan.changes, plan.before, plan.after, plan.resolved, addresses)
+        return Result(
+            bool(plan.changes) or unapplied, plan.changes, plan.before, plan.after, plan.resolved, addresses
+        )
+
+    def unapplied(self) -> bool:
+        """Whether the router holds saved changes its apply step has not put into service yet (routers with
+        an apply step that can tell; an interrupted run leaves them). A run whose plan is empty then applies
+        them once."""
+        return False
 
     def dry_run(self, plan: Plan) -> None:
         """Check mode: validate the plan on the router without changing it, where possible."""

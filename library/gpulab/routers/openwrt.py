@@ -6,7 +6,10 @@ host sections (anonymous or named otherwise) are read, and changed or removed on
 MAC of the lab. The whole batch is staged with uci and committed once (`uci commit dhcp`, then
 `/etc/init.d/dnsmasq reload`: a commit from the CLI alone reloads nothing); should a command fail
 before the commit, `uci revert dhcp` drops the staged half. Someone else's uncommitted dhcp changes
-are never committed or reverted along with gpulab's: the run refuses instead. Check mode stages the batch, reads
+are never committed or reverted along with gpulab's: the run refuses instead. A run whose connection dropped
+between staging and commit leaves only its own staged half (every change on a `gpulab_<mac>` section, in uci's
+change list): /etc/config/dhcp was not touched, so dnsmasq serves the previous reservations, and the next run
+reverts that half before it reads the table (a check run refuses instead: it writes nothing). Check mode stages the batch, reads
 `uci changes dhcp` and reverts it, so uci itself validates the plan. Current addresses come from
 the dnsmasq lease file (/tmp/dhcp.leases unless uci says otherwise).
 """
@@ -22,6 +25,15 @@ from .model import ApplyError, Lease, Plan, Reservation, RouterError, ip4, norm_
 from .shell import Shell
 
 _LINE = re.compile(r"^dhcp\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?=(.*)$")
+# one line of `uci changes dhcp` that touches a section gpulab names (section_name): set, option or delete
+_OWN_CHANGE = re.compile(r"^-?dhcp\.gpulab_[0-9a-f]{12}(?:[.=+]|$)")
+
+
+def own_changes_only(changes: str) -> bool:
+    """Whether `uci changes dhcp` lists changes, and all of them on gpulab's own sections (an interrupted run's
+    staged half)."""
+    lines = [line.strip() for line in changes.splitlines() if line.strip()]
+    return bool(lines) and all(_OWN_CHANGE.match(line) for line in lines)
 
 
 def parse_show(text: str) -> dict[str, dict]:
@@ -55,6 +67,10 @@ class OpenWrtBackend(Backend):
         self.leasefile = leasefile
         self.reload_command = reload_command
         self.uci = uci
+        self.check_mode = False
+        self._leftovers_checked = False
+        # the `uci changes` lines of an interrupted run that this run reverted
+        self.dropped_leftovers: list[str] = []
 
     def _leasefile(self) -> str:
         if not self.leasefile:
@@ -65,7 +81,19 @@ class OpenWrtBackend(Backend):
     def list_leases(self) -> list[Lease]:
         return parse_leases(self.shell.read(self._leasefile()) or "")
 
+    def _drop_own_leftovers(self) -> None:
+        """Revert an interrupted run's staged half (only gpulab's sections), before the table is read: uci's
+        show would count it as current."""
+        if self._leftovers_checked or self.check_mode:
+            return
+        self._leftovers_checked = True
+        pending = self.shell.run(f"{self.uci} changes dhcp")
+        if pending.rc == 0 and own_changes_only(pending.out):
+            self.shell.check(f"{self.uci} revert dhcp", doing="dropping an interrupted run's staged changes")
+            self.dropped_leftovers = pending.out.strip().splitlines()
+
     def list_reservations(self) -> list[Reservation]:
+        self._drop_own_leftovers()
         out = self.shell.check(
             f"{self.uci} -q -X show dhcp", doing="reading /etc/config/dhcp (uci show dhcp)"
         )
@@ -112,6 +140,12 @@ class OpenWrtBackend(Backend):
                 "section per MAC in /etc/config/dhcp, then run again"
             )
         pending = self.shell.run(f"{self.uci} changes dhcp")
+        if pending.rc == 0 and own_changes_only(pending.out):
+            raise RouterError(
+                f"/etc/config/dhcp on {self.shell.where} holds staged changes of an interrupted gpulab run (uci "
+                "changes dhcp; never committed, so the previous reservations still serve); a run without "
+                "--check drops them first. Run without --check, or drop them by hand (uci revert dhcp)"
+            )
         if pending.rc == 0 and pending.out.strip():
             raise RouterError(
                 f"/etc/config/dhcp on {self.shell.where} has uncommitted changes (uci changes dhcp) that are not "
@@ -132,6 +166,10 @@ class OpenWrtBackend(Backend):
         for r in plan.before:
             counts[r.ref] = counts.get(r.ref, 0) + 1
         return sorted(ref for ref in refs if counts.get(ref, 0) > 1)
+
+    def apply(self, check_mode: bool = False):
+        self.check_mode = check_mode
+        return super().apply(check_mode)
 
     def dry_run(self, plan: Plan) -> None:
         self._stage(plan)

@@ -100,6 +100,12 @@ class PfSenseBackend(Backend):
                     doing=f"checking {c.describe()}",
                 )
 
+    def unapplied(self) -> bool:
+        status = (
+            self._call("GET", V2 + "/services/dhcp_server/apply", doing="reading the DHCP apply status") or {}
+        )
+        return status.get("applied") is False
+
     def write(self, plan: Plan) -> None:
         status = (
             self._call("GET", V2 + "/services/dhcp_server/apply", doing="reading the DHCP apply status") or {}

@@ -53,12 +53,21 @@ class Shell:
         return res.out
 
     def write_atomic(self, path: str, text: str) -> None:
-        """Replace `path` with `text` in one rename, so readers never see half a file."""
+        """Replace `path` with `text` in one rename, so readers never see half a file.
+
+        The text goes to a temporary file beside `path` first. A connection that drops while it is sent ends
+        `cat` as if the text were complete (the router's shell reads end of input), so the file's size is
+        checked against the text's before the rename: a short file is removed and `path` keeps serving the
+        previous reservations."""
         q = shlex.quote(path)
         tmp = shlex.quote(path + ".gpulab-tmp")
         d = shlex.quote(posixpath.dirname(path) or ".")
+        size = len(text.encode())
         self.check(
-            f"mkdir -p {d} && cat > {tmp} && chmod 0644 {tmp} && mv -f {tmp} {q}",
+            f"mkdir -p {d} && cat > {tmp} && n=$(wc -c < {tmp}) && "
+            f'if [ "$n" -ne {size} ]; then rm -f {tmp}; '
+            f'echo "only $n of {size} bytes arrived (the connection dropped?); {path} is unchanged" >&2; exit 75; fi '
+            f"&& chmod 0644 {tmp} && mv -f {tmp} {q}",
             stdin=text,
             doing=f"writing {path}",
         )

@@ -40,6 +40,8 @@ def run(task: Task) -> dict:
         "restart_needed": False,
         "restarted": False,
         "mac": None,
+        "kept": None,
+        "backup": None,
     }
     what = f"VM {p['vmid']} ({p['name']}) on node {p['node']}"
     with Run(task, f"Managing {what}", VmError, ValueError, result=result) as run:
@@ -57,6 +59,9 @@ def run(task: Task) -> dict:
             timeout=p["timeout"],
             lock_timeout=p["lock_timeout"],
             log=task.log,
+            owner_tag=p["owner_tag"],
+            destroy_untagged=p["destroy_untagged"],
+            backup_storage=p["backup_storage"],
         )
         res = manager.ensure(p["state"], restart=p["restart"])
         result.update(
@@ -72,6 +77,8 @@ def run(task: Task) -> dict:
             restart_needed=res.restart_needed,
             restarted=res.restarted,
             mac=res.mac,
+            kept=res.kept,
+            backup=res.backup,
             current=None
             if res.current is None
             else {

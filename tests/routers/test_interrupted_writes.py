@@ -1,0 +1,142 @@
+"""The router write path under a connection that drops at any call (a property of gpulab.routers.backend).
+
+A router written one entry at a time, in its two kinds: with an apply step (OPNsense's reconfigure, pfSense's
+apply: entries are saved, the service serves the saved table only once applied) and without one (RouterOS,
+the ONT's form: each call serves at once). The connection drops at the N-th call and never comes back for that
+run (the undo fails too). Then:
+- with an apply step, the router serves exactly the reservations it served before, or all the new ones (the
+  apply came before the drop); saved changes it does not serve yet are applied by the next run even when that
+  run has nothing left to write (Backend.unapplied);
+- without one, every MAC has at most one reservation, each its old or its new one (never half an entry or two);
+- the next run, on a fresh connection, ends with exactly the reservations an uninterrupted run makes, one per
+  machine, and the run after it changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpulab.routers.backend import Backend
+from gpulab.routers.model import ConnectError, Lease, Reservation
+
+SUBNET = "192.168.100.0/24"
+MACS = [f"bc:24:11:00:00:0{n}" for n in range(1, 6)]
+
+
+class Router:
+    """The router's own state: the saved table, and the table its DHCP service serves."""
+
+    def __init__(self, saved: dict[str, tuple[str, str]], apply_step: bool):
+        self.saved = dict(saved)  # ref -> (mac, ip)
+        self.serving = dict(saved)
+        self.apply_step = apply_step
+        self.refs = itertools.count(100)
+
+
+class Fake(Backend):
+    kind = "fake"
+
+    def __init__(self, router: Router, drop_at: int | None = None):
+        super().__init__(subnet=SUBNET, name="the fake router")
+        self.router = router
+        self.calls = 0
+        self.drop_at = drop_at
+
+    def _call(self) -> None:
+        self.calls += 1
+        if self.drop_at is not None and self.calls >= self.drop_at:
+            raise ConnectError("the connection to the fake router dropped")
+
+    def list_leases(self) -> list[Lease]:
+        self._call()
+        return []
+
+    def list_reservations(self) -> list[Reservation]:
+        self._call()
+        return [
+            Reservation(mac, ipaddress.IPv4Address(ip), None, ref)
+            for ref, (mac, ip) in self.router.saved.items()
+        ]
+
+    def _save(self) -> None:
+        if not self.router.apply_step:
+            self.router.serving = dict(self.router.saved)
+
+    def _create(self, r: Reservation) -> None:
+        self._call()
+        self.router.saved[str(next(self.router.refs))] = (r.mac, str(r.ip))
+        self._save()
+
+    def _update(self, old: Reservation, new: Reservation) -> None:
+        self._call()
+        self.router.saved[old.ref] = (new.mac, str(new.ip))
+        self._save()
+
+    def _delete(self, old: Reservation) -> None:
+        self._call()
+        del self.router.saved[old.ref]
+        self._save()
+
+    def _apply(self) -> None:
+        self._call()
+        self.router.serving = dict(self.router.saved)
+
+    def unapplied(self) -> bool:
+        return self.router.apply_step and self.router.serving != self.router.saved
+
+
+def table(entries: dict[str, tuple[str, str]]) -> list[tuple[str, str]]:
+    return sorted(entries.values())
+
+
+def run(router: Router, wanted: dict[str, str], drop_at: int | None = None):
+    backend = Fake(router, drop_at)
+    for mac, ip in wanted.items():
+        backend.ensure(mac, ip)
+    return backend.apply(), backend.calls
+
+
+# the router's table before the run (some MACs of the lab, at some addresses) and the lab's wish
+tables = st.dictionaries(st.sampled_from(MACS), st.integers(50, 60), max_size=4)
+wishes = st.dictionaries(st.sampled_from(MACS), st.integers(50, 60), min_size=1, max_size=5)
+
+
+def addresses(d: dict[str, int]) -> dict[str, str]:
+    return {mac: f"192.168.100.{n}" for mac, n in d.items()}
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(before=tables, wish=wishes, apply_step=st.booleans(), data=st.data())
+def test_a_write_cut_at_any_call_serves_old_or_new_and_the_next_run_completes_it(
+    before, wish, apply_step, data
+):
+    wanted = addresses(dict(zip(wish, sorted(set(wish.values())), strict=False)))  # distinct addresses
+    saved = {str(i): (mac, ip) for i, (mac, ip) in enumerate(addresses(before).items())}
+    # an address the wish does not move stays with one MAC only: drop table entries that would clash
+    saved = {r: (m, ip) for r, (m, ip) in saved.items() if ip not in wanted.values() or wanted.get(m) == ip}
+    reference = Router(saved, apply_step)
+    _res, calls = run(reference, wanted)
+    assert {m: ip for m, ip in table(reference.serving) if m in wanted} == wanted
+
+    router = Router(saved, apply_step)
+    served_before = table(router.serving)
+    drop_at = data.draw(st.integers(1, calls), label="dropped at call")
+    with contextlib.suppress(ConnectError):
+        run(router, wanted, drop_at)
+    if apply_step:  # all or nothing: the apply step came, or the router serves what it did before
+        assert table(router.serving) in (served_before, table(reference.serving))
+    macs = [m for m, _ in table(router.serving)]
+    assert len(macs) == len(set(macs)), router.serving  # one reservation per MAC
+    old = dict(table(saved))
+    for mac, ip in table(router.serving):
+        assert ip in (old.get(mac), wanted.get(mac)), (mac, ip)
+
+    run(router, wanted)
+    assert table(router.serving) == table(reference.serving)
+    again, _ = run(router, wanted)
+    assert again.changed is False and table(router.serving) == table(router.saved)

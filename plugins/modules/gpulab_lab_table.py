@@ -24,6 +24,7 @@ options:
     description:
       - The lab's VMs, each with C(name), C(node), C(vmid), and optionally C(address) and C(gpu) (its
         C(vm_gpu), a card id or a list of them for a VM with several cards).
+      - Optionally C(down), true for a VM the run found unreachable (its k3s column then says C(down)).
       - Optionally C(config), the VM's config as the API returned it earlier in the same run (the
         C(current) result of gpulab_pve_vm); that VM's config is then not read again.
     type: list

@@ -69,6 +69,8 @@ rows:
   description:
     - One dict per VM with the keys vm, vmid, node (the PVE node the cluster list puts the VM on), address,
       shape, platform, gpu, onboot, driver, k3s, hami, shares.
+    - C(k3s) starts with C(down (VM stopped)) for a VM PVE lists but not running, or C(down (not answering)) for
+      one the run found unreachable, before the status its k3s node last had.
     - C(shares) says who holds what on each card HAMi registered on the VM's node (pods, their share, the
       free percent), from the pods' C(hami.io/vgpu-devices-allocated) annotations.
   returned: always

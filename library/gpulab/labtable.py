@@ -72,6 +72,17 @@ def _node_status(node: Mapping[str, Any]) -> str:
     return " ".join(x for x in (ready, role, version) if x)
 
 
+def down_text(vm: Mapping[str, Any], found: Mapping[str, Any]) -> str:
+    """Why the VM is down, or "": PVE lists it but not running, or the run found it unreachable (the k3s
+    stages' probe, `down` in its entry: a server that does not answer the controller)."""
+    status = found.get("status")
+    if found and status and status != "running":
+        return f"down (VM {status})"
+    if vm.get("down"):
+        return "down (not answering)"
+    return ""
+
+
 def rows(
     vms: list[Mapping[str, Any]],
     pve: Mapping[str, Mapping[str, Any]],
@@ -79,7 +90,8 @@ def rows(
     k8s_nodes: list[Mapping[str, Any]],
     k8s_pods: list[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, str]]:
-    """One row per VM. `vms`: {name, vmid, address, gpu (a card id, a list of them, or None)}; `pve`: read_vm_configs(); `gpus`: GPU facts
+    """One row per VM. `vms`: {name, vmid, address, gpu (a card id, a list of them, or None), down (the run
+    found it unreachable)}; `pve`: read_vm_configs(); `gpus`: GPU facts
     per VM name; `k8s_nodes`: items of `kubectl get nodes -o json` (node name = inventory name); `k8s_pods`:
     items of `kubectl get pods -A -o json`, whose HAMi annotations say who holds what on each card."""
     nodes = {n.get("metadata", {}).get("name"): n for n in k8s_nodes}
@@ -94,6 +106,8 @@ def rows(
         cards = gpus.get(name) or []
         node = nodes.get(name)
         alloc = (node or {}).get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
+        down = down_text(vm, found)
+        k3s = _node_status(node) if node else "-"
         table.append(
             {
                 "vm": name,
@@ -109,7 +123,8 @@ def rows(
                 "gpu": gpu_text(vm.get("gpu"), config),
                 "onboot": ("yes" if str(config.get("onboot", "0")) == "1" else "no") if config else "",
                 "driver": driver_text(cards),
-                "k3s": _node_status(node) if node else "-",
+                # a VM that is down says so first: its node's status is the last the cluster heard
+                "k3s": f"{down}, {k3s}" if down and node else down or k3s,
                 "hami": str(alloc) if alloc is not None else "-",
                 "shares": shares_text([c for c in usage if c["node"] == name]),
             }

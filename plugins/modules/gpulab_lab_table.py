@@ -24,6 +24,7 @@ options:
     description:
       - The lab's VMs, each with C(name), C(node), C(vmid), and optionally C(address) and C(gpu) (its
         C(vm_gpu), a card id or a list of them for a VM with several cards).
+      - Optionally C(down), true for a VM the run found unreachable (its k3s column then says C(down)).
       - Optionally C(config), the VM's config as the API returned it earlier in the same run (the
         C(current) result of gpulab_pve_vm); that VM's config is then not read again.
     type: list
@@ -75,6 +76,8 @@ rows:
   description:
     - One dict per VM with the keys vm, vmid, node (the PVE node the cluster list puts the VM on), address,
       shape, platform, gpu, onboot, driver, k3s, hami, shares.
+    - C(k3s) starts with C(down (VM stopped)) for a VM PVE lists but not running, or C(down (not answering)) for
+      one the run found unreachable, before the status its k3s node last had.
     - C(shares) says who holds what on each card HAMi registered on the VM's node (pods, their share, the
       free percent), from the pods' C(hami.io/vgpu-devices-allocated) annotations.
   returned: always

@@ -298,3 +298,58 @@ def test_hami_webhook_service_endpoints_follow_the_scheduler(lab):
     assert [e["conditions"]["ready"] for e in slice_["endpoints"]] == [True]
     lab.webhook(answers=False)
     assert hami.webhook_endpoints(lab.cluster.state)["endpoints"] is None
+
+
+# --- HAMi 2.10's per-card cordon (hami.io/device-cordon) -------------------------------------------------------
+
+
+def annotate(lab, node, overwrite=False, **pairs):
+    from labsim.net.k3s.apiserver import NODE_EDITS
+
+    info = {
+        "node": node,
+        "annotations": {k.replace("__", "/").replace("_", "-"): v for k, v in pairs.items()},
+    }
+    return NODE_EDITS["/gpulab/annotate"](lab.cluster.state["nodes"][node], info | {"overwrite": overwrite})
+
+
+def test_hami_device_cordon_card_cordoned(lab):
+    # a pod on the card keeps running when the card is cordoned; a new one is refused with CardCordoned (after
+    # the health check, before the others), the entry trimmed as HAMi trims it
+    lab.create(gpu_pod("running", percent=10))
+    assert annotate(lab, "vm-gpu", **{"hami.io__device_cordon": f" {UUID}, "}) == (200, {"changed": True})
+    node = k3s.node_object("vm-gpu", lab.cluster.state["nodes"]["vm-gpu"])
+    assert node["metadata"]["annotations"]["hami.io/device-cordon"] == f" {UUID}, "
+    lab.create(gpu_pod("new", percent=10))
+    assert phase(lab.pod("running"))[0] == "Running"
+    assert phase(lab.pod("new")) == ("Pending", None)
+    assert "1 1/1 CardCordoned," in scheduled_message(lab.pod("new"))
+    # taken off (kubectl annotate node vm-gpu hami.io/device-cordon-), the card takes the pod
+    annotate(lab, "vm-gpu", **{"hami.io__device_cordon-": ""})
+    lab.cluster.step_direct_pods()
+    assert phase(lab.pod("new")) == ("Running", "vm-gpu")
+
+
+def test_hami_device_cordon_absent_before_2_10(tmp_path, monkeypatch):
+    # HAMi 2.9.0 has no per-card cordon: the annotation is only an annotation
+    lab = Lab(tmp_path, monkeypatch, "2.9.0")
+    annotate(lab, "vm-gpu", **{"hami.io__device_cordon": UUID})
+    lab.create(gpu_pod("p", percent=10))
+    assert phase(lab.pod("p")) == ("Running", "vm-gpu")
+    assert hami.cordoned_cards({"hami.io/device-cordon": f"{UUID},, GPU-b "}) == {UUID, "GPU-b"}
+    assert hami.cordoned_cards({"hami.io/device-cordon": " "}) == set() and hami.cordoned_cards(None) == set()
+
+
+def test_kubectl_annotate_overwrite(lab):
+    # another value for an annotation the node has needs --overwrite (nothing is changed without it); the same
+    # value again, or KEY- (also of a key the node lacks), does not
+    annotate(lab, "vm-gpu", **{"gpulab.test__a": "1"})
+    code, answer = annotate(lab, "vm-gpu", **{"gpulab.test__a": "2", "gpulab.test__b": "x"})
+    assert code == 409
+    assert answer["error"] == (
+        "--overwrite is false but found the following declared annotation(s): 'gpulab.test/a' already has a value (1)"
+    )
+    assert "gpulab.test/b" not in lab.cluster.state["nodes"]["vm-gpu"]["annotations"]
+    assert annotate(lab, "vm-gpu", **{"gpulab.test__a": "1", "gpulab.test__none-": ""})[0] == 200
+    assert annotate(lab, "vm-gpu", overwrite=True, **{"gpulab.test__a": "2"})[0] == 200
+    assert lab.cluster.state["nodes"]["vm-gpu"]["annotations"] == {"gpulab.test/a": "2"}

@@ -1,5 +1,5 @@
 """A lab of two Proxmox nodes: each node's own memory budget, storages and GPUs, one PCI resource mapping
-id per kind of card, and no reboot of the node that holds every k3s server."""
+id per kind of card, and no reboot of a node whose k3s servers are more than etcd's quorum can lose."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_one_gpu_id_on_two_nodes_names_one_kind_of_card(two):
     assert found[0].fix.startswith("give this card an id of its own")
 
 
-def test_a_node_stage_host_may_reboot_does_not_hold_every_k3s_server(two):
+def test_a_node_stage_host_may_reboot_leaves_a_quorum_of_k3s_servers(two):
     # vm-1, the only server, is on pve
     two.hosts["pve2"]["pve_host_reboot_allowed"] = True
     assert problems(two) == []
@@ -98,14 +98,72 @@ def test_a_node_stage_host_may_reboot_does_not_hold_every_k3s_server(two):
     # as `-e pve_host_reboot_allowed=true` gives it
     two.hosts["pve"]["pve_host_reboot_allowed"] = "true"
     assert problems(two) == [("pve", "pve_host_reboot_allowed", True)]
-    # a server on the other node as well: rebooting pve leaves one
+    # three servers, two of them on pve: rebooting pve leaves one of three, short of etcd's quorum of two
     two.groups["k3s_agent"].remove("vm-gpu2")
     two.groups["k3s_server"] += ["vm-gpu2", "vm-2"]
     two.groups["k3s_agent"].remove("vm-2")
-    assert ("pve", "pve_host_reboot_allowed", True) not in problems(two)
+    found = two.check()[1]
+    assert [(p.host, p.field, p.value) for p in found] == [("pve", "pve_host_reboot_allowed", True)]
+    assert (
+        "its VMs hold 2 of the 3 k3s servers (vm-1, vm-2): while it is down 1 of 3 are left" in found[0].why
+    )
+    assert "fewer than etcd's quorum of 2" in found[0].why
+    assert found[0].fix.startswith("set pve_host_reboot_allowed: false for pve")
+    assert "or move a k3s server to another node (vm_node)" in found[0].fix
+    # pve no longer rebooted by stage host: pve2's reboot leaves two of three
+    two.hosts["pve"]["pve_host_reboot_allowed"] = False
+    assert problems(two) == []
+
+
+@pytest.mark.parametrize(
+    ("servers_on", "rebootable", "lost"),
+    [
+        # one server (SQLite): lost with its node, kept when another node reboots
+        ({"pve": ["s1"]}, ["pve", "pve2"], [("pve", ["s1"], 0)]),
+        ({"pve": ["s1"]}, ["pve2"], []),
+        # three servers: a node may hold one of them (two left of three), not two
+        ({"pve": ["s1", "s2"], "pve2": ["s3"]}, ["pve", "pve2"], [("pve", ["s1", "s2"], 1)]),
+        ({"pve": ["s1"], "pve2": ["s2"], "pve3": ["s3"]}, ["pve", "pve2", "pve3"], []),
+        # two servers on etcd: a majority of two is both, so neither node may reboot
+        ({"pve": ["s1"], "pve2": ["s2"]}, ["pve2"], [("pve2", ["s2"], 1)]),
+        # five servers: quorum three, a node may hold two
+        ({"a": ["1", "2"], "b": ["3", "4"], "c": ["5"]}, ["a", "b", "c"], []),
+        ({"a": ["1", "2", "3"], "b": ["4", "5"]}, ["a", "b"], [("a", ["1", "2", "3"], 2)]),
+        ({}, ["pve"], []),
+    ],
+)
+def test_quorum_losses_leave_fewer_servers_than_etcds_majority(servers_on, rebootable, lost):
+    from gpulab.labdef.node_checks import etcd_quorum, quorum_losses
+
+    assert [etcd_quorum(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 2, 3, 3]
+    assert quorum_losses(servers_on, rebootable) == lost
 
 
 def test_one_node_may_reboot_with_its_only_server(inv):
     """One node goes down with every VM whatever runs where: its reboot is the user's call, as before."""
     inv.hosts["pve"]["pve_host_reboot_allowed"] = True
     assert problems(inv) == []
+
+
+def test_demo_cluster_keeps_the_quorum_and_is_refused_with_pve_rebootable():
+    """inventory/demo-cluster: pve holds two of its three servers, so stage host may reboot pve2 only."""
+    from pathlib import Path
+
+    from gpulab import inventory, labdef
+
+    root = Path(__file__).resolve().parents[2]
+    groups, hostvar, names = inventory.load(root / "inventory" / "demo-cluster")
+
+    def reboots(found):
+        return [(p.host, p.why, p.fix) for p in found if p.field == "pve_host_reboot_allowed"]
+
+    assert hostvar("pve", "pve_host_reboot_allowed") is False
+    assert hostvar("pve2", "pve_host_reboot_allowed") is True
+    assert reboots(labdef.check(groups, hostvar, names)[1]) == []
+    # as `-e pve_host_reboot_allowed=true` would make it
+    forced = labdef.check(
+        groups, lambda h, n: True if n == "pve_host_reboot_allowed" else hostvar(h, n), names
+    )
+    [(host, why, fix)] = reboots(forced[1])
+    assert host == "pve" and "its VMs hold 2 of the 3 k3s servers (server-1, server-2)" in why
+    assert "set pve_host_reboot_allowed: false for pve" in fix and "move a k3s server" in fix

@@ -189,3 +189,18 @@ def test_the_card_shares_name_each_pod_its_share_and_the_free_percent():
     assert table[0]["shares"] == "-"
     assert table[1]["shares"] == "GPU-e1924eea: default/vllm-1 45 %, default/ollama-2 45 %, 10 % free"
     assert labtable.rows(VMS, PVE, GPUS, [gpu])[1]["shares"] == "GPU-e1924eea: 100 % free"
+
+
+def test_a_vm_that_is_down_says_so_in_its_k3s_column():
+    # server stopped through PVE: down, then the status its node last had in the cluster
+    stopped = PVE | {"vm-1": PVE["vm-1"] | {"status": "stopped"}}
+    nodes = [node("vm-1", ready="Unknown", server=True), node("vm-gpu", gpus=10)]
+    table = labtable.rows(VMS, stopped, GPUS, nodes)
+    assert table[0]["k3s"] == "down (VM stopped), NotReady control-plane v1.33.5+k3s1"
+    assert table[1]["k3s"] == "Ready agent v1.33.5+k3s1"
+    # running in PVE but not answering the controller (the k3s stages' probe), and not a k3s node
+    [row] = labtable.rows([VMS[0] | {"down": True}], PVE, {}, [])
+    assert row["k3s"] == "down (not answering)"
+    # a VM PVE does not list is absent, not down
+    [gone] = labtable.rows([VMS[0]], {}, {}, [])
+    assert gone["k3s"] == "-"

@@ -1,5 +1,5 @@
 """The k3s stand-in's API server: the HTTP API every server answers (plain HTTP: the stand-in's clients know),
-the cluster token's check and the node edits kubectl makes (cordon, label).
+the cluster token's check and the node edits kubectl makes (cordon, label, annotate).
 
 With etcd a follower answers through its leader, and without a quorum nothing answers but ``etcdserver:
 request timed out``.
@@ -199,5 +199,24 @@ def _label(node: dict, info: dict) -> tuple[int, dict]:
     return 200, {"changed": changed}
 
 
+def _annotate(node: dict, info: dict) -> tuple[int, dict]:
+    """kubectl annotate on one node: `key=value` sets, `key-` removes (no --overwrite needed), a new value for a
+    key that has one needs --overwrite (kubernetes/kubectl pkg/cmd/annotate/annotate.go@v0.33.5,
+    validateNoAnnotationOverwrites). A change is checked whole before any of it is made."""
+    annotations = node.setdefault("annotations", {})
+    for k, v in info["annotations"].items():
+        if not k.endswith("-") and k in annotations and annotations[k] != v and not info.get("overwrite"):
+            return 409, {
+                "error": "--overwrite is false but found the following declared annotation(s): "
+                f"'{k}' already has a value ({annotations[k]})"
+            }
+    for k, v in info["annotations"].items():
+        if k.endswith("-"):
+            annotations.pop(k[:-1], None)
+        else:
+            annotations[k] = v
+    return 200, {"changed": True}
+
+
 # POST path -> an edit of the node the request names, made under the cluster lock and saved on 200.
-NODE_EDITS = {"/gpulab/cordon": _cordon, "/gpulab/label": _label}
+NODE_EDITS = {"/gpulab/cordon": _cordon, "/gpulab/label": _label, "/gpulab/annotate": _annotate}

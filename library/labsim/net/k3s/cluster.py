@@ -143,7 +143,7 @@ def node_object(name, node):
     res = {"cpu": str(node.get("cpus", 1)), "memory": f"{node.get('memory_kib', 1048576)}Ki", "pods": "110"}
     if node.get("vgpus"):
         res["nvidia.com/gpu"] = str(node["vgpus"])
-    annotations = {"gpulab.lab/runtimes": ",".join(node.get("runtimes", []))}
+    annotations = {"gpulab.lab/runtimes": ",".join(node.get("runtimes", [])), **node.get("annotations", {})}
     if node.get("hami_register"):
         annotations["hami.io/node-nvidia-register"] = node["hami_register"]
     return {

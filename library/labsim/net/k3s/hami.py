@@ -45,6 +45,8 @@ PINNED_CHART = "2.10.0"
 UNEXPECTED_ADMISSION = "UnexpectedAdmissionError"
 #: HAMi's scheduler extender's reason for a node without HAMi's devices (pkg/scheduler/scheduler.go@v2.10.0)
 NODE_UNREGISTERED = "node unregistered"
+#: HAMi 2.10's per-card cordon: a node annotation listing GPU UUIDs that take no new pods
+DEVICE_CORDON = "hami.io/device-cordon"
 #: the Deployment pods rejected at admission that the stand-in keeps listed per Deployment (kube-controller-
 #: manager's pod GC only removes terminated pods above 12500)
 FAILED_KEPT = 50
@@ -358,15 +360,28 @@ def card_usage(others, pod):
     return used
 
 
-def card_refusal(card, used, req, mem, pins):
+def cordoned_cards(annotations, version="2.10.0"):
+    """The UUIDs of the node annotation `hami.io/device-cordon` (HAMi v2.10.0 pkg/device/nvidia/device.go,
+    DeviceCordonAnnotation and cordonedDevices): a comma-separated list, each entry trimmed, empty ones
+    skipped; no annotation or an empty value cordons nothing. HAMi 2.9.0 has no such annotation."""
+    if version_tuple(version) < (2, 10):
+        return set()
+    raw = str((annotations or {}).get(DEVICE_CORDON, ""))
+    return {u.strip() for u in raw.split(",") if u.strip()}
+
+
+def card_refusal(card, used, req, mem, pins, cordoned=frozenset()):
     """Why HAMi's Fit (pkg/device/nvidia/device.go@v2.10.0, the same checks at v2.9.0) refuses this card for
-    the request, in its order, or None: an unhealthy card, a UUID the pod does not pin, every time slice taken
+    the request, in its order, or None: an unhealthy card, a card the node's `hami.io/device-cordon` names
+    (CardCordoned, 2.10.0: new pods only, the pods on it keep running), a UUID the pod does not pin, every time slice taken
     (deviceSplitCount), too little memory or cores left, all 100 cores asked on a card another pod holds
     (exclusive), no cores asked on a card whose cores are all taken."""
     cores = min(req["cores"], 100)  # HAMi caps a request above 100 at 100
     total_cores = card.get("devcore", 0)
     if card.get("health") is not True:
         return "CardNotHealth"
+    if card["id"] in cordoned:
+        return "CardCordoned"
     if pins and card["id"] not in pins:
         return "CardUuidMismatch"
     if used["count"] >= card.get("count", 0):
@@ -456,6 +471,9 @@ def schedule(state, pod, others, alive):
             node_reasons[name] = [NODE_UNREGISTERED], True
             continue
         cards = json.loads(node["hami_register"])
+        cordoned = cordoned_cards(
+            node.get("annotations"), (state.get("hami") or {}).get("chart_version") or PINNED_CHART
+        )
         if req["count"] > len(cards):
             node_reasons[name] = ["NodeInsufficientDevice"], True
             continue
@@ -463,7 +481,7 @@ def schedule(state, pod, others, alive):
         for card in cards:
             u = used.get(card["id"], {"mem": 0, "cores": 0, "count": 0})
             mem = req["mem"] or (card["devmem"] * req["percent"] // 100 if req["percent"] else card["devmem"])
-            refusal = card_refusal(card, u, req, mem, pins)
+            refusal = card_refusal(card, u, req, mem, pins, cordoned)
             if refusal:
                 why[refusal] = why.get(refusal, 0) + 1
             else:

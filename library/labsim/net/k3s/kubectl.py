@@ -452,6 +452,20 @@ def label_node(args, rest, flags):
     return 0
 
 
+def annotate_node(args, rest, flags):
+    """kubectl annotate node NAME KEY=VALUE... KEY-... [--overwrite]: `node/NAME annotated`."""
+    node, pairs = rest[2], rest[3:]
+    annotations = {p.split("=", 1)[0]: p.split("=", 1)[1] if "=" in p else "" for p in pairs}
+    _reply, err = post(
+        "/gpulab/annotate", {"node": node, "annotations": annotations, "overwrite": flags.overwrite}
+    )
+    if err:
+        print(err.replace("Error from server (NotFound): --overwrite", "error: --overwrite"), file=sys.stderr)
+        return 1
+    print(f"node/{node} annotated")
+    return 0
+
+
 def cordon(args, rest, flags):
     """kubectl cordon|uncordon|drain NODE."""
     verb, node = rest
@@ -559,6 +573,8 @@ COMMANDS = (
      get_list),
     (lambda rest, flags: rest[:1] == ["get"] and len(rest) >= 2, get),
     (lambda rest, flags: rest[:2] in (["label", "node"], ["label", "nodes"]) and len(rest) >= 4, label_node),
+    (lambda rest, flags: rest[:2] in (["annotate", "node"], ["annotate", "nodes"]) and len(rest) >= 4,
+     annotate_node),
     (lambda rest, flags: rest[:1] in (["cordon"], ["uncordon"], ["drain"]) and len(rest) == 2, cordon),
     (lambda rest, flags: rest[:1] == ["wait"] and len(rest) == 2 and rest[1].startswith(("node/", "nodes/")),
      wait_node),

@@ -43,7 +43,7 @@ $(VENV_MIN)/.stamp: pyproject.toml | deps
 	@test -n "$(ANSIBLE_CORE_MIN)" || { echo "no ansible-core>=X bound in pyproject.toml"; exit 1; }
 	@test -x $(VENV_MIN)/bin/python || $(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/python -m pip install -q --upgrade pip
-	$(VENV_MIN)/bin/python -m pip install -q -e . 'pytest>=8' 'pytest-xdist>=3.5' 'hypothesis>=6.100' 'ansible-core==$(ANSIBLE_CORE_MIN)'
+	$(VENV_MIN)/bin/python -m pip install -q -e . 'pytest>=8' 'pytest-xdist>=3.8' 'hypothesis>=6.100' 'ansible-core==$(ANSIBLE_CORE_MIN)'
 	@touch $@
 
 demo: deps venv

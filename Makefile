@@ -14,6 +14,10 @@ MIN_TESTS := tests/test_controller_in_worker.py tests/test_ansible_interfaces.py
 	tests/routers/test_module.py tests/pve/test_connection_inventory.py tests/pve/test_vm_module.py \
 	tests/pve/test_other_modules.py tests/pve/test_module_secrets.py tests/pve/test_vm_options.py \
 	tests/pve/test_download_progress.py
+# How many pytest processes `make unit` and `make unit-min` run (CI has two cores; 0 runs every test in one
+# process, as plain `.venv/bin/pytest` does).
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
@@ -39,7 +43,7 @@ $(VENV_MIN)/.stamp: pyproject.toml | deps
 	@test -n "$(ANSIBLE_CORE_MIN)" || { echo "no ansible-core>=X bound in pyproject.toml"; exit 1; }
 	@test -x $(VENV_MIN)/bin/python || $(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/python -m pip install -q --upgrade pip
-	$(VENV_MIN)/bin/python -m pip install -q -e . 'pytest>=8' 'hypothesis>=6.100' 'ansible-core==$(ANSIBLE_CORE_MIN)'
+	$(VENV_MIN)/bin/python -m pip install -q -e . 'pytest>=8' 'pytest-xdist>=3.8' 'hypothesis>=6.100' 'ansible-core==$(ANSIBLE_CORE_MIN)'
 	@touch $@
 
 demo: deps venv
@@ -54,17 +58,20 @@ lint: venv
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 
-# Every pytest test, the whole-lab proofs of tests/e2e included (about 7 of its minutes, as root).
+# Every pytest test, the whole-lab proofs of tests/e2e included (about 7 of its minutes, as root), in
+# TEST_WORKERS pytest processes (pytest-xdist): each test file runs whole in one of them, and so do the files that
+# share a lab (tests/simlab.py SHARED_LABS, tests/conftest.py's scheduler), so a module's or a group's lab comes up
+# once; while one worker's lab test waits on its hosts, the other works.
 unit: venv
-	$(BIN)/pytest
+	$(BIN)/pytest $(XDIST)
 
 # The plugin and module tests again on the lowest ansible-core pyproject.toml allows (about 2 minutes).
 unit-min: venv-min
-	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider $(MIN_TESTS)
+	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider $(XDIST) $(MIN_TESTS)
 
 # Only the whole-lab proofs (bad input through site.yml, faults, secrets at -vvv).
 e2e: venv
-	$(BIN)/pytest tests/e2e
+	$(BIN)/pytest $(XDIST) tests/e2e
 
 # The whole site.yml on the simulated lab: check run on a fresh lab, converge, idempotence, verify; first on
 # the demo lab (default), then adopting the user's hand-made lab as it runs, behind its Huawei ONT

@@ -1,5 +1,48 @@
 """For every test: the modules' shared code (plugins/module_utils) importable as Ansible ships it."""
 
+import os
+
+import pytest
+import simlab
 from ansible_modules import use_module_utils
 
 use_module_utils()
+
+
+def pytest_collection_modifyitems(config, items):
+    """In `make unit`'s pytest-xdist workers: the test files with a lab, real daemons or playbook runs (a test
+    marked root or slow) first, each file's tests in their order, the quick files after them, so that the two
+    workers share out the long files and finish on the quick ones (run with --no-loadscope-reorder, which keeps
+    this order). A plain pytest run keeps the collection order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    heavy = {
+        item.path for item in items if item.get_closest_marker("root") or item.get_closest_marker("slow")
+    }
+    items.sort(key=lambda item: item.path not in heavy)  # stable: the order within each group stays
+
+
+@pytest.fixture(scope="session")
+def converged_demo():
+    """A demo lab after one whole converge, shared by the test files of simlab.SHARED_LABS["converged_demo"]
+    (simlab.ConvergedDemo says how)."""
+    with simlab.converged_demo() as demo:
+        yield demo
+
+
+#: test file -> the group of files that share a session fixture's lab with it (simlab.SHARED_LABS)
+SHARED_LAB_OF = {path: group for group, paths in simlab.SHARED_LABS.items() for path in paths}
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make unit`'s pytest-xdist scheduling: a test file's tests go to one worker (its module fixtures run
+    once), and so do all the files of one simlab.SHARED_LABS group (their session fixture runs once)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrSharedLab(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SHARED_LAB_OF.get(path, path)
+
+    return FileOrSharedLab(config, log)

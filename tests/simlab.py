@@ -5,6 +5,7 @@ what the test needs."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import ansible_runs
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,12 +54,60 @@ def running_lab(
 
 @contextlib.contextmanager
 def machine_apt_lists_aged(age_s: float) -> Iterator[None]:
-    """The machine's /var/lib/apt/lists dated ``age_s`` seconds ago for the block (0: just updated), then back."""
+    """The machine's /var/lib/apt/lists dated ``age_s`` seconds ago for the block (0: just updated), then back.
+
+    One block at a time on the machine (a lock file beside the lists): `make unit` runs test files in two
+    pytest workers, and two blocks interleaved would each put back what the other had set."""
     lists = Path("/var/lib/apt/lists")
-    before = lists.stat()
-    stamp = time.time() - age_s
-    os.utime(lists, (stamp, stamp))
-    try:
-        yield
-    finally:
-        os.utime(lists, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with open(lists.parent / ".gpulab-tests-lists-aged.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = lists.stat()
+        stamp = time.time() - age_s
+        os.utime(lists, (stamp, stamp))
+        try:
+            yield
+        finally:
+            os.utime(lists, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+#: the test files that share one session fixture (its lab): `make unit`'s pytest-xdist scheduler (tests/conftest.py)
+#: runs each group's files in one worker, in collection order, so that the fixture is made once
+SHARED_LABS = {"converged_demo": ("tests/e2e/test_secrets.py", "tests/k3s/test_lab_stack.py")}
+
+
+class ConvergedDemo:
+    """The demo lab (inventory/demo, fixture reference) after one whole site.yml converge at -vvv, with Ansible's
+    JSON result format (no folded lines), while the machine's apt lists are days old.
+
+    One converge for two proofs (the root conftest's session fixture `converged_demo`): tests/e2e/test_secrets.py
+    reads that run's output and the lab's state right after it, then tests/k3s/test_lab_stack.py goes on from it
+    (workloads, upgrade, teardown) and stops the lab when its module ends (`close`). SHARED_LABS has `make unit`'s
+    workers run both files in one process, in that order; `handed_on` says that a test went on from the converge
+    (the lab's state is no longer the converge's)."""
+
+    def __init__(self, stack: contextlib.ExitStack, state: Path, desc: dict[str, Any]) -> None:
+        self._stack = stack
+        self.state, self.desc = state, desc
+        self.handed_on = False
+        env = ansible_runs.playbook_env(GPULAB_LAB_STATE=str(state), ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+        # CI's make demo runs right after an apt-get update: the VMs' apt refresh must not depend on the
+        # machine's lists, fresh or days old (the VMs have lists of their own)
+        with machine_apt_lists_aged(5 * 86400):
+            self.converge = ansible_runs.ansible_playbook(
+                "-i", ROOT / "inventory" / "demo", ROOT / "site.yml", "-vvv", env=env, timeout=900
+            )
+
+    def close(self) -> None:
+        """Stop the lab (again: nothing)."""
+        self._stack.close()
+
+
+@contextlib.contextmanager
+def converged_demo() -> Iterator[ConvergedDemo]:
+    with contextlib.ExitStack() as stack:
+        state, desc = stack.enter_context(
+            running_lab(
+                "gtdemo", ("dnsmasq", "sshd"), lambda d: d.get("vm_init") == "systemd", "with its hosts"
+            )
+        )
+        yield ConvergedDemo(stack, state, desc)

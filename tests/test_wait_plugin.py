@@ -62,12 +62,17 @@ def test_a_condition_that_holds_at_the_first_look_returns_at_once(tmp_path):
 
 
 def test_lines_at_a_steady_pace_until_the_condition_holds(tmp_path):
-    flag = tmp_path / "flag"
-    # ansible-playbook takes some seconds to start: the flag comes about 4 s into the wait
-    writer = subprocess.Popen(["sh", "-c", f"sleep 8; echo ok > {flag}"])
+    flag, looked = tmp_path / "flag", tmp_path / "looked"
+    # the flag comes 4 s after the wait's first look, however long ansible-playbook takes to start (a busy
+    # machine: make unit runs two pytest workers)
+    writer = subprocess.Popen(
+        ["sh", "-c", f"until [ -e {looked} ]; do sleep 0.1; done; sleep 4; echo ok > {flag}"]
+    )
+    look = {"cmd": f"sh -c 'touch {looked}; cat {flag}'"}
     try:
-        proc = _run(tmp_path, _wait_for_file(flag, timeout=30))
+        proc = _run(tmp_path, _wait_for_file(flag, timeout=30, module_args=look))
     finally:
+        writer.kill()  # (done by now, unless the wait never looked)
         writer.wait()
     assert proc.returncode == 0, proc.stdout
     res = _result(proc)

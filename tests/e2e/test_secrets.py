@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import DEMO, RunningLab, run_playbook
+from .helpers import RunningLab
 
+# The converge is the one tests/k3s/test_lab_stack.py goes on from (simlab.ConvergedDemo, SHARED_LABS): this file
+# runs first.
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 # Where the secrets have to be, relative to the state dir, and why:
@@ -48,8 +50,10 @@ def _holders(state: Path, secret: bytes) -> set[str]:
     return found
 
 
-def test_verbose_converge_leaks_no_secret(lab: RunningLab) -> None:
-    proc = run_playbook(lab, DEMO, "-vvv", timeout=900)
+def test_verbose_converge_leaks_no_secret(converged_demo) -> None:
+    assert not converged_demo.handed_on, "a test went on from the converge before this one read it"
+    lab = RunningLab(converged_demo.state, converged_demo.desc)
+    proc = converged_demo.converge
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
     # -vvv really shows module arguments and connection details (the token id is not secret).

@@ -30,7 +30,6 @@ import pytest
 import requests
 import urllib3
 import yaml
-from simlab import machine_apt_lists_aged, running_lab
 
 from gpulab import monitoring
 from labsim.network_lab import lab_id
@@ -127,20 +126,14 @@ def changed(recap: dict) -> int:
 
 
 @pytest.fixture(scope="module")
-def lab():
-    def hosts_up(desc):
-        return desc.get("vm_init") == "systemd"
-
-    # The machine's apt lists days old (CI's make demo runs right after an apt-get update): the VMs'
-    # apt refresh must not depend on either (they have lists of their own).
-    with (
-        machine_apt_lists_aged(5 * 86400),
-        running_lab("gtlabstack", ("dnsmasq", "sshd"), hosts_up, "with its hosts") as (state, desc),
-    ):
-        lab = LabK3sStack(state, desc)
-        rc, _, out = lab.play("site.yml")
-        assert rc == 0, out[-6000:]
-        yield lab
+def lab(converged_demo):
+    """The demo lab after site.yml (its converge, with the machine's apt lists days old, is the one
+    tests/e2e/test_secrets.py reads first: simlab.ConvergedDemo); stopped when this module ends."""
+    proc = converged_demo.converge
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    converged_demo.handed_on = True
+    yield LabK3sStack(converged_demo.state, converged_demo.desc)
+    converged_demo.close()
 
 
 @pytest.fixture(scope="module")

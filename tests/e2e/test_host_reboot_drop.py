@@ -42,11 +42,14 @@ def _bridge_port(lab: RunningLab) -> str:
     """The lab bridge's port towards the node (the host end of the node's veth): the node's own boot
     cannot bring it back up."""
     ns = lab.info["node_host"]["netns"]
-    [inner] = json.loads(
-        subprocess.run(
-            ["ip", "-n", ns, "-j", "link", "show", "vmbr0"], capture_output=True, text=True, check=True
-        ).stdout
-    )
+    # vmbr0 is a bridge in the node; its port eno1 is the node's end of the veth
+    [inner] = [
+        link
+        for link in json.loads(
+            subprocess.run(["ip", "-n", ns, "-j", "link"], capture_output=True, text=True, check=True).stdout
+        )
+        if link.get("master") == "vmbr0" and "link_index" in link
+    ]
     links = json.loads(
         subprocess.run(["ip", "-j", "link"], capture_output=True, text=True, check=True).stdout
     )

@@ -35,5 +35,5 @@ def test_a_vm_address_that_is_not_the_held_lease_stops_the_run_before_any_write(
     )
     out = agree.stdout + agree.stderr
     assert "Plan the reservations (check mode)" in out, out[-3000:]
-    assert "holds" not in out.split("PLAY [Network", 1)[0], out[-3000:]
+    assert "(its DHCP lease" not in out.split("PLAY [Network", 1)[0], out[-3000:]
     assert homelab.writes(before) == []

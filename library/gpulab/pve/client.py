@@ -30,6 +30,7 @@ from proxmoxer.core import ProxmoxResource
 from requests.adapters import HTTPAdapter
 
 from gpulab.constants import PVE_FINGERPRINT_RE, PVE_TOKEN_ID_RE
+from gpulab.tls import certificate_rejected
 
 RETRY_STATUS = frozenset({500, 502, 503, 504, 595, 596, 597, 599})
 # PVE answers 500 for these too, but they will not change by asking again.
@@ -204,14 +205,16 @@ class _Session(ProxmoxHttpSession):
             client._count(method, path)
             try:
                 resp = super().request(method, url, params=params, data=data, **kwargs)
-            except requests.exceptions.SSLError as exc:
-                raise PveConnectionError(
-                    f"TLS verification failed ({exc}); set api_ca_file to the PVE CA "
-                    "(/etc/pve/pve-root-ca.pem), pin the certificate with api_fingerprint, or, on a lab "
-                    "only, set api_validate_certs false",
-                    call,
-                ) from exc
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+                # SSLError is a ConnectionError: a rejected certificate is a setting to fix, while a
+                # connection that broke inside TLS (EOF without close_notify) is retried like a reset.
+                if certificate_rejected(exc):
+                    raise PveConnectionError(
+                        f"TLS verification failed ({exc}); set api_ca_file to the PVE CA "
+                        "(/etc/pve/pve-root-ca.pem), pin the certificate with api_fingerprint, or, on a lab "
+                        "only, set api_validate_certs false",
+                        call,
+                    ) from exc
                 if attempt <= conn.retries:
                     time.sleep(conn.backoff * 2 ** (attempt - 1))
                     continue

@@ -6,6 +6,8 @@ import urllib.parse
 
 import requests
 
+from gpulab.tls import certificate_rejected
+
 from .model import AuthError, ConnectError, RouterError
 
 MASK = "********"
@@ -62,6 +64,10 @@ class HttpClient:
             # verify per request: requests lets REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE override session.verify=False
             resp = self.session.request(method, url, timeout=self.timeout, verify=self.session.verify, **kw)
         except requests.exceptions.SSLError as e:
+            if not certificate_rejected(e):
+                raise ConnectError(
+                    self.mask(f"{doing}: the TLS connection to {self.router} at {self.base} broke: {e}")
+                ) from None
             raise ConnectError(
                 self.mask(
                     f"{doing}: TLS check of {self.base} failed ({e.__class__.__name__}); give the router a "

@@ -227,7 +227,7 @@ class SeedError(FixtureError):
 
 
 def normalise_seed(seed: dict[str, Any], fixture: dict[str, Any], src: Path) -> dict[str, Any]:
-    """Check a fixture's ``seed`` and fill in defaults; the node's command line goes to ``nodes[0].lab``."""
+    """Check a fixture's ``seed`` and fill in defaults; the node's command line and files go to ``nodes[0].lab``."""
     seed = copy.deepcopy(seed)
     if not isinstance(seed, dict):
         raise SeedError(f"lab fixture {src}: 'seed' must be a mapping")
@@ -264,9 +264,19 @@ def normalise_seed(seed: dict[str, Any], fixture: dict[str, Any], src: Path) -> 
         vm["root_config"] = {k: _param(v) for k, v in (vm.get("root_config") or {}).items()}
         vm["mac"] = _mac_of(vm["create"]["net0"], src, vmid)
     node = seed.setdefault("node", {})
+    first = fixture["nodes"][0]
     if node.get("kernel_cmdline"):
-        first = fixture["nodes"][0]
         first["lab"] = {**(first.get("lab") or {}), "kernel_cmdline": str(node["kernel_cmdline"]).strip()}
+    files = node.get("files") or {}
+    if not isinstance(files, dict) or not all(
+        isinstance(path, str) and path.startswith("/etc/") and ".." not in path and isinstance(text, str)
+        for path, text in files.items()
+    ):
+        raise SeedError(
+            f"lab fixture {src}: seed.node.files must map paths under /etc/ to each file's text ({files!r})"
+        )
+    if files:
+        first["lab"] = {**(first.get("lab") or {}), "files": dict(files)}
     return seed
 
 

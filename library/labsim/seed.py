@@ -15,7 +15,9 @@ paths, so that what PVE stores is what the simulator's create and config calls s
   installer's default: the user is in group ``sudo`` and sudo asks for the password). The password is a
   lab secret (``seed.guest_password`` in ``lab.json``); the user's SSH key is the lab's key.
 - ``node``: ``kernel_cmdline``, the first line of the node's ``/etc/kernel/cmdline`` (what its
-  installer left; with the GPU blacklist already on it in fixtures/homelab-blacklisted.yml).
+  installer left; with the GPU blacklist already on it in fixtures/homelab-blacklisted.yml), and ``files``,
+  path (under ``/etc/``) to text: node files as their owner or an earlier run left them, in place of the
+  first-boot ones (fixtures/homelab-configured.yml: the node stage host has configured and rebooted).
 
 :func:`seed_state` runs once per state directory (``seeded`` in the PVE state), as root@pam with a
 password ticket, through :meth:`labsim.pve_api.PveApiSim.call`. For each seeded VM it writes

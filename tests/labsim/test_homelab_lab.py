@@ -271,6 +271,8 @@ def test_leases_are_the_seeded_addresses_inside_the_labs_range():
 @pytest.mark.parametrize(("name", "line", "state"), [
     ("homelab", "root=ZFS=rpool/ROOT/pve-1 boot=zfs \n", "stock"),
     ("homelab-blacklisted", f"root=ZFS=rpool/ROOT/pve-1 boot=zfs {BLACKLIST}\n", "blacklisted"),
+    # the node stage host has configured (its files in seed.node.files): the first boot packs them, vfio-pci wins
+    ("homelab-configured", f"root=ZFS=rpool/ROOT/pve-1 boot=zfs {BLACKLIST}\n", "vfio"),
 ])  # fmt: skip
 def test_node_command_line_is_a_fixture_choice(tmp_path, name, line, state):
     node = load_fixture(name)["nodes"][0]
@@ -283,6 +285,20 @@ def test_node_command_line_is_a_fixture_choice(tmp_path, name, line, state):
     result = node_host.boot(root, tmp_path / "view", {"iommu": True})
     assert result["state"] == state and result["cmdline"].endswith(line.strip())
     assert (tmp_path / "view" / "proc" / "cmdline").read_text().strip() == result["cmdline"]
+    for path, text in (node.get("lab") or {}).get("files", {}).items():
+        assert spec["files"][path] == text  # the fixture's node files replace the first-boot ones
+
+
+@pytest.mark.parametrize(
+    "files", [{"/root/.bashrc": "x"}, {"/etc/../root/x": "x"}, {"/etc/modules": 1}, ["x"]]
+)
+def test_node_files_of_a_fixture_must_be_text_under_etc(tmp_path, files):
+    fixture = tmp_path / "bad.yml"
+    fixture.write_text(
+        yaml.safe_dump({"extends": "homelab", "name": "bad", "seed": {"node": {"files": files}}})
+    )
+    with pytest.raises(FixtureError, match=r"seed\.node\.files must map paths under /etc/"):
+        load_fixture(fixture)
 
 
 # --------------------------------------------------------------------------------------- the disk stand-ins

@@ -143,6 +143,8 @@ def node_host_spec(
         files["/etc/default/grub.d/zfs.cfg"] = (
             'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX root=ZFS=rpool/ROOT/pve-1 boot=zfs"\n'
         )
+    # node files as their owner or an earlier run left them (fixture seed.node.files)
+    files.update((node.get("lab") or {}).get("files") or {})
     state = hdir / "state"
     view, real_sys, pve = state / "view", state / "realsys", state / "pve"
     real_sys.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import json
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -71,7 +71,7 @@ class DroppingServer:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[callable]:
+def server(tmp_path: Path) -> Iterator[Callable[[int], DroppingServer]]:
     made: list[DroppingServer] = []
 
     def start(drops: int) -> DroppingServer:

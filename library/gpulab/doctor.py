@@ -136,6 +136,8 @@ class Report:
     node: list[Finding]
     cards: list[CardReport]
     qemu_server: str | None
+    cpu_bits: int | None = None  # /proc/cpuinfo's "address sizes ... bits physical"
+    iommu_bits: int | None = None  # the narrowest IOMMU's address width (Intel's cap register)
 
     @property
     def blocked(self) -> bool:
@@ -307,15 +309,15 @@ def analyse(text: str) -> Report:
                     f.append(Finding(BLOCKS, "BAR size", why, FIXES["upgrade"]))
                 else:
                     fix = (
-                        f"vm_cpu: host with vm_guest_phys_bits: {iommu_bits} (stage vms writes "
-                        f"cpu host,guest-phys-bits={iommu_bits})"
+                        f"stage vms gives the VM that gets this card guest-phys-bits={iommu_bits} in its cpu "
+                        f"option (cpu host,guest-phys-bits={iommu_bits}); vm_guest_phys_bits sets another width"
                     )
                     f.append(Finding(WARN, "BAR size", f"{need}; {narrow}", fix))
             else:
                 f.append(Finding(WARN, "BAR size", need, FIXES["cpu-host"]))
         elif big:
             f.append(Finding(OK, "BAR size", f"largest BAR {big >> 20} MiB fits OVMF's default window"))
-    return Report(node, cards, qemu_server)
+    return Report(node, cards, qemu_server, cpu_bits, iommu_bits)
 
 
 def large_bar_cards(report: Report) -> list[str]:
@@ -323,8 +325,37 @@ def large_bar_cards(report: Report) -> list[str]:
     return [c.address for c in report.cards if c.largest_bar >= LARGE_BAR]
 
 
-def iommu_width(text: str) -> int | None:
-    return _iommu_bits(_sections(text).get("iommu", []))
+def guest_address_width(report: Report, slots: list[str]) -> tuple[int, str] | None:
+    """The guest-phys-bits a VM that gets the cards at ``slots`` needs, and why; None when it needs none.
+
+    A card whose BAR needs the wide guest address space (:data:`LARGE_BAR`) behind an IOMMU narrower than the
+    CPU: the guest must not place the BAR above what the IOMMU can map, so its physical address width is the
+    IOMMU's (qemu-server 9.0.18, "close #6378"). With an older qemu-server stage host has already stopped the
+    run (the BAR size finding blocks)."""
+    if not (report.iommu_bits and report.cpu_bits and report.iommu_bits < report.cpu_bits):
+        return None
+    if report.qemu_server and _version(report.qemu_server) < GUEST_PHYS_BITS_SINCE:
+        return None
+    wanted = {str(s).lower() for s in slots}
+    big = [c for c in report.cards if c.address in wanted and c.largest_bar >= LARGE_BAR]
+    if not big:
+        return None
+    cards = ", ".join(f"{c.card.describe()} at {c.address} (BAR {c.largest_bar >> 30} GiB)" for c in big)
+    why = (
+        f"{cards}: the node's IOMMU maps {report.iommu_bits} address bits and its CPU has {report.cpu_bits}, so "
+        f"the guest's physical address width is {report.iommu_bits} (gpulab doctor's BAR size finding)"
+    )
+    return report.iommu_bits, why
+
+
+def vm_cpu(report: Report, cpu: str, slots: list[str]) -> dict[str, str]:
+    """The cpu option of a VM with the cards at ``slots`` (``cpu``: the resolved spec's) with the address width
+    :func:`guest_address_width` requires, and why (empty: ``cpu`` as it is). A cpu option that already names
+    guest-phys-bits (vm_guest_phys_bits) is the owner's choice and stays."""
+    width = guest_address_width(report, slots)
+    if width is None or "guest-phys-bits=" in cpu:
+        return {"cpu": cpu, "why": ""}
+    return {"cpu": f"{cpu},guest-phys-bits={width[0]}", "why": width[1]}
 
 
 def as_dict(report: Report) -> dict:

@@ -2,7 +2,9 @@
 
 Keys (see fixtures/reference.yml, the default):
 
-- ``pve``: ``version``, ``release``, ``repoid`` answered by GET /version.
+- ``pve``: ``version``, ``release``, ``repoid`` answered by GET /version (``version`` is the node's pve-manager
+  package too), and ``qemu_server``, the node's qemu-server package version: both are in the node host's
+  /var/lib/dpkg/status, where `gpulab doctor` reads them.
 - ``nodes``: list of ``name``, ``address`` (optional: the node's address in /cluster/status; the lab
   subnet's .5, .6, ... in list order when not given), ``cpu`` (``model``, ``sockets``, ``cores``,
   ``threads``), ``memory`` (``total``, ``host_used`` bytes), ``rootfs_total``, ``boot`` (``mode``
@@ -37,7 +39,7 @@ Keys (see fixtures/reference.yml, the default):
 
 ``--fixture`` takes a path or the name of a fixture in ``fixtures/`` (``reference``, ``homelab``,
 ``homelab-blacklisted``, ``homelab-running``, ``cluster``, ``two-gpus``, and one per card case: ``gtx1080``,
-``rtx2080``, ``rtx5090``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``): :func:`resolve_fixture`.
+``rtx2080``, ``rtx5090``, ``rtx5090-narrow-iommu``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``): :func:`resolve_fixture`.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ from typing import Any
 
 import yaml
 
+#: The reference lab's PVE: pve-manager 9.2.11 (repoid: pve-manager @14a22df3) with qemu-server 9.2.6
+#: (proxmox/qemu-server debian/changelog @e6352be6), for a fixture that names none of them.
+DEFAULT_PVE = {"version": "9.2.11", "release": "9.2", "repoid": "14a22df3e1c0b2a7", "qemu_server": "9.2.6"}
 DEFAULT_TIMINGS = {
     "qmcreate": 0.5,
     "qmconfig": 0.2,
@@ -158,7 +163,7 @@ def load_fixture(path: str | Path | None = None) -> dict[str, Any]:
         raise FixtureError(f"lab fixture {src} defines no nodes: add a 'nodes:' list")
     data = copy.deepcopy(data)
     data["_path"] = str(src.resolve())
-    data.setdefault("pve", {"version": "9.2.11", "release": "9.2", "repoid": "14a22df3e1c0b2a7"})
+    data["pve"] = {**DEFAULT_PVE, **(data.get("pve") or {})}
     data["timings"] = {**DEFAULT_TIMINGS, **(data.get("timings") or {})}
     data.setdefault("downloads", [])
     for node in data["nodes"]:

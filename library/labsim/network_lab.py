@@ -1251,7 +1251,11 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
         for i, (node, node_ip) in enumerate(zip(nodes, node_ips, strict=True)):
             name = node_dir_name(i)
             spec = node_host.node_host_spec(
-                node, lab.hosts_dir / name, api_dir=lab.state_dir / "node-api", address=str(node_ip)
+                node,
+                lab.hosts_dir / name,
+                api_dir=lab.state_dir / "node-api",
+                address=str(node_ip),
+                pve=fixture["pve"],
             )
             boots.append(
                 pool.submit(

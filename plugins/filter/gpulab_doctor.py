@@ -2,7 +2,9 @@
 
 `read.stdout | gpulab_doctor` is the report as data (node findings, per card slot its findings, reset methods,
 largest BAR, and the report's text); `read.stdout | gpulab_doctor_problems(pve_gpus, vms)` lists what stops stage
-host for the node's inventory cards (gpulab.doctor.stage_host_problems). `'' | gpulab_doctor_script` is the read
+host for the node's inventory cards (gpulab.doctor.stage_host_problems); `read.stdout | gpulab_doctor_vm_cpu(cpu,
+slots)` is a VM's cpu option with the guest address width its large-BAR cards need, and why (gpulab.doctor.vm_cpu;
+stage vms). `'' | gpulab_doctor_script` is the read
 itself (one read-only shell script), so the role and the command run the same one.
 """
 
@@ -19,6 +21,12 @@ def gpulab_doctor_problems(text, gpus, vms):
     return doctor.stage_host_problems(doctor.analyse(text or ""), list(gpus or []), list(vms or []))
 
 
+def gpulab_doctor_vm_cpu(text, cpu, slots):
+    if not text:
+        return {"cpu": cpu, "why": ""}
+    return doctor.vm_cpu(doctor.analyse(text), str(cpu), list(slots or []))
+
+
 def gpulab_doctor_script(_unused=""):
     return doctor.SCRIPT
 
@@ -29,4 +37,5 @@ class FilterModule:
             "gpulab_doctor": gpulab_doctor,
             "gpulab_doctor_problems": gpulab_doctor_problems,
             "gpulab_doctor_script": gpulab_doctor_script,
+            "gpulab_doctor_vm_cpu": gpulab_doctor_vm_cpu,
         }

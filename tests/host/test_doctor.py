@@ -13,7 +13,8 @@ from builders import FIXTURE_CARDS, RTX3090
 
 from gpulab import doctor
 from labsim import sysfs_tree
-from labsim.fixture import load_fixture, resolve_fixture
+from labsim.fixture import DEFAULT_PVE, load_fixture, resolve_fixture
+from labsim.net.node_host import dpkg_status
 
 # fixture -> [(level, check, fragment of the finding)] of its card
 CASES = {
@@ -22,6 +23,9 @@ CASES = {
     "rtx2080": [("ok", "IOMMU group", "group 16 holds only the card's own")],
     "cluster": [("ok", "reset", "flr bus"), ("ok", "driver", "no host driver")],
     "rtx5090": [("warn", "reset", "Blackwell"), ("warn", "BAR size", "BAR of 32 GiB")],
+    "rtx5090-narrow-iommu": [
+        ("warn", "BAR size", "the IOMMU's address width (39 bits) is below the CPU's (46)")
+    ],
     "rtx-a4000": [("ok", "reset", "reset methods: flr bus")],
     "shared-group": [("blocks", "IOMMU group", "group 14 also holds 0000:03:00.0")],
     "irq-remap-off": [("ok", "IOMMU group", "group 13 holds only")],
@@ -35,14 +39,18 @@ WHERE = {
 BLOCKED = {"shared-group", "irq-remap-off"}
 
 
-def read(tmp_path, fixture, node_name, state="vfio", **variants):
-    """The doctor's read of the fixture node's materialised tree (what `gpulab doctor` gets over SSH)."""
+def read(tmp_path, fixture, node_name, state="vfio", dpkg=None, **variants):
+    """The doctor's read of the fixture node's materialised tree (what `gpulab doctor` gets over SSH); ``dpkg``:
+    the node's /var/lib/dpkg/status (none: a node whose package database says nothing of PVE)."""
     fix = load_fixture(resolve_fixture(fixture))
     node = next(n for n in fix["nodes"] if n["name"] == node_name)
     own = {str(d["id"]).lower() for d in node["pci"]} != sysfs_tree.reference_addresses()
     root = sysfs_tree.materialise(
         tmp_path / "root", state, pci=node["pci"] if own else None, hardware=node.get("hardware"), **variants
     )
+    if dpkg is not None:
+        (root / "var/lib/dpkg").mkdir(parents=True)
+        (root / "var/lib/dpkg/status").write_text(dpkg)
     env = {**os.environ, "GPULAB_SYSFS_ROOT": str(root)}
     out = subprocess.run(["sh", "-c", doctor.SCRIPT], env=env, capture_output=True, text=True, check=True)
     assert out.stderr == ""
@@ -100,7 +108,7 @@ def test_a_large_bar_with_a_narrow_iommu_and_an_old_qemu_server_blocks(tmp_path)
         for f in c.findings
         if f.check == "BAR size" and f.level != "ok"
     ]
-    assert bar.level == "warn" and "vm_guest_phys_bits: 39" in bar.fix
+    assert bar.level == "warn" and "guest-phys-bits=39" in bar.fix
 
 
 def test_stage_host_refuses_a_card_that_cannot_be_reset_on_a_vm_that_starts_at_boot(tmp_path):
@@ -118,3 +126,38 @@ def test_stage_host_refuses_interrupt_remapping_off_only_with_a_card(tmp_path):
     [problem] = doctor.stage_host_problems(report, [RTX3090], [])
     assert problem.startswith("interrupt remapping: off")
     assert doctor.stage_host_problems(report, [], []) == []
+
+
+def test_the_pve_version_comes_from_the_nodes_package_database(tmp_path):
+    """The lab node's dpkg status (labsim.net.node_host.dpkg_status) as the doctor's awk reads a real one."""
+    report = doctor.analyse(read(tmp_path, "reference", "pve", dpkg=dpkg_status(DEFAULT_PVE)))
+    assert [f.text for f in report.node if f.check == "PVE"] == ["qemu-server 9.2.6, pve-manager 9.2.11"]
+    assert report.qemu_server == "9.2.6"
+
+
+SLOT_5090 = FIXTURE_CARDS["rtx5090"]["pci"]
+
+
+def test_stage_vms_narrows_the_guest_address_width_for_a_large_bar_behind_a_narrow_iommu(tmp_path):
+    text = read(tmp_path, "rtx5090-narrow-iommu", "pve", dpkg=dpkg_status(DEFAULT_PVE))
+    report = doctor.analyse(text)
+    out = doctor.vm_cpu(report, "host", [SLOT_5090])
+    assert out["cpu"] == "host,guest-phys-bits=39"
+    assert (
+        "at 0000:05:00 (BAR 32 GiB): the node's IOMMU maps 39 address bits and its CPU has 46" in out["why"]
+    )
+    # the owner's width stays; a VM with only the 3090 (256 MiB BAR) needs none
+    assert doctor.vm_cpu(report, "host,guest-phys-bits=42", [SLOT_5090]) == {
+        "cpu": "host,guest-phys-bits=42",
+        "why": "",
+    }
+    assert doctor.vm_cpu(report, "host", [RTX3090["pci"]]) == {"cpu": "host", "why": ""}
+    # a qemu-server without guest-phys-bits: nothing to write (stage host has stopped the run on it)
+    old = doctor.analyse(text.replace("qemu-server 9.2.6", "qemu-server 9.0.17"))
+    assert doctor.vm_cpu(old, "host", [SLOT_5090]) == {"cpu": "host", "why": ""}
+
+
+def test_no_narrowing_where_the_iommu_maps_all_the_cpu_addresses(tmp_path):
+    report = doctor.analyse(read(tmp_path, "rtx5090", "pve"))
+    assert (report.cpu_bits, report.iommu_bits) == (39, 39)
+    assert doctor.vm_cpu(report, "host", [SLOT_5090]) == {"cpu": "host", "why": ""}

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from labsim import sysfs_tree
+from labsim import fixture, sysfs_tree
 from labsim.net import command_standins, pve_tools, pveproxy
 
 STANDINS_LOG = command_standins.LOG
@@ -103,15 +103,35 @@ def loader_of(node: dict[str, Any]) -> str:
     return "grub" if str((node.get("boot") or {}).get("loader", "systemd-boot")) == "grub" else "systemd-boot"
 
 
+def dpkg_status(pve: dict[str, Any]) -> str:
+    """The node's /var/lib/dpkg/status as far as the lab knows its packages: pve-manager (the fixture's PVE
+    version) and qemu-server (``pve.qemu_server``), in dpkg's status format (deb-status(5)); the node never
+    shows this machine's own package database."""
+    packages = (
+        ("pve-manager", str(pve["version"]), "admin"),
+        ("qemu-server", str(pve["qemu_server"]), "admin"),
+    )
+    return "\n".join(
+        f"Package: {name}\nStatus: install ok installed\nPriority: optional\nSection: {section}\n"
+        f"Maintainer: Proxmox Support Team <support@proxmox.com>\nArchitecture: amd64\nVersion: {version}\n"
+        for name, version, section in packages
+    )
+
+
 def node_host_spec(
-    node: dict[str, Any], hdir: Path, api_dir: Path | None = None, address: str | None = None
+    node: dict[str, Any],
+    hdir: Path,
+    api_dir: Path | None = None,
+    address: str | None = None,
+    pve: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """First-boot files, lab tools and PID-1 settings of the node host kept in ``hdir``.
 
     ``api_dir`` is the API server's folder for the node's own tools (its socket and root@pam's credential,
     ``STATE/node-api``): bound at ``/var/lib/gpulab-sim/api``, where ``pvesh``, ``pveum`` and ``pvenode``
     find the API. With ``address`` (the node's own), the node also runs ``pveproxy``
-    (:mod:`labsim.net.pveproxy`): ``https://ADDRESS:8006`` is the API, as on a real node."""
+    (:mod:`labsim.net.pveproxy`): ``https://ADDRESS:8006`` is the API, as on a real node. ``pve`` (the
+    fixture's) gives the PVE packages' versions in the node's dpkg status."""
     loader = loader_of(node)
     kernel = str(node.get("kernel") or sysfs_tree.KERNEL_RELEASE)
     conf: dict[str, Any] = {"loader": loader, "kernel": kernel, "esp_uuid": "1A2B-3C4D"}
@@ -126,6 +146,8 @@ def node_host_spec(
         "/etc/default/grub": DEBIAN_DEFAULT_GRUB,
         "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
         "/etc/modules": DEBIAN_MODULES,
+        # the node's own package database (what `gpulab doctor` reads the PVE version from)
+        "/var/lib/dpkg/status": dpkg_status(pve or fixture.DEFAULT_PVE),
     }
     # the lab's own tools in the host: rewritten at every start, so a newer lab brings newer ones
     tools = {"/etc/gpulab-sim/node.json": json.dumps(conf, indent=1) + "\n", **_standin_files(NODE_COMMANDS)}

@@ -18,6 +18,7 @@ import contextlib
 import ipaddress
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -140,3 +141,124 @@ def test_a_write_cut_at_any_call_serves_old_or_new_and_the_next_run_completes_it
     assert table(router.serving) == table(reference.serving)
     again, _ = run(router, wanted)
     assert again.changed is False and table(router.serving) == table(router.saved)
+
+
+# --- Kea for real: the connection drops at any command of the write, before Kea gets it or after (its answer
+# lost); the next run must leave the configuration file Kea restarts from equal to the one it serves.
+KEA_WRITE = ["config-test", "config-set", "config-write", "config-set", "config-write"]
+KEA_MAC, KEA_OTHER = "bc:24:11:00:05:01", "bc:24:11:00:05:02"
+
+
+def kea_backend(lan, kea):
+    from gpulab.routers.kea import KeaBackend
+
+    return KeaBackend(
+        kea["url"],
+        subnet=lan.subnet,
+        pool=lan.pool,
+        name="test kea",
+        user=kea["user"],
+        password=kea["password"],
+    )
+
+
+def kea_served(kea) -> dict:
+    return kea_backend_for_read(kea).load_config()["Dhcp4"]
+
+
+def kea_backend_for_read(kea):
+    from gpulab.routers.kea import KeaBackend
+
+    return KeaBackend(kea["url"], user=kea["user"], password=kea["password"], name="reader")
+
+
+def kea_saved(kea) -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads(Path(kea["config"]).read_text())["Dhcp4"]
+
+
+def kea_table(dhcp4: dict) -> list[tuple[str, str]]:
+    return sorted((r["hw-address"], r["ip-address"]) for r in dhcp4["subnet4"][0].get("reservations") or [])
+
+
+def kea_run(lan, kea, wanted, drop=None, absent=()):
+    """One run; `drop` = (n, when): the connection drops at the n-th write command (KEA_WRITE), before it
+    reaches Kea or after Kea did it, and every later command fails too."""
+    b = kea_backend(lan, kea)
+    send, sent = b.command, []
+
+    def cut(command, arguments=None, **kw):
+        if command in KEA_WRITE:
+            sent.append(command)
+        if drop and len(sent) >= drop[0] and command in KEA_WRITE:
+            if len(sent) == drop[0] and drop[1] == "after":
+                send(command, arguments, **kw)
+            raise ConnectError("the connection to Kea dropped")
+        if drop and len(sent) > drop[0]:
+            raise ConnectError("the connection to Kea dropped")
+        return send(command, arguments, **kw)
+
+    b.command = cut
+    with b:
+        for mac, ip in wanted.items():
+            b.ensure(mac, ip)
+        for mac in absent:
+            b.remove(mac)
+        return b.apply(), sent
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("n", range(1, len(KEA_WRITE) + 1))
+def test_kea_write_cut_at_any_command_is_saved_by_the_next_run(lan, kea_router, n, when):
+    kea = kea_router
+    kea_run(lan, kea, {KEA_MAC: "192.168.100.70"})  # what Kea held before: one reservation, saved
+    old = kea_table(kea_saved(kea))
+    wanted = {KEA_MAC: "192.168.100.71", KEA_OTHER: "192.168.100.72"}
+    new = sorted(wanted.items())
+    _, sent = kea_run(lan, kea, wanted)  # a reference run first shows the write's five commands
+    assert sent == KEA_WRITE
+    kea_run(lan, kea, {KEA_MAC: "192.168.100.70"}, absent=[KEA_OTHER])  # back to the old table
+    assert kea_table(kea_served(kea)) == old == kea_table(kea_saved(kea))
+
+    with pytest.raises(ConnectError):
+        kea_run(lan, kea, wanted, (n, when))
+    assert kea_table(kea_served(kea)) in (old, new)  # config-set is all or nothing
+    assert kea_table(kea_saved(kea)) in (old, new)
+    left_marked = "gpulab-unsaved" in kea_served(kea).get("user-context", {})
+
+    res, _ = kea_run(lan, kea, wanted)
+    served, saved = kea_served(kea), kea_saved(kea)
+    assert kea_table(served) == new == kea_table(saved)  # what a restart reads is what Kea serves
+    assert "user-context" not in served
+    if left_marked:  # the run found the cut run's configuration served but not saved, and saved it
+        assert (
+            res.changed and res.changes == [] and "cut-off run had left served but not saved" in res.notes[0]
+        )
+    if "user-context" in saved:  # cut before the last config-write: the marker returns with a restart
+        kea_backend_for_read(kea).command("config-reload", doing="restarting Kea's configuration")
+        assert kea_table(kea_served(kea)) == new
+        res, _ = kea_run(lan, kea, wanted)
+        assert res.changed and res.notes
+        assert kea_served(kea) == kea_saved(kea)
+    assert kea_served(kea) == kea_saved(kea)
+    again, sent = kea_run(lan, kea, wanted)
+    assert again.changed is False and sent == [] and again.notes == []
+
+
+@pytest.mark.root
+def test_kea_check_mode_reports_the_unsaved_configuration_and_writes_nothing(lan, kea_router):
+    kea = kea_router
+    wanted = {KEA_MAC: "192.168.100.73"}
+    with pytest.raises(ConnectError):
+        kea_run(lan, kea, wanted, (3, "before"))  # served with the marker, never config-written
+    served, saved = kea_served(kea), kea_saved(kea)
+    b = kea_backend(lan, kea)
+    with b:
+        b.ensure(KEA_MAC, "192.168.100.73")
+        res = b.apply(check_mode=True)
+    assert res.changed and res.changes == [] and "would save Kea's configuration" in res.notes[0]
+    assert kea_served(kea) == served and kea_saved(kea) == saved
+    assert kea_table(saved) == []

@@ -163,7 +163,9 @@ class OPNsenseBackend(Backend):
         self._write(self.svc["del"] + old.ref, None, f"removing {old.line()}", "deleted")
 
     def _describe(self, uuid: str, descr: str, doing: str) -> None:
-        body = {self.svc["obj"]: {self.svc["descr"]: descr}}  # set_* changes only the fields it is sent
+        # set_* changes only the fields it is sent: opnsense/core's ApiMutableModelControllerBase::setBase
+        # (src/opnsense/mvc/app/controllers/OPNsense/Base/) calls setNodes on the existing entry with them
+        body = {self.svc["obj"]: {self.svc["descr"]: descr}}
         self._write(self.svc["set"] + uuid, body, doing, "saved")
 
     def unapplied(self) -> bool:

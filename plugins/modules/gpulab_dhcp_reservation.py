@@ -271,7 +271,7 @@ notes:
   description:
     - What the run did besides its changes, or in check mode would do; today that a run cut off earlier had
       left the router's table saved but not applied (pfSense, OPNsense), or served but not saved (Kea), and
-      this run finished it (changed, with no changes listed).
+      this run finished it (changed, with no changes listed). Each is a warning too.
   returned: always
   type: list
   elements: str

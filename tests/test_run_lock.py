@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from ansible_modules import MODULES, command
+from ansible_runs import ROOT, ansible_playbook
 
 from gpulab import runlock
 
@@ -64,3 +68,106 @@ def test_the_refusal_names_the_holder_and_how_to_go_on():
     assert "/var/lib/gpulab/run-lock.json on node pve" in text and "before any change" in text
     elsewhere = runlock.refusal({**me, "controller": "another-laptop"}, "pve")
     assert "-e gpulab_run_lock_break=true" in elsewhere and "gpulab_run_lock_break" not in text
+
+
+# --- the playbooks: site.yml takes the lock once; a stage playbook run alone takes it too -------------------------
+STAGES = [
+    "access",
+    "guests",
+    "hami",
+    "host",
+    "k3s",
+    "monitoring",
+    "network",
+    "teardown",
+    "upgrade",
+    "vms",
+    "workloads",
+]
+READ_ONLY = {"preflight", "verify", "k3s_speaker", "run_lock", "run_lock_release"}  # they change nothing
+
+
+def lab(tmp_path):
+    """An inventory whose first Proxmox node is this machine (local connection), and the lock file's path."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"[proxmox]\npve ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    return inv, tmp_path / "run-lock.json"
+
+
+# every stage's own tags: skipped, a run does only the lock plays (tagged run-lock and always only) and no
+# stage's roles (whose argument checks, tagged always too, need the whole lab)
+ONLY_THE_LOCK = ("--skip-tags", "preflight,host,vms,network,guests,k3s,hami,hami-proof,workloads,monitoring,"
+                 "verify,teardown,upgrade,access")  # fmt: skip
+
+
+def playbook(name, inv, path, *args):
+    return ansible_playbook(name, "-i", inv, "-e", f"gpulab_run_lock_path={path}", "-v", *args, timeout=180)
+
+
+def test_every_stage_playbook_that_changes_something_takes_the_lock_first_and_gives_it_back_last():
+    import yaml
+
+    found = sorted(p.stem for p in Path(ROOT, "playbooks").glob("*.yml"))
+    assert (
+        sorted(set(found) - READ_ONLY) == STAGES
+    )  # a new stage playbook must be sorted into one or the other
+    for stage in STAGES:
+        plays = yaml.safe_load(Path(ROOT, "playbooks", f"{stage}.yml").read_text())
+        assert plays[0].get("ansible.builtin.import_playbook") == "run_lock.yml", stage
+        assert plays[-1].get("ansible.builtin.import_playbook") == "run_lock_release.yml", stage
+        assert plays[0]["vars"] == plays[-1]["vars"] == {"gpulab_run_lock_by": f"{stage}.yml"}, stage
+
+
+@pytest.mark.parametrize("stage", ["vms", "network", "teardown"])
+def test_a_stage_run_alone_while_another_run_holds_the_lock_stops_before_any_change(tmp_path, stage):
+    inv, path = lab(tmp_path)
+    holder = runlock.this_run(os.getpid())  # this test's process: alive, on this controller
+    path.write_text(json.dumps(holder))
+    run = playbook(f"playbooks/{stage}.yml", inv, path)
+    assert run.returncode != 0, run.stdout
+    assert f"PID {os.getpid()} on controller {holder['controller']}" in run.stdout, run.stdout
+    plays = [line for line in run.stdout.splitlines() if line.startswith("PLAY [")]
+    assert len(plays) == 1 and plays[0].startswith("PLAY [Run lock | take the lab's run lock"), (
+        plays
+    )  # none after
+    assert json.loads(path.read_text()) == holder  # still the other run's
+
+
+def recap(run, host="pve"):
+    """The PLAY RECAP's counts for `host`: {"ok": 3, "skipped": 24, ...}."""
+    line = next(x for x in run.stdout.splitlines() if x.startswith(f"{host} ") and "ok=" in x)
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+
+
+def test_a_stage_run_alone_takes_the_lock_and_gives_it_back(tmp_path):
+    inv, path = lab(tmp_path)
+    run = playbook("playbooks/network.yml", inv, path, *ONLY_THE_LOCK)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("TASK [Take the run lock") == 1 and run.stdout.count("acquired: true") == 1, (
+        run.stdout
+    )
+    assert run.stdout.count("released: true") == 1 and not path.exists(), run.stdout
+    assert recap(run) == {**recap(run), "ok": 3, "skipped": 0, "failed": 0}, run.stdout
+
+
+def test_site_takes_the_lock_once_and_its_stages_do_not_touch_the_node_again(tmp_path):
+    inv, path = lab(tmp_path)
+    run = playbook("site.yml", inv, path, *ONLY_THE_LOCK)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("TASK [Take the run lock") == 1 and run.stdout.count("acquired: true") == 1, (
+        run.stdout
+    )
+    assert run.stdout.count("released: true") == 1 and not path.exists(), run.stdout
+    # the stages site.yml imports skip their take, note and give-back (3 tasks each): no connection for them
+    imported = re.findall(r"import_playbook: playbooks/(\w+)\.yml", Path(ROOT, "site.yml").read_text())
+    stages = [name for name in imported if name in STAGES]
+    assert len(stages) >= 8 and recap(run) == {**recap(run), "ok": 3, "skipped": 3 * len(stages)}, run.stdout
+
+
+def test_a_lab_without_a_node_to_log_in_to_can_leave_the_lock_out(tmp_path):
+    inv, path = lab(tmp_path)
+    holder = runlock.this_run(os.getpid())
+    path.write_text(json.dumps(holder))
+    run = playbook("playbooks/vms.yml", inv, path, "-e", "gpulab_run_lock_enabled=false", *ONLY_THE_LOCK)
+    assert run.returncode == 0 and "TASK [Take the run lock" not in run.stdout, run.stdout + run.stderr
+    assert recap(run)["ok"] == 0 and json.loads(path.read_text()) == holder  # never read, never released

@@ -267,6 +267,15 @@ addresses:
   returned: when state is present
   type: dict
   sample: {"vm-1": "192.168.100.53"}
+notes:
+  description:
+    - What the run did besides its changes, or in check mode would do; today that a run cut off earlier had
+      left the router's table saved but not applied (pfSense, OPNsense), or served but not saved (Kea), and
+      this run finished it (changed, with no changes listed). Each is a warning too.
+  returned: always
+  type: list
+  elements: str
+  sample: ["the kea router at 192.168.100.1 saved Kea's configuration, which a cut-off run had left served but not saved (config-write), so a restart of Kea keeps the reservations"]
 error_code:
   description: On failure, the kind of refusal (conflict, policy, limit, auth_failed, unreachable, apply_failed, verify_failed).
   returned: failure

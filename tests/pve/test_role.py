@@ -35,15 +35,10 @@ def play(
         ANSIBLE_NOCOLOR="1",
     )
     cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), *playbooks, "-i", inventory]
-    # the API-only lab has no node to log in to: no snippet to place there, no vfio proof or card read there
-    cmd += [
-        "-e",
-        "gpulab_guest_agent_snippet=false",
-        "-e",
-        "pve_vms_vfio_proof=false",
-        "-e",
-        "pve_vms_card_read=false",
-    ]
+    # the API-only lab has no node to log in to: no snippet to place there, no vfio proof or card read there, no
+    # run lock file to keep there
+    cmd += ["-e", "gpulab_guest_agent_snippet=false", "-e", "pve_vms_vfio_proof=false"]
+    cmd += ["-e", "pve_vms_card_read=false", "-e", "gpulab_run_lock_enabled=false"]
     cmd += ["-e", "pve_vms_download_poll_s=1", *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     lines = [json.loads(x) for x in record.read_text().splitlines()] if record.exists() else []

@@ -112,3 +112,27 @@ def test_each_kind_builds_its_class_and_its_options_are_the_classs_keyword_argum
         "subnet_id": None,
         "config_write": True,
     }
+
+
+def test_a_run_that_finishes_a_cut_off_one_says_so_as_a_warning(tmp_path):
+    from gpulab.routers.opnsense import PENDING
+    from labsim.routers.opnsense import OPNsenseSim
+
+    with OPNsenseSim(key="opn-key", secret=PW) as sim:
+        subnet = next(iter(sim.subnets))
+        # what a run cut off before reconfigure leaves: the entry saved, marked, not served
+        sim.reservations["0b6c3f7e-0000-4000-8000-000000000001"] = {
+            "subnet": subnet, "ip_address": "192.168.1.9", "hw_address": "bc:24:11:00:0a:01", "hostname": "vm-1",
+            "description": PENDING,
+        }  # fmt: skip
+        args = {**params(sim), "kind": "opnsense", "subnet": "192.168.1.0/24", "user": "opn-key"}
+        args["reservations"][0]["address"] = "192.168.1.9"
+        f = tmp_path / "args.json"
+        f.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {k: v for k, v in args.items() if v is not None}}))
+        proc = subprocess.run(command(PATH, str(f)), capture_output=True, text=True, timeout=60, check=False)
+        result = json.loads(proc.stdout)
+        assert result["changed"] and result["changes"] == [], result
+        warned = [w["event"]["msg"] if isinstance(w, dict) else w for w in result["warnings"]]
+        assert warned == result["notes"] and "a cut-off run had saved" in result["notes"][0], result
+        assert sim.running["kea"] == sim.rendered("kea") and sim.reconfigures["kea"] == 1
+    assert PW not in proc.stdout

@@ -47,7 +47,8 @@ def test_keep_update_remove_with_one_reconfigure_each(sim, dhcp):
     assert sorted(str(r.ip) for r in res.after) == ["192.168.1.120", "192.168.1.60"]
     assert sim.reconfigures[dhcp] == 1  # one reconfigure for the whole batch
     table = sim.reservations if dhcp == "kea" else sim.hosts
-    assert sim.running[dhcp] == table and len(table) == 2
+    assert sim.running[dhcp] == sim.rendered(dhcp) and len(table) == 2
+    assert {v.get("description", v.get("descr")) for v in table.values()} == {"gpulab"}  # applied, so final
     b.ensure(MAC, None, "vm-1")
     b.ensure(OTHER, "192.168.1.60", "vm-2")
     assert b.apply().changed is False and sim.reconfigures[dhcp] == 1

@@ -37,6 +37,8 @@ class Result:
     reservations: dict[str, Reservation]  # mac -> reservation the lab holds after the run
     # inventory name -> the address reserved for it after the run, for each staged MAC that has a name
     addresses: dict[str, str] = dataclasses.field(default_factory=dict)
+    # what the run did besides its changes (e.g. finished what a cut-off run left half done)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -53,6 +55,7 @@ class Result:
             ],
             "reservations": {mac: r.as_dict() for mac, r in sorted(self.reservations.items())},
             "addresses": dict(self.addresses),
+            "notes": list(self.notes),
         }
 
     def diff(self) -> dict:
@@ -137,6 +140,7 @@ class Backend(abc.ABC):
         try:
             plan = self.plan()
             unapplied = False
+            notes = []
             if plan.changes and check_mode:
                 self.dry_run(plan)
             elif plan.changes:
@@ -146,6 +150,9 @@ class Backend(abc.ABC):
                 # an earlier run saved the whole table and was cut off before its apply step: the router
                 # holds what the lab wants but does not serve it yet
                 unapplied = True
+                notes.append(
+                    f"{self.name} {self.unapplied_check_note if check_mode else self.unapplied_note}"
+                )
                 if not check_mode:
                     self._apply()
             addresses = {
@@ -156,8 +163,20 @@ class Backend(abc.ABC):
         finally:
             self._present, self._absent, self._free = [], [], []
         return Result(
-            bool(plan.changes) or unapplied, plan.changes, plan.before, plan.after, plan.resolved, addresses
+            bool(plan.changes) or unapplied,
+            plan.changes,
+            plan.before,
+            plan.after,
+            plan.resolved,
+            addresses,
+            notes,
         )
+
+    # Result.notes when unapplied() was true: what the run did about it, or would do in check mode
+    unapplied_note = "applied the changes a cut-off run had saved but not applied"
+    unapplied_check_note = (
+        "would apply the changes a cut-off run saved but did not apply; they are not served yet"
+    )
 
     def unapplied(self) -> bool:
         """Whether the router holds saved changes its apply step has not put into service yet (routers with

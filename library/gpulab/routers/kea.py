@@ -7,6 +7,17 @@ pass config-test. A rejected config-set leaves Kea 2.2 in DHCP4_CONFIG_UNRECOVER
 its control channel but serving no DHCP at all (verified); should it happen anyway, this backend
 sends config-reload to bring back the configuration on disk.
 Current addresses come from the lease_cmds hook (lease4-get-all), shipped with Kea.
+
+Nothing lost between config-set and config-write: config-set serves the new reservations at once but only
+config-write saves them, and a connection dropped between the two would leave them served and unsaved, with
+the next run's plan empty (config-get already shows them) and a restart of Kea losing them. So a write
+config-sets the new configuration with a marker, MARKER in the Dhcp4 element's user-context (Kea keeps
+user-context as it is and returns it from config-get), then finishes: config-write (saved, marker
+included), config-set of the same configuration without the marker, config-write again. Wherever the
+connection drops, config-get or the saved file (the one a restart reads) holds the new reservations, and the
+one that is not yet clean shows the marker: a run that finds it served (Backend.unapplied) finishes the
+sequence from its first config-write, so the file ends equal to what Kea serves. A marker only in the file
+comes back with the next restart of Kea and is finished then; what Kea serves is right meanwhile.
 """
 
 from __future__ import annotations
@@ -18,9 +29,20 @@ from .backend import Backend
 from .http import HttpClient
 from .model import ApplyError, Lease, Plan, Reservation, RouterError, ip4, norm_mac
 
+# The key gpulab adds to Dhcp4's user-context while a written configuration is not yet saved (module doc)
+MARKER = "gpulab-unsaved"
+
 
 class KeaBackend(Backend):
     kind = "kea"
+    unapplied_note = (
+        "saved Kea's configuration, which a cut-off run had left served but not saved (config-write), so a "
+        "restart of Kea keeps the reservations"
+    )
+    unapplied_check_note = (
+        "would save Kea's configuration, which a cut-off run left served but not saved (config-write); "
+        "a restart of Kea would lose the reservations until then"
+    )
 
     def __init__(
         self,
@@ -163,8 +185,15 @@ class KeaBackend(Backend):
 
     def write(self, plan: Plan) -> None:
         config = self.render(plan)
+        if self.config_write:
+            config = marked(config, True)
         self._test(config)
-        reply = self.command("config-set", config, doing="applying the new configuration", ok=(0, 1))
+        self._set(config, "applying the new configuration")
+        if self.config_write:
+            self._finish(config)
+
+    def _set(self, config: dict, doing: str) -> None:
+        reply = self.command("config-set", config, doing=doing, ok=(0, 1))
         if reply["result"] != 0:
             try:
                 self.command("config-reload", doing="restoring the configuration on disk (config-reload)")
@@ -176,15 +205,47 @@ class KeaBackend(Backend):
                     f"Kea refused config-set after a passing config-test: {reply.get('text')}; {restored}"
                 )
             )
-        if self.config_write:
-            reply = self.command("config-write", {}, doing="saving the configuration", ok=(0, 1))
-            if reply["result"] != 0:
-                raise ApplyError(
-                    self.http.mask(
-                        f"Kea serves the new reservations but could not save them (config-write: "
-                        f"{reply.get('text')}); they are lost on restart. Let Kea write its config file, then run again"
-                    )
+
+    def _save(self) -> None:
+        reply = self.command("config-write", {}, doing="saving the configuration", ok=(0, 1))
+        if reply["result"] != 0:
+            raise ApplyError(
+                self.http.mask(
+                    f"Kea serves the new reservations but could not save them (config-write: "
+                    f"{reply.get('text')}); they are lost on restart. Let Kea write its config file, then run again"
                 )
+            )
+
+    def _finish(self, config: dict) -> None:
+        """Save a configuration Kea serves with MARKER, then serve and save it without (module doc)."""
+        self._save()  # from here the file holds the new reservations, whatever comes next
+        self._set(marked(config, False), "clearing gpulab's unsaved marker (config-set)")
+        self._save()
+
+    def unapplied(self) -> bool:
+        config = self._config if self._config is not None else self.load_config()
+        return self.config_write and MARKER in (config.get("Dhcp4", {}).get("user-context") or {})
+
+    def _apply(self) -> None:
+        # Backend.apply calls this when unapplied(): a cut-off run's marked configuration is served
+        self._finish(copy.deepcopy(self._config if self._config is not None else self.load_config()))
 
     def close(self) -> None:
         self.http.close()
+
+
+def marked(config: dict, on: bool) -> dict:
+    """A copy of `config` with MARKER set in (on) or taken out of (off) Dhcp4's user-context; other
+    user-context keys stay as they are, and a user-context left empty goes (as before gpulab marked it)."""
+    config = copy.deepcopy(config)
+    dhcp4 = config.setdefault("Dhcp4", {})
+    context = dict(dhcp4.get("user-context") or {})
+    if on:
+        context[MARKER] = "a gpulab run config-set this; it is not config-written yet"
+    else:
+        context.pop(MARKER, None)
+    if context:
+        dhcp4["user-context"] = context
+    else:
+        dhcp4.pop("user-context", None)
+    return config

@@ -98,6 +98,8 @@ def run(task: Task) -> dict:
         raise Failed(mask(str(e), secrets), {"error_code": getattr(e, "code", "invalid")}) from e
     except Exception as e:  # an unforeseen failure still must not leak a secret
         raise Failed(mask(f"{type(e).__name__}: {e}", secrets), {"error_code": "internal"}) from e
+    for note in out["notes"]:  # a cut-off run's half-done write finished (or, in check mode, to finish)
+        task.warn(mask(note, secrets))
     diff = out.pop("diff")
     if task.diff:
         out["diff"] = diff

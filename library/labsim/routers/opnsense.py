@@ -36,6 +36,18 @@ class OPNsenseSim(RouterSim):
         self.running = {"kea": {}, "dnsmasq": {}}  # what the services serve (set on reconfigure)
         self.reconfigures = {"kea": 0, "dnsmasq": 0}
 
+    def rendered(self, service: str) -> dict[str, dict]:
+        """What reconfigure renders of the saved entries into the service's configuration, by uuid: only the
+        fields opnsense/core's templates use (a Kea reservation's hw_address, ip_address and hostname in its
+        subnet, src/opnsense/service/templates/OPNsense/Kea/kea-dhcp4.conf; a dhcp-host line's hwaddr, ip
+        and host, .../OPNsense/Dnsmasq/dnsmasq.conf). The description is not among them: changing it alone
+        changes nothing served."""
+        store, fields = (
+            (self.reservations, _KEA_SERVED) if service == "kea" else (self.hosts, _DNSMASQ_SERVED)
+        )
+        with self.lock:
+            return {k: {f: v.get(f, "") for f in fields} for k, v in store.items()}
+
     def add_lease(self, mac, ip, hostname="", service="kea"):
         with self.lock:
             row = {
@@ -77,9 +89,9 @@ class OPNsenseSim(RouterSim):
             return _search(self.kea_leases)
         if p == "/api/dnsmasq/leases/search":
             return _search(self.dnsmasq_leases)
-        for service, store in (("kea", self.reservations), ("dnsmasq", self.hosts)):
+        for service in ("kea", "dnsmasq"):
             if p == f"/api/{service}/service/reconfigure" and req.method == "POST":
-                self.running[service] = {k: dict(v) for k, v in store.items()}
+                self.running[service] = self.rendered(service)
                 self.reconfigures[service] += 1
                 return Reply(200, {"status": "ok"})
         kea = ("/api/kea/dhcpv4", "reservation", self.reservations, _KEA_FIELDS, self._kea_validate)
@@ -93,6 +105,8 @@ class OPNsenseSim(RouterSim):
 
 _KEA_FIELDS = ("subnet", "ip_address", "hw_address", "hostname", "description")
 _DNSMASQ_FIELDS = ("host", "domain", "ip", "hwaddr", "descr")
+_KEA_SERVED = ("subnet", "ip_address", "hw_address", "hostname")
+_DNSMASQ_SERVED = ("host", "ip", "hwaddr")
 
 
 def _dnsmasq_validate(obj: dict, me: str | None) -> dict:

@@ -113,6 +113,10 @@ def test_every_stage_playbook_that_changes_something_takes_the_lock_first_and_gi
     )  # a new stage playbook must be sorted into one or the other
     for stage in STAGES:
         plays = yaml.safe_load(Path(ROOT, "playbooks", f"{stage}.yml").read_text())
+        # before the lock only controller-side checks (access.yml's login and vault: nothing reaches the node)
+        while "ansible.builtin.import_playbook" not in plays[0]:
+            tasks = plays.pop(0)["tasks"]
+            assert all(t.get("gpulab_pve_access", {}).get("preconditions_only") for t in tasks), stage
         assert plays[0].get("ansible.builtin.import_playbook") == "run_lock.yml", stage
         assert plays[-1].get("ansible.builtin.import_playbook") == "run_lock_release.yml", stage
         assert plays[0]["vars"] == plays[-1]["vars"] == {"gpulab_run_lock_by": f"{stage}.yml"}, stage

@@ -59,7 +59,9 @@ def set_yaml_key(text: str, key: str, value: str) -> str:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
-    _VALID_ARGS = frozenset(("role", "token_id", "acl_path", "rotate", "comment", "vault_file", "vars_file"))
+    _VALID_ARGS = frozenset(
+        ("role", "token_id", "acl_path", "rotate", "comment", "vault_file", "vars_file", "preconditions_only")
+    )
 
     def _fail(self, result, msg):
         result.update(failed=True, changed=False, msg=msg)
@@ -105,6 +107,9 @@ class ActionModule(ActionBase):
         except yaml.YAMLError as exc:
             return self._fail(result, f"{vault_file} is not YAML ({exc}); fix it, nothing was changed")
         kept_in_vault = bool(current) and not str(current).startswith(PLACEHOLDER)
+        if args.get("preconditions_only"):
+            result.update(changed=False, msg=f"host {host}: the login and the vault are fit for the access")
+            return result
         module_args = {
             "role": args.get("role") or privileges.ROLE,
             "privileges": list(privileges.PRIVILEGES),

@@ -74,6 +74,13 @@ options:
     description: The user's comment, when it is made.
     type: str
     default: gpulab automation (API token only)
+  preconditions_only:
+    description:
+      - Only check, on the controller, what the access needs before it touches the node (a root login, this
+        run's vault password opening O(vault_file)), and end there; nothing connects to the node.
+      - playbooks/access.yml checks so before it takes the run lock on the node.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -149,6 +156,7 @@ ARGUMENT_SPEC = {
     # the controller's part (the action plugin): not used on the node
     "vault_file": {"type": "path", "default": "{{ inventory_dir }}/group_vars/all/vault.yml"},
     "vars_file": {"type": "path", "default": "{{ inventory_dir }}/group_vars/all/main.yml"},
+    "preconditions_only": {"type": "bool", "default": False},
 }
 
 

@@ -82,3 +82,18 @@ def test_the_filters_read_kubectls_text():
         "Error from server: etcdserver: request timed out", SERVERS
     )["done"]
     assert filters["gpulab_k3s_reboot_wait"]("pve", True, SERVERS, VM_NODES, [])["witnesses"] == ["server-3"]
+
+
+def test_servers_not_running_reads_qm_list():
+    from gpulab.k8s.speaker import servers_not_running
+
+    qm = (
+        "      VMID NAME                 STATUS     MEM(MB)    BOOTDISK(GB) PID\n"
+        "       101 server-1             running    4096              32.00 1234\n"
+        "       102 server-2             stopped    4096              32.00 0\n"
+        "       103 agent-1              stopped    4096              32.00 0\n"
+    )
+    assert servers_not_running("pve", SERVERS, VM_NODES, qm) == ["server-2"]
+    # server-3 is on pve2: not this node's
+    assert servers_not_running("pve2", SERVERS, VM_NODES, qm) == ["server-3"]
+    assert servers_not_running("pve2", SERVERS, VM_NODES, qm.replace("server-1 ", "server-3 ")) == []

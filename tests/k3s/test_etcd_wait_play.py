@@ -39,6 +39,17 @@ FAKE_K3S = textwrap.dedent(
     sys.exit(rc)
     """
 )
+# qm list on pve2 after its reboot: qm.txt when the test writes one, else server-3 running
+FAKE_QM = textwrap.dedent(
+    """\
+    #!/bin/sh
+    here=$(dirname "$0")
+    [ "$1" = list ] || exit 2
+    if [ -f "$here/qm.txt" ]; then cat "$here/qm.txt"; else
+    echo "      VMID NAME                 STATUS     MEM(MB)    BOOTDISK(GB) PID"
+    echo "       103 server-3             running    4096              32.00 4242"; fi
+    """
+)
 NO_LEADER = [1, "", "Error from server: etcdserver: request timed out"]
 
 
@@ -68,6 +79,8 @@ def lab(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "k3s").write_text(FAKE_K3S)
     (bin_dir / "k3s").chmod(0o755)
+    (bin_dir / "qm").write_text(FAKE_QM)
+    (bin_dir / "qm").chmod(0o755)
     local = {"ansible_connection": "local", "ansible_host": "127.0.0.1", "ansible_python_interpreter": sys.executable,
              "ansible_become_method": "ansible.builtin.su"}  # fmt: skip
     server = {**local, "k3s_server_bin_dir": str(bin_dir)}
@@ -89,7 +102,11 @@ def lab(tmp_path):
             "proxmox": {"hosts": {"pve2": pve2}},
             "k3s_cluster": {"children": {"k3s_server": {"hosts": servers}}}}}}  # fmt: skip
         (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-        env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1"}
+        env = {
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "ANSIBLE_NOCOLOR": "1",
+        }
         done = subprocess.run(
             [ANSIBLE_PLAYBOOK, "-i", tmp_path / "hosts.yml", tmp_path / "play.yml"],
             capture_output=True, text=True, env=env, timeout=180, check=False,
@@ -140,3 +157,16 @@ def test_no_wait_before_the_cluster_exists(lab, tmp_path):
     rc, out, _ = lab([NO_LEADER])
     assert rc == 0, out[-3000:]
     assert "Not waiting for etcd after the reboot of pve2: k3s is not installed on server-2 yet." in out
+
+
+def test_stops_at_once_when_a_server_of_the_node_did_not_start_with_it(lab, tmp_path):
+    (tmp_path / "bin" / "qm.txt").write_text(
+        "      VMID NAME                 STATUS     MEM(MB)    BOOTDISK(GB) PID\n"
+        "       103 server-3             stopped    4096              32.00 0\n"
+    )
+    rc, out, looks = lab([nodes()])
+    assert rc != 0
+    assert looks == 0  # not waited for: it cannot come back by itself
+    assert (
+        "k3s server(s) server-3 on pve2 did not start with the node (qm list shows the VM not running)" in out
+    )

@@ -128,3 +128,17 @@ def etcd_settled(servers: Sequence[str], nodes: Mapping[str, Any] | None) -> dic
         "waiting": [],
         "why": f"etcd has a leader and all {len(servers)} servers as voting members",
     }
+
+
+def servers_not_running(
+    node: str, servers: Sequence[str], vm_nodes: Mapping[str, str], qm_list: str
+) -> list[str]:
+    """The k3s servers of Proxmox node `node` (vm_node) whose VM is not running in `qm list`'s text (a header,
+    then VMID NAME STATUS ... per VM): after the node's reboot such a server cannot rejoin etcd until its VM is
+    started, so waiting for it would only time out."""
+    running = set()
+    for line in qm_list.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == "running":
+            running.add(fields[1])
+    return [s for s in servers if vm_nodes.get(s) == node and s not in running]

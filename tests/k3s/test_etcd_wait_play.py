@@ -93,14 +93,19 @@ def lab(tmp_path):
              "tasks": [{"ansible.builtin.import_tasks": str(ROOT / "playbooks" / "tasks" / "host_etcd_wait.yml")}]}]  # fmt: skip
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
 
-    def run(answers, **pve2):
+    def run(answers, pve_down=False, **pve2):
         (bin_dir / "answers.json").write_text(json.dumps(answers))
         (bin_dir / "looks").unlink(missing_ok=True)
         pve2 = {**local, "pve_node": "pve2", "pve_host_reboot": {"rebooted": True}, "gpulab_host_etcd_interval": 1,
                 **pve2}  # fmt: skip
+        hosts = (
+            {**servers, "server-2": {**servers["server-2"], "ansible_port": closed_port}}
+            if pve_down
+            else servers
+        )
         inventory = {"all": {"children": {
             "proxmox": {"hosts": {"pve2": pve2}},
-            "k3s_cluster": {"children": {"k3s_server": {"hosts": servers}}}}}}  # fmt: skip
+            "k3s_cluster": {"children": {"k3s_server": {"hosts": hosts}}}}}}  # fmt: skip
         (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
         env = {
             "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
@@ -169,4 +174,15 @@ def test_stops_at_once_when_a_server_of_the_node_did_not_start_with_it(lab, tmp_
     assert looks == 0  # not waited for: it cannot come back by itself
     assert (
         "k3s server(s) server-3 on pve2 did not start with the node (qm list shows the VM not running)" in out
+    )
+
+
+def test_no_wait_when_no_server_on_another_node_answers(lab):
+    # server-1 and server-2 (both on pve) do not answer: nothing to ask through, and nothing is delegated
+    rc, out, looks = lab([NO_LEADER], pve_down=True)
+    assert rc == 0, out[-3000:]
+    assert looks == 0
+    assert (
+        "Not waiting for etcd after the reboot of pve2: no k3s server on another node answers the controller"
+        " (server-1, server-2)." in out
     )

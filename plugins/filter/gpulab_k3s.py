@@ -5,13 +5,18 @@ speaks for the cluster in this run (up and Ready, not the first server), the ser
 `nodes_json` is the text of `kubectl get nodes -o json` read through a server that answered, or empty when
 it was not read (k3s absent, nothing answered). `nodes_json | gpulab_k3s_ready_nodes` is the sorted list of
 the nodes whose Ready condition is True ([] for an empty or non-JSON text).
+`node | gpulab_k3s_reboot_wait(rebooted, servers, vm_nodes, down)` is gpulab.k8s.speaker.reboot_wait (whether
+stage host waits for etcd after a node's reboot, and through which servers), and
+`nodes_json | gpulab_k3s_etcd_settled(servers)` is gpulab.k8s.speaker.etcd_settled (an empty or non-JSON text:
+the API did not answer). `qm_list_text | gpulab_k3s_servers_not_running(node, servers, vm_nodes)` is
+gpulab.k8s.speaker.servers_not_running (the node's servers whose VM is not running).
 """
 
 from __future__ import annotations
 
 import json
 
-from gpulab.k8s.speaker import choose, ready_nodes
+from gpulab.k8s.speaker import choose, etcd_settled, ready_nodes, reboot_wait, servers_not_running
 
 
 def gpulab_k3s_speaker(servers, reachable, nodes_json=""):
@@ -30,6 +35,31 @@ def gpulab_k3s_ready_nodes(nodes_json):
     return sorted(ready_nodes(nodes))
 
 
+def _nodes(nodes_json):
+    try:
+        return json.loads(nodes_json) if nodes_json else None
+    except ValueError:
+        return None
+
+
+def gpulab_k3s_reboot_wait(node, rebooted, servers, vm_nodes, down=()):
+    return reboot_wait(str(node), bool(rebooted), list(servers or []), dict(vm_nodes or {}), list(down or []))
+
+
+def gpulab_k3s_etcd_settled(nodes_json, servers):
+    return etcd_settled(list(servers or []), _nodes(nodes_json))
+
+
+def gpulab_k3s_servers_not_running(qm_list, node, servers, vm_nodes):
+    return servers_not_running(str(node), list(servers or []), dict(vm_nodes or {}), str(qm_list or ""))
+
+
 class FilterModule:
     def filters(self):
-        return {"gpulab_k3s_speaker": gpulab_k3s_speaker, "gpulab_k3s_ready_nodes": gpulab_k3s_ready_nodes}
+        return {
+            "gpulab_k3s_speaker": gpulab_k3s_speaker,
+            "gpulab_k3s_ready_nodes": gpulab_k3s_ready_nodes,
+            "gpulab_k3s_reboot_wait": gpulab_k3s_reboot_wait,
+            "gpulab_k3s_etcd_settled": gpulab_k3s_etcd_settled,
+            "gpulab_k3s_servers_not_running": gpulab_k3s_servers_not_running,
+        }

@@ -13,6 +13,8 @@ import urllib.request
 import pytest
 import yaml
 
+from gpulab.k8s.speaker import etcd_settled
+
 from .conftest import PLAYBOOK, VERSION, free_port, recap
 from .test_roles_local import CLUSTER, HAMI, WORKLOADS, FakeK3sFolder, engines
 
@@ -267,6 +269,20 @@ def test_three_servers_form_one_etcd_cluster_that_keeps_answering_without_one(ns
         assert servers[name].systemctl_calls().count(["restart", "k3s"]) == 1
     again = agent.play("k3s_agent", agent_vars)
     assert recap(again)["changed"] == 0 and recap(again)["failed"] == 0, again.stdout[-4000:]
+
+    # k3s' etcd member controller marks each server's node EtcdIsVoter; stage host's wait after a node's reboot
+    # (gpulab.k8s.speaker.etcd_settled) reads it through kubectl on a server: all three voters, then vm-3
+    # stopped is no voter (at once, before its node goes NotReady), then back, a voter again.
+    def settled(via):
+        got = servers[via].k3s("kubectl", "get", "nodes", "-o", "json")
+        return etcd_settled(members, json.loads(got.stdout) if got.returncode == 0 else None)
+
+    assert wait_until(lambda: settled("vm-2")["done"]), settled("vm-2")
+    assert servers["vm-3"].run("systemctl", "stop", "k3s").returncode == 0
+    gone = wait_until(lambda: (s := settled("vm-1"))["waiting"] == ["vm-3"] and s)
+    assert gone and "vm-3 not a voting etcd member" in gone["why"], settled("vm-1")
+    assert servers["vm-3"].run("systemctl", "start", "k3s").returncode == 0
+    assert wait_until(lambda: settled("vm-1")["done"]), settled("vm-1")
 
     # Two of three servers down: no quorum, kubectl on the last one fails as k3s' does.
     for name in ("vm-2", "vm-3"):

@@ -293,3 +293,39 @@ def test_record_lock_is_reentrant_and_shared_by_threads(tmp_path):
     t.join(5)
     assert order == ["first", "other"]
     assert lab.load()["netns"] == ["x"]
+
+
+def test_lab_archive_serves_two_driver_branches_and_one_replaces_the_other(tmp_path):
+    """Branches 580 and 570 under Ubuntu's -server names; installing the other branch's nvidia-utils takes the
+    first one's away (Conflicts and Replaces), and the nvidia-smi left is the new branch's."""
+    import subprocess
+
+    from labsim.net import package_archive
+
+    paths = package_archive.build(tmp_path / "srv", tmp_path / "gnupg", kernel="6.8.0-90-generic")
+    repo = tmp_path / "srv" / paths["ubuntu"]
+    ubuntu = (repo / "Packages").read_text()
+    for branch, driver in (("580", "580.173.02"), ("570", "570.195.03")):
+        for name in ("nvidia-driver", "nvidia-utils", "nvidia-headless-no-dkms", "linux-modules-nvidia"):
+            suffix = "-server-generic" if name == "linux-modules-nvidia" else "-server"
+            assert f"Package: {name}-{branch}{suffix}\nVersion: {driver}-0ubuntu0.24.04.1\n" in ubuntu
+    root = tmp_path / "root"
+    (root / "var/lib/dpkg/info").mkdir(parents=True)
+    (root / "var/lib/dpkg/updates").mkdir()
+    (root / "var/lib/dpkg/status").touch()
+
+    def install(branch):
+        (deb,) = repo.glob(f"nvidia-utils-{branch}-server_*.deb")
+        done = subprocess.run(
+            ["dpkg", f"--root={root}", "--force-script-chrootless", "--log=/dev/null", "-i", str(deb)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        listed = subprocess.run(["dpkg-query", f"--root={root}", "-W", "-f", "${Package} ${db:Status-Abbrev}\n"],
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        return {line.split()[0] for line in listed.splitlines() if line.split()[1:] == ["ii"]}
+
+    assert install("570") == {"nvidia-utils-570-server"}
+    assert 'DRIVER = "570.195.03"' in (root / "usr/bin/nvidia-smi").read_text()
+    assert install("580") == {"nvidia-utils-580-server"}
+    assert 'DRIVER = "580.173.02"' in (root / "usr/bin/nvidia-smi").read_text()

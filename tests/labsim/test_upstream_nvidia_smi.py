@@ -39,10 +39,10 @@ def smi(tmp_path):
     path.write_text(script.replace("#!/usr/bin/python3", f"#!{sys.executable}", 1))
     path.chmod(0o755)
 
-    def run(*args, cards=CARDS[:1], is_loaded=True):
+    def run(*args, cards=CARDS[:1], is_loaded=True, module=""):
         gpus.write_text(json.dumps(cards))
         if is_loaded:
-            loaded.write_text("")
+            loaded.write_text(module)
         else:
             loaded.unlink(missing_ok=True)
         out = subprocess.run([str(path), *args], capture_output=True, text=True)
@@ -94,3 +94,14 @@ def test_nvidia_smi_no_driver(smi):
 def test_nvidia_smi_no_devices(smi):
     rc, out = smi("-L", cards=[])
     assert (rc, out) == (6, sample("nvidia-smi-no-devices.txt"))
+
+
+def test_nvidia_smi_driver_mismatch(smi):
+    """The module that loaded at boot is another driver's (the packages changed branch, no reboot since)."""
+    rc, out = smi("-L", module="proprietary signed 570.195.03\ninstalled by the lab's stand-in\n")
+    sample_lines = sample("nvidia-smi-driver-mismatch-exit18.txt").splitlines()
+    assert rc == int(sample_lines[-1]) == 18
+    ours = package_archive.DRIVER_VERSION.rsplit(".", 1)[0]
+    assert out.splitlines() == [sample_lines[1], sample_lines[2].replace("535.161", ours)]
+    # the same driver loaded: no complaint
+    assert smi("-L", module=f"proprietary signed {package_archive.DRIVER_VERSION}\n")[0] == 0

@@ -53,3 +53,92 @@ def choose(
     if down:
         why += f" ({', '.join(down)} down)"
     return {"speaker": speaker, "down": down, "ready": ready, "why": why}
+
+
+# k3s' etcd member controller (pkg/etcd/etcd.go, manageLearners and setEtcdStatusCondition, k3s-io/k3s@2614da01)
+# runs on the etcd leader and gives every node with the etcd role a condition EtcdIsVoter: True for a voting
+# member that answers, False for a learner, an unhealthy member or a node that is not a member.
+ETCD_CONDITION = "EtcdIsVoter"
+
+
+def etcd_voters(nodes: Mapping[str, Any] | None) -> set[str]:
+    """The nodes whose EtcdIsVoter condition is True (a voting etcd member the leader reached)."""
+    out = set()
+    for item in (nodes or {}).get("items") or []:
+        conditions = (item.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == ETCD_CONDITION and c.get("status") == "True" for c in conditions):
+            out.add((item.get("metadata") or {}).get("name"))
+    return out
+
+
+def reboot_wait(
+    node: str, rebooted: bool, servers: Sequence[str], vm_nodes: Mapping[str, str], down: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Whether stage host waits for etcd after rebooting Proxmox node `node`, before the next node reboots:
+    {wait (bool), witnesses (the servers on other nodes, not down, to ask through, in `servers` order), why}.
+
+    `servers`: every k3s server of the inventory; `vm_nodes`: each server's Proxmox node (vm_node); `down`:
+    the servers this run found down. Only embedded etcd has a membership to wait for: one server keeps
+    SQLite, and gpulab runs etcd from three servers on (playbooks/vars/k3s.yml, gpulab_k3s_etcd). Whether a
+    cluster exists yet is read at run time through a witness (its k3s binary); this decides only from the
+    inventory, so it cannot fail on a lab without k3s servers."""
+    servers = list(servers)
+    if not rebooted:
+        return {"wait": False, "witnesses": [], "why": f"{node} did not reboot in this run"}
+    if len(servers) < 3:
+        return {
+            "wait": False,
+            "witnesses": [],
+            "why": f"{len(servers)} k3s server(s): no embedded etcd (one server keeps SQLite), nothing to wait for",
+        }
+    witnesses = [s for s in servers if vm_nodes.get(s) != node and s not in set(down)]
+    if not witnesses:
+        return {
+            "wait": False,
+            "witnesses": [],
+            "why": f"no k3s server outside {node} that is not down: none to ask for etcd's state",
+        }
+    return {"wait": True, "witnesses": witnesses, "why": f"{len(servers)} k3s servers on embedded etcd"}
+
+
+def etcd_settled(servers: Sequence[str], nodes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Whether etcd has its full membership and a leader again: {done (bool), waiting (the servers not yet
+    back), why}. `nodes` is `kubectl get nodes -o json` read through a witness, None when the API did not
+    answer: a read of the API goes through etcd, which answers only with a leader (no leader: "etcdserver:
+    request timed out"). Each server must be Ready and a voting member (EtcdIsVoter True)."""
+    if nodes is None:
+        return {
+            "done": False,
+            "waiting": list(servers),
+            "why": "the API does not answer: etcd has no leader yet",
+        }
+    ready, voters = ready_nodes(nodes), etcd_voters(nodes)
+    waiting, reasons = [], []
+    for s in servers:
+        missing = [
+            w for w, ok in (("not Ready", s in ready), ("not a voting etcd member", s in voters)) if not ok
+        ]
+        if missing:
+            waiting.append(s)
+            reasons.append(f"{s} {' and '.join(missing)}")
+    if waiting:
+        return {"done": False, "waiting": waiting, "why": "; ".join(reasons)}
+    return {
+        "done": True,
+        "waiting": [],
+        "why": f"etcd has a leader and all {len(servers)} servers as voting members",
+    }
+
+
+def servers_not_running(
+    node: str, servers: Sequence[str], vm_nodes: Mapping[str, str], qm_list: str
+) -> list[str]:
+    """The k3s servers of Proxmox node `node` (vm_node) whose VM is not running in `qm list`'s text (a header,
+    then VMID NAME STATUS ... per VM): after the node's reboot such a server cannot rejoin etcd until its VM is
+    started, so waiting for it would only time out."""
+    running = set()
+    for line in qm_list.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == "running":
+            running.add(fields[1])
+    return [s for s in servers if vm_nodes.get(s) == node and s not in running]

@@ -7,14 +7,15 @@ names and the real commands, whose behaviour follows the fixture's hardware:
 * ``http://ROUTER/ubuntu ./`` — the "Ubuntu archive" every lab VM's ``/etc/apt/sources.list``
   points at (part of the VM image, like a mirror setting): ``nvidia-driver-580-server`` (and
   ``-open``, ``nvidia-headless-580-server``, ``nvidia-utils-580-server``, ``nvidia-dkms-580-server``),
-  ``dkms``, ``linux-headers-generic``, ``linux-headers-<running kernel>``, ``qemu-guest-agent``;
+  the same for the older branch 570 (``DRIVER_BRANCHES``; a branch's packages replace the other's), ``dkms``, ``linux-headers-generic``, ``linux-headers-<running kernel>``, ``qemu-guest-agent``;
 * ``http://ROUTER/nvidia/stable/deb/$(ARCH) /`` — NVIDIA's container toolkit repository, signed
   with the lab's own OpenPGP key (``http://ROUTER/nvidia/gpgkey``), so a role adds it exactly as it
   adds NVIDIA's (only the inventory's URL differs).
 
 ``nvidia-smi`` prints what the VM's passed-through GPU would (``/etc/gpulab-sim/gpus.json``, written
 by the VM hooks from ``hostpciN``), in nvidia-smi's own formats, and only once the kernel module
-"loaded", i.e. after a reboot that followed the driver's installation; ``nvidia-ctk`` configures
+"loaded", i.e. after a reboot that followed the driver's installation (and, when the loaded module is
+another branch's, says NVML's driver/library version mismatch until the next reboot); ``nvidia-ctk`` configures
 containerd's config as the real one does in outline. Every stand-in command records its calls in
 ``/var/log/gpulab-standins.log``.
 """
@@ -34,6 +35,11 @@ from labsim.net.k3s import build_zipapp
 
 DRIVER_VERSION = "580.173.02"
 DRIVER_DEB_VERSION = f"{DRIVER_VERSION}-0ubuntu0.24.04.1"
+# The driver branches the lab's "Ubuntu archive" serves, each with its packages named as Ubuntu names the
+# -server branches (nvidia-driver-<branch>-server, nvidia-utils-<branch>-server, ...; reference/guest-stack.md
+# §2.1) and versioned <driver>-0ubuntu0.24.04.1: 580 (noble's, the default) and 570, an older branch an
+# upgrade can start from. The 570 point release follows NVIDIA's numbering; it is not checked against the archive.
+DRIVER_BRANCHES = {"580": DRIVER_VERSION, "570": "570.195.03"}
 TOOLKIT_VERSION = "1.18.1-1"
 NVIDIA_MODULE_MARKER = "/usr/lib/gpulab-sim/nvidia-module-installed"
 NVIDIA_LOADED = "/run/gpulab/nvidia-loaded"
@@ -64,10 +70,12 @@ def _standin(doc: str, body: str) -> str:
     return f'#!/usr/bin/python3\n"""{doc}"""\n' + _LOG_SNIPPET + body
 
 
-NVIDIA_SMI = _standin(
-    "gpulab lab stand-in for nvidia-smi: the GPUs passed through to this VM, in nvidia-smi's formats.",
-    f"""
-DRIVER = "{DRIVER_VERSION}"
+def nvidia_smi(driver: str) -> str:
+    """The nvidia-smi stand-in of the user-space driver `driver` (nvidia-utils-<branch>-server)."""
+    return _standin(
+        "gpulab lab stand-in for nvidia-smi: the GPUs passed through to this VM, in nvidia-smi's formats.",
+        f"""
+DRIVER = "{driver}"
 FIELDS = {{
     "uuid": ("uuid", ""), "name": ("name", ""), "memory.total": ("memory_mib", " MiB"),
     "driver_version": ("driver", ""), "pci.bus_id": ("pci_bus_id", ""), "index": ("index", ""),
@@ -88,7 +96,14 @@ def main(argv):
     # from the package's marker): a card that only the other modules support is not probed, so nvidia-smi does not
     # see it (open modules on a Pascal card, proprietary ones on Blackwell: NVIDIA/open-gpu-kernel-modules#862)
     with open("{NVIDIA_LOADED}") as f:
-        kind = (f.read().split() or ["any"])[0]
+        loaded = f.read().split() or ["any"]
+    kind = loaded[0]
+    # the module that loaded is another driver's (the packages were upgraded, the VM not rebooted since): NVML
+    # refuses (tests/guests/fixtures/nvidia-smi/nvidia-smi-driver-mismatch-exit18.txt)
+    if len(loaded) > 2 and loaded[2][:1].isdigit() and loaded[2] != DRIVER:
+        print("Failed to initialize NVML: Driver/library version mismatch")
+        print("NVML library version: " + ".".join(DRIVER.split(".")[:2]))
+        return 18
     gpus = [g for g in gpus if g.get("kernel_modules") in (None, kind) or kind == "any"]
     if not gpus:
         print("No devices were found")
@@ -124,8 +139,11 @@ def main(argv):
         print(f"|   {{g['index']}}  {{g['name']}}  |  {{g['pci_bus_id']}}  |  0MiB / {{g['memory_mib']}}MiB |")
     return 0
 """
-    + _RUN_MAIN,
-)
+        + _RUN_MAIN,
+    )
+
+
+NVIDIA_SMI = nvidia_smi(DRIVER_VERSION)
 
 NVIDIA_CTK = _standin(
     "gpulab lab stand-in for nvidia-ctk (NVIDIA Container Toolkit CLI).",
@@ -200,15 +218,54 @@ WantedBy=multi-user.target
 """
 
 
+def _driver_packages(branch: str, driver: str) -> list[dict]:
+    """One driver branch's packages (Ubuntu's -server names). The packages of two branches that ship the same
+    file (nvidia-smi, the kernel module) conflict with and replace each other, so installing another branch's
+    driver takes the first one's away, as apt does when a branch changes; the new module loads at the next boot."""
+    drv = f"{driver}-0ubuntu0.24.04.1"
+    others = [b for b in DRIVER_BRANCHES if b != branch]
+
+    # what the module package installed: open|proprietary, dkms|signed, the driver (read at boot)
+    def marker(kind):
+        text = f"{kind} {driver}\ninstalled by the lab's NVIDIA kernel module stand-in\n"
+        return {NVIDIA_MODULE_MARKER: (0o644, text)}
+
+    def exclusive(pattern):  # the same package of the other branches: Conflicts and Replaces
+        names = ", ".join(pattern.format(b) for b in others)
+        return {"conflicts": names, "replaces": names} if names else {}
+
+    b = branch
+    return [
+        {"name": f"nvidia-dkms-{b}-server", "version": drv, "depends": "dkms", "files": marker("proprietary dkms"),
+         **exclusive("nvidia-dkms-{}-server")},
+        {"name": f"nvidia-dkms-{b}-server-open", "version": drv, "depends": "dkms", "files": marker("open dkms"),
+         **exclusive("nvidia-dkms-{}-server-open")},
+        # Canonical-signed precompiled modules (linux-restricted-modules) for the generic kernel flavour, and the
+        # driver without DKMS (what ubuntu-drivers --gpgpu installs with them)
+        {"name": f"linux-modules-nvidia-{b}-server-generic", "version": drv, "files": marker("proprietary signed"),
+         **exclusive("linux-modules-nvidia-{}-server-generic")},
+        {"name": f"linux-modules-nvidia-{b}-server-open-generic", "version": drv, "files": marker("open signed"),
+         **exclusive("linux-modules-nvidia-{}-server-open-generic")},
+        {"name": f"nvidia-headless-no-dkms-{b}-server", "version": drv,
+         "depends": f"nvidia-compute-utils-{b}-server (= {drv})"},
+        {"name": f"nvidia-headless-no-dkms-{b}-server-open", "version": drv,
+         "depends": f"nvidia-compute-utils-{b}-server (= {drv})"},
+        {"name": f"nvidia-utils-{b}-server", "version": drv, "files": {"/usr/bin/nvidia-smi": (0o755, nvidia_smi(driver))},
+         **exclusive("nvidia-utils-{}-server")},
+        {"name": f"nvidia-compute-utils-{b}-server", "version": drv},
+        {"name": f"nvidia-driver-{b}-server", "version": drv,
+         "depends": f"nvidia-dkms-{b}-server (= {drv}), nvidia-utils-{b}-server (= {drv}), "
+         f"nvidia-compute-utils-{b}-server (= {drv})"},
+        {"name": f"nvidia-driver-{b}-server-open", "version": drv,
+         "depends": f"nvidia-dkms-{b}-server-open (= {drv}), nvidia-utils-{b}-server (= {drv})"},
+        {"name": f"nvidia-headless-{b}-server", "version": drv,
+         "depends": f"nvidia-dkms-{b}-server (= {drv}), nvidia-compute-utils-{b}-server (= {drv})"},
+    ]  # fmt: skip
+
+
 def _packages(kernel: str) -> dict[str, list[dict]]:
-    """Stand-in packages per archive: name, version, depends, files {path: (mode, text)}, postinst."""
-    drv = DRIVER_DEB_VERSION
-
-    def marker(kind):  # what the module package installed: open|proprietary, dkms|signed (read at boot)
-        return {
-            NVIDIA_MODULE_MARKER: (0o644, f"{kind}\ninstalled by the lab's NVIDIA kernel module stand-in\n")
-        }
-
+    """Stand-in packages per archive: name, version, depends, conflicts, replaces, files {path: (mode, text)},
+    postinst."""
     ubuntu = [
         {"name": "dkms", "version": "3.0.11-1ubuntu13", "files": {"/usr/sbin/dkms": (0o755, RECORDING_TOOL)}},
         {"name": "linux-headers-generic", "version": "6.8.0-90.91", "depends": f"linux-headers-{kernel}"},
@@ -224,62 +281,7 @@ def _packages(kernel: str) -> dict[str, list[dict]]:
             "postinst": "mkdir -p /etc/systemd/system/multi-user.target.wants && ln -sf "
             "/usr/lib/systemd/system/qemu-guest-agent.service /etc/systemd/system/multi-user.target.wants/",
         },
-        {
-            "name": "nvidia-dkms-580-server",
-            "version": drv,
-            "depends": "dkms",
-            "files": marker("proprietary dkms"),
-        },
-        {
-            "name": "nvidia-dkms-580-server-open",
-            "version": drv,
-            "depends": "dkms",
-            "files": marker("open dkms"),
-        },
-        # Canonical-signed precompiled modules (linux-restricted-modules) for the generic kernel flavour, and the
-        # driver without DKMS (what ubuntu-drivers --gpgpu installs with them)
-        {
-            "name": "linux-modules-nvidia-580-server-generic",
-            "version": drv,
-            "files": marker("proprietary signed"),
-        },
-        {
-            "name": "linux-modules-nvidia-580-server-open-generic",
-            "version": drv,
-            "files": marker("open signed"),
-        },
-        {
-            "name": "nvidia-headless-no-dkms-580-server",
-            "version": drv,
-            "depends": f"nvidia-compute-utils-580-server (= {drv})",
-        },
-        {
-            "name": "nvidia-headless-no-dkms-580-server-open",
-            "version": drv,
-            "depends": f"nvidia-compute-utils-580-server (= {drv})",
-        },
-        {
-            "name": "nvidia-utils-580-server",
-            "version": drv,
-            "files": {"/usr/bin/nvidia-smi": (0o755, NVIDIA_SMI)},
-        },
-        {"name": "nvidia-compute-utils-580-server", "version": drv},
-        {
-            "name": "nvidia-driver-580-server",
-            "version": drv,
-            "depends": f"nvidia-dkms-580-server (= {drv}), nvidia-utils-580-server (= {drv}), "
-            f"nvidia-compute-utils-580-server (= {drv})",
-        },
-        {
-            "name": "nvidia-driver-580-server-open",
-            "version": drv,
-            "depends": f"nvidia-dkms-580-server-open (= {drv}), nvidia-utils-580-server (= {drv})",
-        },
-        {
-            "name": "nvidia-headless-580-server",
-            "version": drv,
-            "depends": f"nvidia-dkms-580-server (= {drv}), nvidia-compute-utils-580-server (= {drv})",
-        },
+        *(p for branch, driver in DRIVER_BRANCHES.items() for p in _driver_packages(branch, driver)),
     ]
     tk = TOOLKIT_VERSION
     nvidia = [
@@ -321,8 +323,9 @@ def _build_deb(pkg: dict, out_dir: Path, work: Path) -> Path:
         "Section: misc",
         "Priority: optional",
     ]
-    if pkg.get("depends"):
-        control.append(f"Depends: {pkg['depends']}")
+    for field in ("depends", "conflicts", "replaces"):
+        if pkg.get(field):
+            control.append(f"{field.capitalize()}: {pkg[field]}")
     control.append(f"Description: gpulab lab stand-in for {pkg['name']}\n records what it is asked to do")
     (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
     if pkg.get("postinst"):
@@ -351,8 +354,9 @@ def _index(repo: Path, debs: list[Path], pkgs: list[dict]) -> None:
             "Priority: optional",
             "Section: misc",
         ]
-        if pkg.get("depends"):
-            lines.append(f"Depends: {pkg['depends']}")
+        for field in ("depends", "conflicts", "replaces"):
+            if pkg.get(field):
+                lines.append(f"{field.capitalize()}: {pkg[field]}")
         lines += [
             f"Filename: ./{deb.name}",
             f"Size: {len(data)}",

@@ -123,6 +123,15 @@ def pod_status(pod):
     return "Running" if pod["started"] is not None else "PodInitializing"
 
 
+# The condition k3s' etcd member controller gives a node with the etcd role (the status and reason are k3s';
+# the messages are the stand-in's own words): pkg/etcd/etcd.go @2614da01 (setEtcdStatusCondition)
+ETCD_CONDITIONS = {
+    "voter": ("True", "MemberNotLearner", "voting member of etcd"),
+    "unhealthy": ("False", "Unhealthy", "etcd member does not answer"),
+    "unjoined": ("False", "NotAMember", "not a member of etcd"),
+}
+
+
 def node_object(name, node):
     ready = time.time() - node["heartbeat"] < NOT_READY_AFTER_S
     labels = {
@@ -140,6 +149,10 @@ def node_object(name, node):
         "message": "kubelet is posting ready status" if ready else "Kubelet stopped posting node status.",
         "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(node["heartbeat"])),
     }
+    conditions = [cond]
+    if node.get("etcd_status") in ETCD_CONDITIONS:
+        status, reason, message = ETCD_CONDITIONS[node["etcd_status"]]
+        conditions.append({"type": "EtcdIsVoter", "status": status, "reason": reason, "message": message})
     res = {"cpu": str(node.get("cpus", 1)), "memory": f"{node.get('memory_kib', 1048576)}Ki", "pods": "110"}
     if node.get("vgpus"):
         res["nvidia.com/gpu"] = str(node["vgpus"])
@@ -167,7 +180,7 @@ def node_object(name, node):
             ),
         },
         "status": {
-            "conditions": [cond],
+            "conditions": conditions,
             "addresses": [
                 {"type": "InternalIP", "address": node["address"]},
                 {"type": "Hostname", "address": name},

@@ -39,7 +39,9 @@ class Etcd:
     for ``ELECTION_S`` holds an election among the members that answer, if they are a quorum: the one with
     the newest revision (the first to have joined among equals) takes the next term, as raft elects a member
     whose log is up to date. A leader that reaches no quorum for ``ELECTION_S`` steps down (CheckQuorum).
-    No partitions are modelled: a member either answers everyone or is down. ``/gpulab/etcd/status`` shows a
+    No partitions are modelled: a member either answers everyone or is down. Each round the leader also
+    gives the nodes with the etcd role their ``EtcdIsVoter`` state (``mark_voters``), as k3s' member
+    controller does on the leader. ``/gpulab/etcd/status`` shows a
     member's view (name, leader, term, revision, members), for the tests.
 
     ``send(peer, path, body)`` and ``clock`` are the network and the time, so the tests can step it.
@@ -148,23 +150,44 @@ class Etcd:
         with self.cluster.lock:
             state = json.loads(json.dumps(self.cluster.state))
         msg = {"term": term, "leader": self.name, "members": self.members, "state": state}
-        acks, newer = 1, False
+        acks, newer, answered = 1, False, {self.name}
         for m in others:
             try:
                 code, body = self.send(m["peer"], "/gpulab/etcd/append", msg)
             except OSError:
                 continue
             acks += code == 200
+            if code == 200:
+                answered.add(m["name"])
             newer = newer or body.get("term", 0) > term
         with self.lock:
             if self.term != term or not self.is_leader():
                 return
             if newer:
                 self.leader = None  # another member leads a newer term
-            elif acks >= self.quorum():
+                return
+            if acks >= self.quorum():
                 self.quorum_seen = now
             elif now - self.quorum_seen >= ELECTION_S:
                 self.leader = None  # CheckQuorum: no quorum answers, so this member leads no more
+                return
+            members = [m["name"] for m in self.members]
+        self.mark_voters(members, answered)
+
+    def mark_voters(self, members, answered):
+        """The leader's member controller: each node with the etcd role gets its EtcdIsVoter state (a voter
+        that answered this round, an unhealthy member that did not, or not a member). Written (a new
+        revision) only when one changes. The stand-in's members are never learners."""
+        with self.cluster.lock:
+            changed = False
+            for name, node in (self.cluster.state.get("nodes") or {}).items():
+                if (node.get("labels") or {}).get("node-role.kubernetes.io/etcd") != "true":
+                    continue
+                status = "unjoined" if name not in members else "voter" if name in answered else "unhealthy"
+                if node.get("etcd_status") != status:
+                    node["etcd_status"], changed = status, True
+            if changed:
+                self.cluster.save()
 
     def elect(self, now, term, others):
         with self.lock:

@@ -484,6 +484,12 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
         assert webui_job["static_configs"] == [{"targets": ["hami-webui.monitoring.svc:8000"]}]
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "-e", "monitoring_webui=true")
         assert rc == 0 and recap["vm-1"]["changed"] == 0 and f"HAMi-WebUI: {url}" in flat(out), out[-4000:]
+        # --check with other WebUI values: the change is shown, nothing is written
+        webui_before = (manifests / "gpulab-monitoring-hami-webui.yaml").read_text()
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "--check", "--diff", "-e", "monitoring_webui=true",
+                                  "-e", '{"monitoring_webui_extra_values": {"replicaCount": 2}}')  # fmt: skip
+        assert rc == 0 and recap["vm-1"]["changed"] == 1 and "replicaCount: 2" in out, out[-4000:]
+        assert (manifests / "gpulab-monitoring-hami-webui.yaml").read_text() == webui_before
         # without it again: its chart is taken out (k3s uninstalls it), its address no longer printed
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring")
         assert rc == 0 and recap["vm-1"]["changed"] == 1 and "HAMi-WebUI:" not in flat(out), out[-4000:]

@@ -44,6 +44,20 @@ PROMETHEUS = "prometheus"
 GRAFANA = "grafana"
 PROMETHEUS_REPO = "https://prometheus-community.github.io/helm-charts"
 GRAFANA_REPO = "https://grafana-community.github.io/helm-charts"
+WEBUI = "hami-webui"
+WEBUI_REPO = "https://project-hami.github.io/HAMi-WebUI"
+#: HAMi-WebUI chart version -> its appVersion, the tag of its two images, and the lowest HAMi chart version whose
+#: metrics it reads. charts/hami-webui/Chart.yaml at tag hami-webui-1.2.0 says appVersion 1.2.0, but its values.yaml
+#: sets both image tags to `main` (a moving tag); the project's CI (.github/workflows/ci.yaml at tag v1.2.0) pushes
+#: the images of a release under the Git tag's name, v1.2.0 (commit f60dbed, "default image tags match CI/Docker
+#: Hub"). docs/installation/helm/index.md at hami-webui-1.2.0: WebUI v1.1.1 and later read the metric and label names
+#: HAMi renamed in 2.9.0, so they need HAMi >= 2.9.0 (older WebUIs need HAMi < 2.9.0).
+WEBUI_VERSIONS = {"1.2.0": {"app_version": "1.2.0", "image_tag": "v1.2.0", "min_hami": "2.9.0"}}
+#: the container port of the WebUI's frontend (Service port `http`) and of its backend's metrics (port `metrics`),
+#: charts/hami-webui/templates/service.yaml and deployment.yaml at tag hami-webui-1.2.0
+WEBUI_HTTP_PORT = 3000
+WEBUI_METRICS_PORT = 8000
+WEBUI_JOB = "hami-webui"
 #: HAMi's metrics NodePorts (charts/hami/values.yaml@v2.10.0: scheduler.service.monitorPort, devicePlugin.service.httpPort)
 SCHEDULER_PORT = 31993
 MONITOR_PORT = 31992
@@ -102,6 +116,14 @@ CHARTS = {
             ("initChownData.image", "data folder owner (Grafana init container)"),
             ("sidecar.image", "dashboard sidecar (Grafana)"),
         ),
+    },
+    WEBUI: {
+        # dcgm-exporter and kube-prometheus-stack are bundled charts: their keys are theirs, not this chart's
+        "open": frozenset(
+            {*hami.OPEN_MAP_NAMES, "vendorNodeSelectors", "env", "dcgm-exporter", "kube-prometheus-stack"}
+        ),
+        "template_only": {},
+        "images": (("image.frontend", "HAMi-WebUI frontend"), ("image.backend", "HAMi-WebUI backend")),
     },
 }
 
@@ -312,6 +334,96 @@ def grafana_values(
     return hami.deep_merge(values, dict(extra_values or {}))
 
 
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in str(version).lstrip("v").split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def webui_mismatch(webui_version: str, hami_version: str) -> str:
+    """Why HAMi-WebUI chart `webui_version` does not fit HAMi chart `hami_version` ('' when it does): gpulab must
+    know the WebUI version (WEBUI_VERSIONS) and the HAMi version must be at least the one whose metrics it reads."""
+    spec = WEBUI_VERSIONS.get(str(webui_version))
+    if spec is None:
+        return (
+            f"gpulab knows no HAMi-WebUI chart {webui_version} (known: {', '.join(sorted(WEBUI_VERSIONS))}): its image "
+            "tag and the HAMi versions it fits are not recorded"
+        )
+    if _version_tuple(hami_version) < _version_tuple(spec["min_hami"]):
+        return (
+            f"HAMi-WebUI chart {webui_version} reads the metric names HAMi renamed in {spec['min_hami']}, so it needs "
+            f"HAMi chart {spec['min_hami']} or later; hami_chart_version is {hami_version}, where its pages stay empty"
+        )
+    return ""
+
+
+def webui_values(
+    *,
+    version: str,
+    prometheus_url: str,
+    image_registry: str = "",
+    facts: Mapping[str, Any] | None = None,
+    extra_values: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The HAMi-WebUI chart's values for this cluster's plain Prometheus (no Prometheus Operator):
+
+    * both ServiceMonitors off (``serviceMonitor``, ``hamiServiceMonitor``: kind ServiceMonitor needs the Operator's
+      CRDs, without which Helm's install fails); Prometheus scrapes the WebUI's backend through a static job
+      instead (:func:`webui_scrape_target`), and HAMi's endpoints through gpulab's two jobs;
+    * the bundled ``dcgm-exporter`` chart off (it is on by default and brings a ServiceMonitor of its own; its
+      DaemonSet also needs DCGM on the GPU node) and ``kube-prometheus-stack`` off (gpulab's Prometheus is used:
+      ``externalPrometheus`` points the backend's config.yaml at the Prometheus server's Service);
+    * the Service a NodePort (the chart has no value for the port number: Kubernetes assigns it, and the stage
+      reads it from the Service);
+    * both images at the release's tag instead of the chart's ``main``, from `image_registry` when set (the chart
+      has no registry value: the repository then names it)."""
+    spec = WEBUI_VERSIONS[str(version)]
+    values: dict[str, Any] = {
+        "serviceMonitor": {"enabled": False},
+        "hamiServiceMonitor": {"enabled": False},
+        "dcgm-exporter": {"enabled": False},
+        "kube-prometheus-stack": {"enabled": False},
+        "externalPrometheus": {"enabled": True, "address": prometheus_url},
+        "service": {"type": "NodePort"},
+        "image": {},
+    }
+    for path, _what in CHARTS[WEBUI]["images"]:
+        part = path.split(".", 1)[1]
+        repository = ((facts or {}).get("images", {}).get(path) or {}).get("repository") or ""
+        image = {"tag": spec["image_tag"]}
+        if image_registry and repository:
+            image["repository"] = _repository(image_registry, repository)
+        values["image"][part] = image
+    return hami.deep_merge(values, dict(extra_values or {}))
+
+
+def webui_fullname(release: str = WEBUI) -> str:
+    """The chart's fullname (templates/_helpers.tpl hami-webui.fullname at tag hami-webui-1.2.0): the release name
+    when it contains the chart's name, else <release>-hami-webui; the name of its Deployment and Service."""
+    return release if WEBUI in release else f"{release}-{WEBUI}"
+
+
+def webui_scrape_target(namespace: str, release: str = WEBUI) -> str:
+    """Where Prometheus scrapes the WebUI backend's own metrics (Service port `metrics`, 8000), the endpoint the
+    chart's ServiceMonitor would have given the Operator."""
+    return f"{webui_fullname(release)}.{namespace}.svc:{WEBUI_METRICS_PORT}"
+
+
+def webui_node_port(service_doc: Mapping[str, Any] | str) -> int | None:
+    """The NodePort Kubernetes assigned to the WebUI Service's `http` port (kubectl get service -o json), or None."""
+    if isinstance(service_doc, str):
+        try:
+            service_doc = json.loads(service_doc) if service_doc.strip() else {}
+        except ValueError:
+            return None
+    for port in ((service_doc or {}).get("spec") or {}).get("ports") or []:
+        if port.get("name") == "http" and port.get("nodePort"):
+            return int(port["nodePort"])
+    return None
+
+
 def render(
     *,
     prometheus_version: str,
@@ -329,18 +441,39 @@ def render(
     grafana_repo: str = GRAFANA_REPO,
     prometheus_extra_values: Mapping[str, Any] | None = None,
     grafana_extra_values: Mapping[str, Any] | None = None,
+    webui: bool = False,
+    webui_version: str = "1.2.0",
+    webui_repo: str = WEBUI_REPO,
+    webui_extra_values: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Both charts' values, checked against their pinned versions, and their HelmChart manifests; the
-    addresses of both UIs. Raises MonitoringError naming every problem."""
+    """Both charts' values (and with `webui` HAMi-WebUI's, beside Grafana), checked against their pinned versions,
+    and their HelmChart manifests; the addresses of the UIs (the WebUI's NodePort is assigned by Kubernetes, so
+    its address is known once its Service exists). Raises MonitoringError naming every problem."""
     prom_facts = load_keys(PROMETHEUS, prometheus_version)
     graf_facts = load_keys(GRAFANA, grafana_version)
+    if webui:
+        mismatch = webui_mismatch(webui_version, hami_version)
+        if mismatch:
+            raise MonitoringError(
+                f"monitoring_webui_chart_version = {webui_version} with hami_chart_version = {hami_version}: "
+                f"{mismatch}; pin a HAMi-WebUI chart that fits the HAMi chart, or set monitoring_webui: false"
+            )
+    webui_facts = load_keys(WEBUI, webui_version) if webui else {}
+    prom_jobs: dict[str, Any] = {}
+    if webui:
+        target = webui_scrape_target(namespace)
+        prom_jobs = {
+            "scrapeConfigs": {
+                WEBUI_JOB: {"enabled": True, "job_name": WEBUI_JOB, "static_configs": [{"targets": [target]}]}
+            }
+        }
     prom = prometheus_values(
         targets=scrape_targets(server, gpu_nodes),
         node_port=prometheus_node_port,
         scrape_interval=scrape_interval,
         image_registry=image_registry,
         facts=prom_facts,
-        extra_values=prometheus_extra_values,
+        extra_values=hami.deep_merge(prom_jobs, dict(prometheus_extra_values or {})),
     )
     # the Prometheus chart names its server Service <release>-server (templates/_helpers.tpl prometheus.server.fullname)
     graf = grafana_values(
@@ -350,8 +483,21 @@ def render(
         image_registry=image_registry,
         extra_values=grafana_extra_values,
     )
+    webui_vals = (
+        webui_values(
+            version=webui_version,
+            prometheus_url=f"http://{PROMETHEUS}-server.{namespace}.svc",
+            image_registry=image_registry,
+            facts=webui_facts,
+            extra_values=webui_extra_values,
+        )
+        if webui
+        else None
+    )
     problems = [f"{PROMETHEUS} {prometheus_version}: {p}" for p in hami.check_values(prom, prom_facts)]
     problems += [f"{GRAFANA} {grafana_version}: {p}" for p in hami.check_values(graf, graf_facts)]
+    if webui_vals is not None:
+        problems += [f"{WEBUI} {webui_version}: {p}" for p in hami.check_values(webui_vals, webui_facts)]
     problems += [
         f"{name}: NodePort {port} is outside Kubernetes' default range 30000-32767"
         for name, port in (("prometheus", prometheus_node_port), ("grafana", grafana_node_port))
@@ -374,9 +520,18 @@ def render(
             header="Managed by gpulab (role monitoring): changes here are overwritten.",
         ),
     }  # fmt: skip
+    values = {PROMETHEUS: prom, GRAFANA: graf}
+    if webui_vals is not None:
+        values[WEBUI] = webui_vals
+        manifests[WEBUI] = hami.dump_manifest(
+            hami.helmchart(webui_vals, chart_version=webui_version, name=WEBUI, namespace="kube-system",
+                           target_namespace=namespace, repo=webui_repo, chart=WEBUI, labels=labels),
+            header="Managed by gpulab (role monitoring): changes here are overwritten.",
+        )  # fmt: skip
     return {
-        "values": {PROMETHEUS: prom, GRAFANA: graf},
+        "values": values,
         "manifests": manifests,
+        "webui": {"service": webui_fullname(), "namespace": namespace} if webui else {},
         "targets": scrape_targets(server, gpu_nodes),
         "urls": {
             "prometheus": f"http://{server}:{prometheus_node_port}",

@@ -4,6 +4,8 @@
 <Prometheus /api/v1/targets>, "query": <its /api/v1/query of hami_gpu_memory_allocated_bytes>, "nodes": <kubectl
 get nodes -o json>, "pods": <kubectl get pods -A -o json>}`) and returns gpulab.monitoring's problems (field,
 value, cause, fix, wait); `problems | gpulab_monitoring_problems_text` makes them one message.
+`service_json | gpulab_monitoring_webui_port` is the NodePort of HAMi-WebUI's `http` port (kubectl get service -o
+json of roles/monitoring/tasks/verify_webui.yml), or None.
 """
 
 from __future__ import annotations
@@ -19,9 +21,14 @@ def gpulab_monitoring_problems_text(problems):
     return monitoring.problems_text(problems or [])
 
 
+def gpulab_monitoring_webui_port(service):
+    return monitoring.webui_node_port(service or "")
+
+
 class FilterModule:
     def filters(self):
         return {
             "gpulab_monitoring_problems": gpulab_monitoring_problems,
             "gpulab_monitoring_problems_text": gpulab_monitoring_problems_text,
+            "gpulab_monitoring_webui_port": gpulab_monitoring_webui_port,
         }

@@ -87,6 +87,26 @@ options:
     description: More C(grafana) chart values, merged last; each key is checked like the others.
     type: dict
     default: {}
+  webui:
+    description:
+      - Also render the C(hami-webui) chart (Project-HAMi/HAMi-WebUI) beside Grafana, for this plain Prometheus
+        (ServiceMonitors and the bundled dcgm-exporter off, images at the release's tag, Service a NodePort that
+        Kubernetes assigns), and add a Prometheus job for the WebUI backend's metrics.
+      - Refused when O(webui_version) is unknown to gpulab or needs a newer HAMi than O(hami_version).
+    type: bool
+    default: false
+  webui_version:
+    description: Version of the C(hami-webui) chart; key facts must exist for it in the gpulab package.
+    type: str
+    default: 1.2.0
+  webui_repo:
+    description: Repository of the C(hami-webui) chart.
+    type: str
+    default: https://project-hami.github.io/HAMi-WebUI
+  webui_extra_values:
+    description: More C(hami-webui) chart values, merged last; each key is checked like the others.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -107,7 +127,13 @@ values:
   returned: success
   type: dict
 manifests:
-  description: Each chart's HelmChart manifest as YAML text with a header comment (keys C(prometheus), C(grafana)).
+  description:
+    - Each chart's HelmChart manifest as YAML text with a header comment (keys C(prometheus), C(grafana), and
+      C(hami-webui) with O(webui)).
+  returned: success
+  type: dict
+webui:
+  description: With O(webui), the WebUI Service's name and namespace (keys C(service), C(namespace)); else empty.
   returned: success
   type: dict
 targets:

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -120,6 +121,63 @@ def test_monitoring_charts_prometheus_config_from_the_values():
     assert monitoring_charts.node_port(values, "prometheus") == 30090
     off = monitoring_charts.prometheus_config({"scrapeConfigs": {"prometheus": {"enabled": False}}})
     assert off["scrape_configs"] == []
+
+
+def webui_chart(**extra):
+    """The HelmChart spec gpulab renders for HAMi-WebUI (with `extra` values merged)."""
+    out = monitoring.render(
+        prometheus_version="29.27.0", grafana_version="12.11.1", hami_version="2.10.0", server="10.0.0.1",
+        gpu_nodes=["10.0.0.3"], webui=True, webui_extra_values=extra,
+    )  # fmt: skip
+    return yaml.safe_load(out["manifests"]["hami-webui"].split("---", 1)[1])["spec"]
+
+
+def test_monitoring_charts_webui_objects_as_the_chart_renders_them_with_gpulabs_values():
+    ports = {}
+    rollouts, objects, services = monitoring_charts.install_chart(
+        "hami-webui", "monitoring", webui_chart(), ports
+    )
+    assert rollouts == {"monitoring/hami-webui": {"ready": True}}
+    assert objects["monitoring/hami-webui"]["kind"] == "Deployment"
+    service = services["monitoring/hami-webui"]
+    assert service["spec"]["type"] == "NodePort"
+    by_name = {p["name"]: p for p in service["spec"]["ports"]}
+    assert (by_name["http"]["port"], by_name["metrics"]["port"]) == (3000, 8000)
+    # no nodePort in the chart's template: the API server assigns one per port, kept while the Service exists
+    assert all(30000 <= p["nodePort"] <= 32767 for p in by_name.values())
+    assert by_name["http"]["nodePort"] != by_name["metrics"]["nodePort"]
+    assert monitoring.webui_node_port(service) == by_name["http"]["nodePort"]
+    again = monitoring_charts.install_chart("hami-webui", "monitoring", webui_chart(), ports)[2]
+    assert again == services
+    assert monitoring_charts.webui_http_ports(services) == [by_name["http"]["nodePort"]]
+    # another release name: the chart's fullname <release>-hami-webui
+    other = monitoring_charts.install_chart("ui", "monitoring", webui_chart(), ports)[2]
+    assert list(other) == ["monitoring/ui-hami-webui"]
+
+
+def test_monitoring_charts_webui_with_a_servicemonitor_does_not_install():
+    """The chart's defaults make ServiceMonitors, whose kind needs Prometheus Operator's CRDs: Helm fails."""
+    for extra in ({"serviceMonitor": {"enabled": True}}, {"hamiServiceMonitor": {"enabled": True}},
+                  {"dcgm-exporter": {"enabled": True}}):  # fmt: skip
+        assert (
+            monitoring_charts.install_chart("hami-webui", "monitoring", webui_chart(**extra), {}) is None
+        ), extra
+    defaults = {"chart": "hami-webui", "valuesContent": ""}
+    assert monitoring_charts.install_chart("hami-webui", "monitoring", defaults, {}) is None
+
+
+def test_monitoring_charts_webui_page_answers_on_its_port():
+    port = free_port()
+    server = monitoring_charts.serve_page("127.0.0.1", port)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+            assert resp.status == 200 and "HAMi-WebUI" in resp.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/nosuch", timeout=5)
+        assert err.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def get(url, **params):

@@ -460,6 +460,41 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
             assert shares == [("default/ollama", "45"), ("default/vllm", "45")], shares
             assert [e["attrs"]["data-percent"] for e in dom.find("free")] == ["10"]
         manifests = lab.upper("vm-1") / "var/lib/rancher/k3s/server/manifests"
+
+        # HAMi-WebUI beside Grafana: its chart placed (the one change on the server), the stage waits until it
+        # answers at the NodePort Kubernetes gave its Service and prints that address, as the lab table does
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring,verify", "-e", "monitoring_webui=true")
+        assert rc == 0 and recap["vm-1"]["changed"] == 1, out[-6000:]
+        webui = yaml.safe_load((manifests / "gpulab-monitoring-hami-webui.yaml").read_text())
+        values = yaml.safe_load(webui["spec"]["valuesContent"])
+        assert webui["spec"]["version"] == "1.2.0" and values["serviceMonitor"] == {"enabled": False}
+        assert values["image"]["frontend"]["tag"] == values["image"]["backend"]["tag"] == "v1.2.0"
+        service = lab.cluster()["services"]["monitoring/hami-webui"]
+        port = monitoring.webui_node_port(service)
+        url = f"http://{address}:{port}"
+        assert port and f"HAMi-WebUI: {url}" in flat(out), out[-3000:]
+        for name in ("lab-table.html", "lab-table.md"):
+            assert url in (lab.state / name).read_text(), name
+        netns = f"{lab_id(lab.state)}-v100"
+        page = subprocess.run(["ip", "netns", "exec", netns, "curl", "-fsS", "--max-time", "5", url + "/"],
+                              capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+        assert "<title>HAMi-WebUI</title>" in page.stdout
+        config = yaml.safe_load((folder / "prometheus.yml").read_text())
+        webui_job = {j["job_name"]: j for j in config["scrape_configs"]}["hami-webui"]
+        assert webui_job["static_configs"] == [{"targets": ["hami-webui.monitoring.svc:8000"]}]
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "-e", "monitoring_webui=true")
+        assert rc == 0 and recap["vm-1"]["changed"] == 0 and f"HAMi-WebUI: {url}" in flat(out), out[-4000:]
+        # --check with other WebUI values: the change is shown, nothing is written
+        webui_before = (manifests / "gpulab-monitoring-hami-webui.yaml").read_text()
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "--check", "--diff", "-e", "monitoring_webui=true",
+                                  "-e", '{"monitoring_webui_extra_values": {"replicaCount": 2}}')  # fmt: skip
+        assert rc == 0 and recap["vm-1"]["changed"] == 1 and "replicaCount: 2" in out, out[-4000:]
+        assert (manifests / "gpulab-monitoring-hami-webui.yaml").read_text() == webui_before
+        # without it again: its chart is taken out (k3s uninstalls it), its address no longer printed
+        rc, recap, out = lab.play("site.yml", "--tags", "monitoring")
+        assert rc == 0 and recap["vm-1"]["changed"] == 1 and "HAMi-WebUI:" not in flat(out), out[-4000:]
+        assert not (manifests / "gpulab-monitoring-hami-webui.yaml").exists()
+
         before = {p.name: p.read_text() for p in manifests.glob("gpulab-monitoring-*.yaml")}
         rc, recap, out = lab.play("site.yml", "--tags", "monitoring", "--check", "--diff",
                                   "-e", "monitoring_scrape_interval=30s")  # fmt: skip

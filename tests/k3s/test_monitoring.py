@@ -100,6 +100,85 @@ def test_the_module_returns_both_manifests():
     assert bad["failed"] is True and "nosuch: not a value of" in bad["msg"]
 
 
+WEBUI = monitoring.load_keys("hami-webui", "1.2.0")
+
+
+def test_the_webui_key_facts_name_the_chart_release_and_its_defaults_that_gpulab_changes():
+    assert WEBUI["chart"] == "hami-webui" and WEBUI["version"] == "1.2.0"
+    assert "tag hami-webui-1.2.0 = commit b02ace2849c52d505b8c2dcb0a90f706bc1db00d" in WEBUI["source"]
+    assert "Apache-2.0" in WEBUI["source"]
+    # the chart's defaults that do not work here: moving image tags, ServiceMonitors without the Operator's CRDs
+    assert {i["tag"] for i in WEBUI["images"].values()} == {"main"}
+    for key in ("serviceMonitor.enabled", "hamiServiceMonitor.enabled", "dcgm-exporter.enabled"):
+        assert WEBUI["keys"][key] == {"kind": "bool"}, key
+    assert "service.nodePort" not in WEBUI["keys"]  # no fixed NodePort: the stage reads the assigned one
+
+
+def test_with_the_webui_its_values_are_checked_and_make_a_third_valid_helmchart():
+    out = monitoring.render(**ARGS, webui=True, image_registry="mirror.lan:5000")
+    values = out["values"]["hami-webui"]
+    assert hami.check_values(values, WEBUI) == []
+    assert values["serviceMonitor"] == {"enabled": False} and values["hamiServiceMonitor"] == {
+        "enabled": False
+    }
+    assert values["dcgm-exporter"] == {"enabled": False}
+    assert values["externalPrometheus"] == {
+        "enabled": True,
+        "address": "http://prometheus-server.monitoring.svc",
+    }
+    assert values["service"] == {"type": "NodePort"}
+    assert values["image"] == {
+        "frontend": {"tag": "v1.2.0", "repository": "mirror.lan:5000/projecthami/hami-webui-fe-oss"},
+        "backend": {"tag": "v1.2.0", "repository": "mirror.lan:5000/projecthami/hami-webui-be-oss"},
+    }
+    # Prometheus scrapes the WebUI backend's own metrics in the ServiceMonitor's stead
+    job = out["values"]["prometheus"]["scrapeConfigs"]["hami-webui"]
+    assert job["static_configs"] == [{"targets": ["hami-webui.monitoring.svc:8000"]}]
+    assert set(out["manifests"]) == {"prometheus", "grafana", "hami-webui"}
+    doc = yaml.safe_load(out["manifests"]["hami-webui"].split("---", 1)[1])
+    assert (
+        doc["spec"]["repo"] == "https://project-hami.github.io/HAMi-WebUI"
+        and doc["spec"]["version"] == "1.2.0"
+    )
+    assert yaml.safe_load(doc["spec"]["valuesContent"]) == values
+    validate_manifest(doc, VERSION)
+    assert out["webui"] == {"service": "hami-webui", "namespace": "monitoring"}
+    # without the registry the images keep the chart's repository, at the release's tag
+    plain = monitoring.render(**ARGS, webui=True)["values"]["hami-webui"]["image"]
+    assert plain == {"frontend": {"tag": "v1.2.0"}, "backend": {"tag": "v1.2.0"}}
+    assert "hami-webui" not in monitoring.render(**ARGS)["manifests"]
+
+
+def test_a_webui_that_does_not_fit_the_hami_chart_or_an_unknown_key_is_refused():
+    with pytest.raises(monitoring.MonitoringError) as err:
+        monitoring.render(**{**ARGS, "hami_version": "2.8.1"}, webui=True)
+    msg = str(err.value)
+    assert "monitoring_webui_chart_version = 1.2.0" in msg and "hami_chart_version = 2.8.1" in msg
+    assert "2.9.0 or later" in msg and "monitoring_webui: false" in msg
+    assert monitoring.render(**{**ARGS, "hami_version": "2.9.0"}, webui=True)["values"]["hami-webui"]
+    with pytest.raises(monitoring.MonitoringError, match=r"knows no HAMi-WebUI chart 1\.1\.0"):
+        monitoring.render(**ARGS, webui=True, webui_version="1.1.0")
+    with pytest.raises(monitoring.MonitoringError, match=r"hami-webui 1\.2\.0: serviceMonitr"):
+        monitoring.render(**ARGS, webui=True, webui_extra_values={"serviceMonitr": {"enabled": True}})
+
+
+def test_the_webui_address_is_the_nodeport_kubernetes_assigned_to_its_http_port():
+    service = {"spec": {"type": "NodePort", "ports": [
+        {"name": "http", "port": 3000, "nodePort": 31234}, {"name": "metrics", "port": 8000, "nodePort": 30555}]}}  # fmt: skip
+    assert monitoring.webui_node_port(service) == 31234
+    assert monitoring.webui_node_port(json.dumps(service)) == 31234
+    assert monitoring.webui_node_port({"spec": {"ports": [{"name": "http", "port": 3000}]}}) is None
+    assert monitoring.webui_node_port("") is None and monitoring.webui_node_port("not json") is None
+
+
+def test_the_module_renders_the_webui_beside_grafana():
+    result = run_ansible_module("gpulab_monitoring_charts", {**ARGS, "webui": True})
+    assert result.get("failed") is not True, result
+    assert set(result["manifests"]) == {"prometheus", "grafana", "hami-webui"}
+    bad = run_ansible_module("gpulab_monitoring_charts", {**ARGS, "webui": True, "hami_version": "2.8.1"})
+    assert bad["failed"] is True and "hami_chart_version = 2.8.1" in bad["msg"]
+
+
 def nodes_doc(devmem=24576):
     register = json.dumps(
         [{"id": CARD, "count": 10, "devmem": devmem, "devcore": 100, "type": "NVIDIA", "health": True}]

@@ -596,3 +596,31 @@ def test_monitoring_chart_values_the_pinned_charts_lack_are_refused_before_any_c
     assert msg.startswith(
         "vm-1: monitoring_grafana_chart_version='1.0.0': gpulab holds no key facts for the grafana"
     )
+
+
+def test_a_webui_chart_that_does_not_fit_the_hami_chart_is_refused_before_any_change(inv):
+    """monitoring_webui: true needs a HAMi-WebUI chart gpulab knows, for a HAMi chart whose metric names it reads."""
+    _set(inv, "vm-1", monitoring_webui=True)
+    assert inv.messages() == []  # WebUI 1.2.0 with the demo's HAMi 2.10.0
+    _set(inv, "vm-1", monitoring_webui_chart_version="1.1.0")
+    [msg] = inv.messages()
+    assert msg.startswith(
+        "vm-1: monitoring_webui_chart_version='1.1.0': with hami_chart_version='2.10.0': gpulab knows no HAMi-WebUI "
+        "chart 1.1.0"
+    )
+    assert "set monitoring_webui: false" in msg
+    _set(inv, "vm-1", monitoring_webui_chart_version=KeyError)
+    _set(inv, "all", hami_chart_version="2.8.0")
+    webui = [m for m in inv.messages() if m.startswith("vm-1: monitoring_webui_chart_version=")]
+    assert len(webui) == 1 and "with hami_chart_version='2.8.0'" in webui[0]
+    assert "needs HAMi chart 2.9.0 or later" in webui[0]
+    _set(inv, "vm-1", monitoring_webui=False)
+    assert not [m for m in inv.messages() if "monitoring_webui" in m]
+    _set(inv, "all", hami_chart_version="2.9.0")
+    _set(
+        inv, "vm-1", monitoring_webui=True, monitoring_webui_extra_values={"serviceMonitr": {"enabled": True}}
+    )
+    [msg] = inv.messages()
+    assert msg.startswith(
+        "vm-1: monitoring_webui_extra_values='serviceMonitr': not a value of hami-webui chart 1.2.0"
+    )

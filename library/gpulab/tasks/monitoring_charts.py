@@ -22,11 +22,17 @@ OPTIONS = {
     "grafana_repo": {"type": "str", "default": monitoring.GRAFANA_REPO},
     "prometheus_extra_values": {"type": "dict", "default": {}},
     "grafana_extra_values": {"type": "dict", "default": {}},
+    "webui": {"type": "bool", "default": False},
+    "webui_version": {"type": "str", "default": "1.2.0"},
+    "webui_repo": {"type": "str", "default": monitoring.WEBUI_REPO},
+    "webui_extra_values": {"type": "dict", "default": {}},
 }
 
 
 def run(task: Task) -> dict:
     p = task.params
-    with Run(task, "Rendering the Prometheus and Grafana HelmCharts", monitoring.MonitoringError) as run:
+    with Run(
+        task, "Rendering the Prometheus, Grafana (and HAMi-WebUI) HelmCharts", monitoring.MonitoringError
+    ) as run:
         out = monitoring.render(**{name: p[name] for name in OPTIONS})
     return run.done(**out)

@@ -80,6 +80,8 @@ def make_handler(cluster, token):
                 return self.reply(200, state.get("deployment_objects", {}))
             if self.path == "/gpulab/daemonsets":
                 return self.reply(200, state.get("daemonsets", []))
+            if self.path == "/gpulab/services":  # the monitoring charts' Services (module monitoring_charts)
+                return self.reply(200, state.get("services", {}))
             if self.path == "/gpulab/pods":
                 pods = state.get("pods", []) + list(state.get("direct_pods", {}).values())
                 return self.reply(200, [{**p, "status": pod_status(p)} for p in pods])

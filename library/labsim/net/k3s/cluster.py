@@ -252,6 +252,7 @@ class Cluster:
         with self.lock:
             seen = self.state.setdefault("charts_seen", {})
             jobs, daemonsets, deployments, vgpus, present, objects = {}, [], {}, {}, set(), {}
+            services = {}  # the Services of the monitoring charts (HAMi-WebUI's), by namespace/name
             release = None
             for chart in charts:
                 meta, spec = chart.get("metadata", {}), chart.get("spec", {})
@@ -261,13 +262,20 @@ class Cluster:
                 first = seen.setdefault(f"{ns}/{name}", time.time())
                 if time.time() - first < 2:
                     continue  # the install job runs for a moment
-                jobs[f"{ns}/helm-install-{name}"] = {"complete": True}
                 if spec.get("chart") in monitoring_charts.CHARTS:
-                    # Prometheus and Grafana (module monitoring_charts); every other chart is HAMi's
-                    rollouts, made = monitoring_charts.install_chart(name, target, spec)
+                    # Prometheus, Grafana and HAMi-WebUI (module monitoring_charts); every other chart is HAMi's
+                    node_ports = self.state.setdefault("node_ports", {})
+                    installed = monitoring_charts.install_chart(name, target, spec, node_ports)
+                    if installed is None:
+                        jobs[f"{ns}/helm-install-{name}"] = {"complete": False}
+                        continue  # Helm's install fails: the job is retried and never completes
+                    jobs[f"{ns}/helm-install-{name}"] = {"complete": True}
+                    rollouts, made, made_services = installed
                     deployments.update(rollouts)
                     objects.update(made)
+                    services.update(made_services)
                     continue
+                jobs[f"{ns}/helm-install-{name}"] = {"complete": True}
                 daemonset, scheduler, release, chart_vgpus = hami.install_chart(
                     self.state, name, ns, target, spec
                 )
@@ -277,6 +285,9 @@ class Cluster:
                 vgpus.update(chart_vgpus)
             for key in [k for k in seen if k not in present]:
                 del seen[key]  # a chart taken out is uninstalled
+            ports = self.state.setdefault("node_ports", {})
+            for key in [k for k in ports if k.rsplit("/", 1)[0] not in services]:
+                del ports[key]  # a Service's NodePorts are freed with it
             for node_name, node in self.state["nodes"].items():
                 node["vgpus"] = vgpus.get(node_name, 0)
             self.state["hami"] = release
@@ -295,7 +306,11 @@ class Cluster:
             deployments.update(self.run_pods(docs))
             self.step_direct_pods()
             self.state.update(
-                jobs=jobs, daemonsets=daemonsets, deployments=deployments, deployment_objects=objects
+                jobs=jobs,
+                daemonsets=daemonsets,
+                deployments=deployments,
+                deployment_objects=objects,
+                services=services,
             )
             self.save()
 

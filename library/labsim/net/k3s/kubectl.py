@@ -10,7 +10,7 @@ job/NAME`` (a HelmChart's install job exists once the server has seen the chart;
 exist is an immediate NotFound, as with kubectl), ``rollout status deployment|daemonset/NAME`` (waiting up to
 ``--timeout`` like kubectl); anything else says it is not stood in. Also ``create|apply -f FILE|-`` (Pods,
 through HAMi's webhook; also ``--dry-run=server``), ``delete pod(s) NAME|-l SEL``, ``scale deployment/NAME
---replicas=N``, ``get deployment``, ``get mutatingwebhookconfigurations``, and ``kubectl logs`` of a container
+--replicas=N``, ``get deployment``, ``get service`` (the Services of the monitoring charts), ``get mutatingwebhookconfigurations``, and ``kubectl logs`` of a container
 whose command runs ``nvidia-smi --query-gpu=memory.total``, which prints the memory it sees (module ``hami``).
 """
 
@@ -379,6 +379,16 @@ def deployments(flags):
     return items, "deployment.apps", "deployments.apps"
 
 
+def services(flags):
+    """The Services the stand-in models as objects (HAMi-WebUI's, module monitoring_charts), in -n or -A."""
+    items = {
+        key.split("/", 1)[1]: svc
+        for key, svc in api_get("/gpulab/services").items()
+        if flags.all_namespaces or key.split("/", 1)[0] == flags.namespace
+    }
+    return items, "service", "services"
+
+
 def webhooks(flags):
     return (
         api_get("/gpulab/webhooks"),
@@ -408,6 +418,7 @@ KINDS = {
     **dict.fromkeys(("node", "nodes", "no"), nodes),
     **dict.fromkeys(("runtimeclass", "runtimeclasses"), runtimeclasses),
     **dict.fromkeys(("deployment", "deployments", "deploy"), deployments),
+    **dict.fromkeys(("service", "services", "svc"), services),
     **dict.fromkeys(("mutatingwebhookconfiguration", "mutatingwebhookconfigurations"), webhooks),
     **dict.fromkeys(("daemonset", "daemonsets", "ds"), daemonsets),
     **dict.fromkeys(("endpointslice", "endpointslices"), endpointslices),

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from . import hami_metrics
+from . import hami_metrics, monitoring_charts
 from .apiserver import make_handler
 from .cluster import MANIFESTS, Cluster, manifest_docs
 from .common import (
@@ -131,6 +131,20 @@ def serve_hami_metrics(cluster, name, address, cards, metrics):
         )
 
 
+def serve_webui(cluster, address, pages):
+    """HAMi-WebUI's frontend on the `http` NodePort of its Service at this server's address while the Service
+    exists (module monitoring_charts); `pages` holds the listeners by port."""
+    with cluster.lock:
+        wanted = set(monitoring_charts.webui_http_ports(cluster.state.get("services") or {}))
+    for port in [p for p in pages if p not in wanted]:
+        server = pages.pop(port)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    for port in wanted - set(pages):
+        pages[port] = monitoring_charts.serve_page(address, port)
+
+
 def run_server():
     cfg = load_config()
     name = str(cfg.get("node-name") or socket.gethostname())
@@ -205,6 +219,7 @@ def run_server():
     started = time.time()
     os.makedirs(MANIFESTS, exist_ok=True)
     metrics = {}  # HAMi's metrics listeners (module hami_metrics), started once HAMi's chart is installed
+    pages = {}  # HAMi-WebUI's frontend by NodePort (module monitoring_charts), while its Service exists
     sd_notify(
         "READY=1"
     )  # Type=notify, as k3s: `systemctl start k3s` returns once the token and API are there
@@ -229,6 +244,7 @@ def run_server():
             time.sleep(1 if time.time() - started < 5 else HEARTBEAT_S)
             continue
         serve_hami_metrics(cluster, name, address, cards, metrics)
+        serve_webui(cluster, address, pages)
         if time.time() - started > 2 and "nvidia" not in cluster.state["runtimeclasses"]:
             with cluster.lock:
                 for handler_name in RUNTIME_CLASSES:

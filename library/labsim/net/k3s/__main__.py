@@ -5,10 +5,10 @@
 import os
 import sys
 
-from .agent import run_agent
 from .common import log_call, version
-from .kubectl import kubectl
-from .server import run_server
+
+# Each command imports only its own part (server, agent, kubectl) when it runs: a `k3s kubectl` or
+# `k3s --version` call then loads what it uses, not the server's HTTP and the agent's client as well.
 
 
 def main(argv):
@@ -24,10 +24,16 @@ def main(argv):
             # in every Ubuntu cloud image as cloud-init's dependency) and says so instead of hanging
             print("gpulab lab k3s stand-in: `k3s server` needs python3-yaml in this host", file=sys.stderr)
             return 1
+        from .server import run_server
+
         return run_server()
     if cmd == "agent":
+        from .agent import run_agent
+
         return run_agent()
     if cmd == "kubectl":
+        from .kubectl import kubectl
+
         return kubectl(args)
     print(f"gpulab lab k3s stand-in: `k3s {cmd}` is not stood in", file=sys.stderr)
     return 1

@@ -51,6 +51,30 @@ def run_ansible_module(name, args, check_mode=False):
         pytest.fail(f"module {name} printed no JSON: rc={proc.returncode} {proc.stdout!r} {proc.stderr!r}")
 
 
+#: a host of a play run on this machine itself (tests that run a playbook against stand-in tools in a bin folder)
+LOCAL_HOST = {"ansible_connection": "local", "ansible_host": "127.0.0.1", "ansible_python_interpreter": sys.executable,
+              "ansible_become_method": "ansible.builtin.su"}  # fmt: skip
+
+
+@pytest.fixture
+def ports():
+    """(open, closed): a port on 127.0.0.1 that a listener answers on for the test, and one nothing listens on."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    yield listener.getsockname()[1], free_port()
+    listener.close()
+
+
+def tool_folder(folder: pathlib.Path, **tools: str) -> pathlib.Path:
+    """`folder` created with one executable script per keyword (name -> its text), for a test's PATH."""
+    folder.mkdir()
+    for name, text in tools.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    return folder
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,13 +6,14 @@ it does not wait (nor ask anything) when the node did not reboot or no server ha
 
 import json
 import pathlib
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
 import yaml
+
+from .conftest import LOCAL_HOST, tool_folder
 
 # each test runs ansible-playbook once (a few seconds)
 pytestmark = pytest.mark.slow
@@ -65,29 +66,17 @@ def nodes(**state):
 
 
 @pytest.fixture
-def lab(tmp_path):
+def lab(tmp_path, ports):
     """pve2 just rebooted; server-1 and server-2 run on pve (server-1's SSH port does not answer), server-3 on
     pve2. Returns run(answers, **host_vars of pve2) -> (rc, stdout, looks)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    closed_port = closed.getsockname()[1]
-    closed.close()
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "k3s").write_text(FAKE_K3S)
-    (bin_dir / "k3s").chmod(0o755)
-    (bin_dir / "qm").write_text(FAKE_QM)
-    (bin_dir / "qm").chmod(0o755)
-    local = {"ansible_connection": "local", "ansible_host": "127.0.0.1", "ansible_python_interpreter": sys.executable,
-             "ansible_become_method": "ansible.builtin.su"}  # fmt: skip
+    open_port, closed_port = ports
+    bin_dir = tool_folder(tmp_path / "bin", k3s=FAKE_K3S, qm=FAKE_QM)
+    local = LOCAL_HOST
     server = {**local, "k3s_server_bin_dir": str(bin_dir)}
     servers = {
         "server-1": {**server, "vm_node": "pve", "ansible_port": closed_port},
-        "server-2": {**server, "vm_node": "pve", "ansible_port": listener.getsockname()[1]},
-        "server-3": {**server, "vm_node": "pve2", "ansible_port": listener.getsockname()[1]},
+        "server-2": {**server, "vm_node": "pve", "ansible_port": open_port},
+        "server-3": {**server, "vm_node": "pve2", "ansible_port": open_port},
     }
     play = [{"name": "Stage host's wait", "hosts": "proxmox", "gather_facts": False,
              "tasks": [{"ansible.builtin.import_tasks": str(ROOT / "playbooks" / "tasks" / "host_etcd_wait.yml")}]}]  # fmt: skip
@@ -119,8 +108,7 @@ def lab(tmp_path):
         looks = int((bin_dir / "looks").read_text()) if (bin_dir / "looks").exists() else 0
         return done.returncode, " ".join((done.stdout + done.stderr).split()), looks
 
-    yield run
-    listener.close()
+    return run
 
 
 def test_waits_until_etcd_has_a_leader_and_every_server_back(lab):

@@ -4,13 +4,14 @@ nodes`) to gpulab_k3s_speaker, and a server the run's --limit leaves out is neve
 
 import json
 import pathlib
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
 import yaml
+
+from .conftest import LOCAL_HOST, tool_folder
 
 # the test runs ansible-playbook once (a few seconds)
 pytestmark = pytest.mark.slow
@@ -35,28 +36,18 @@ def node(name, ready):
 
 
 @pytest.fixture
-def lab(tmp_path):
+def lab(tmp_path, ports):
     """server-1 down (nothing listens on its port), server-2 up and Ready, server-3 up but NotReady."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
-    closed_port = closed.getsockname()[1]
-    closed.close()
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "k3s").write_text(FAKE_K3S)
-    (bin_dir / "k3s").chmod(0o755)
+    open_port, closed_port = ports
+    bin_dir = tool_folder(tmp_path / "bin", k3s=FAKE_K3S)
     nodes = [node("server-1", False), node("server-2", True), node("server-3", False)]
     (bin_dir / "nodes.json").write_text(json.dumps({"items": nodes}))
     port = {
         "server-1": closed_port,
-        "server-2": listener.getsockname()[1],
-        "server-3": listener.getsockname()[1],
+        "server-2": open_port,
+        "server-3": open_port,
     }
-    common = {"ansible_connection": "local", "ansible_host": "127.0.0.1", "ansible_python_interpreter": sys.executable,
-              "ansible_become_method": "ansible.builtin.su", "k3s_server_bin_dir": str(bin_dir)}  # fmt: skip
+    common = {**LOCAL_HOST, "k3s_server_bin_dir": str(bin_dir)}
     inventory = {
         "all": {
             "children": {"k3s_server": {"hosts": {h: {**common, "ansible_port": p} for h, p in port.items()}}}
@@ -83,8 +74,7 @@ def lab(tmp_path):
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         return json.loads(out.read_text()), " ".join(done.stdout.split())  # the callback wraps long lines
 
-    yield run
-    listener.close()
+    return run
 
 
 def test_a_down_server_is_skipped_and_the_limit_is_kept(lab):

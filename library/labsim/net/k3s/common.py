@@ -165,3 +165,18 @@ def http_send(peer, path, body=None, timeout=1.0):
             return exc.code, json.loads(exc.read() or b"{}")
         except ValueError:
             return exc.code, {}
+
+
+def serve_in_thread(host, port, handler, what):
+    """A ThreadingHTTPServer on host:port for `handler`, serving from a daemon thread; None when the port is
+    taken (said on stderr, naming `what`). Imports its modules when called: kubectl calls do not need them."""
+    import http.server
+    import threading
+
+    try:
+        server = http.server.ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:
+        print(f"gpulab lab k3s stand-in: {what} on {host}:{port}: {exc}", file=sys.stderr, flush=True)
+        return None
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

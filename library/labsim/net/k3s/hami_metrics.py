@@ -30,8 +30,8 @@ import decimal
 import http.server
 import json
 import math
-import sys
-import threading
+
+from .common import serve_in_thread
 
 MIB = 1024 * 1024
 ZONE = {"zone": "vGPU"}
@@ -299,10 +299,4 @@ def serve(host, port, families):
             self.end_headers()
             self.wfile.write(body)
 
-    try:
-        server = http.server.ThreadingHTTPServer((host, port), Handler)
-    except OSError as exc:
-        print(f"gpulab lab k3s stand-in: HAMi metrics on {host}:{port}: {exc}", file=sys.stderr, flush=True)
-        return None
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_in_thread(host, port, Handler, "HAMi metrics")

@@ -370,23 +370,22 @@ def runtimeclasses(flags):
     return api_get("/gpulab/runtimeclasses"), "runtimeclass.node.k8s.io", "runtimeclasses.node.k8s.io"
 
 
-def deployments(flags):
-    items = {
-        key.split("/", 1)[1]: d
-        for key, d in api_get("/gpulab/deployments").items()
+def namespaced(path, flags):
+    """The objects at the API's `path` ("namespace/name" -> object) in -n's namespace, or all with -A, by name."""
+    return {
+        key.split("/", 1)[1]: obj
+        for key, obj in api_get(path).items()
         if flags.all_namespaces or key.split("/", 1)[0] == flags.namespace
     }
-    return items, "deployment.apps", "deployments.apps"
+
+
+def deployments(flags):
+    return namespaced("/gpulab/deployments", flags), "deployment.apps", "deployments.apps"
 
 
 def services(flags):
     """The Services the stand-in models as objects (HAMi-WebUI's, module monitoring_charts), in -n or -A."""
-    items = {
-        key.split("/", 1)[1]: svc
-        for key, svc in api_get("/gpulab/services").items()
-        if flags.all_namespaces or key.split("/", 1)[0] == flags.namespace
-    }
-    return items, "service", "services"
+    return namespaced("/gpulab/services", flags), "service", "services"
 
 
 def webhooks(flags):

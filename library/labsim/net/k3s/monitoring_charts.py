@@ -252,8 +252,8 @@ def webui_http_ports(services):
 def serve_page(host, port):
     """Answer ``GET /`` on host:port with WEBUI_PAGE in a thread (None when the port is taken)."""
     import http.server
-    import sys
-    import threading
+
+    from .common import serve_in_thread
 
     body = WEBUI_PAGE.encode()
 
@@ -270,10 +270,4 @@ def serve_page(host, port):
             if found:
                 self.wfile.write(body)
 
-    try:
-        server = http.server.ThreadingHTTPServer((host, port), Handler)
-    except OSError as exc:
-        print(f"gpulab lab k3s stand-in: HAMi-WebUI on {host}:{port}: {exc}", file=sys.stderr, flush=True)
-        return None
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_in_thread(host, port, Handler, "HAMi-WebUI")

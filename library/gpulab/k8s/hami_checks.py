@@ -114,16 +114,8 @@ def node_problems(
     for host, gpus in gpus_by_host.items():
         node = nodes.get(host)
         if node is None:
-            out.append(
-                _problem(
-                    host,
-                    "node",
-                    None,
-                    f"no k3s node named {host}",
-                    "run stage k3s on it (its agent joins the cluster under its inventory name)",
-                    wait=True,
-                )
-            )
+            fix = "run stage k3s on it (its agent joins the cluster under its inventory name)"
+            out.append(_problem(host, "node", None, f"no k3s node named {host}", fix, wait=True))
             continue
         meta = node.get("metadata") or {}
         labels = meta.get("labels") or {}

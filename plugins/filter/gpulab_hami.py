@@ -23,6 +23,7 @@ def gpulab_hami_problems(
     node_selector=None,
     namespace="kube-system",
     release="hami",
+    asked_tag="",
 ):
     if not look:
         return []
@@ -41,7 +42,7 @@ def gpulab_hami_problems(
         release=release,
     )
     return problems + hami_checks.scheduler_problems(
-        nodes, doc.get("scheduler"), namespace=namespace, release=release
+        nodes, doc.get("scheduler"), namespace=namespace, release=release, asked_tag=str(asked_tag or "")
     )
 
 

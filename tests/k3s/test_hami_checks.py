@@ -173,7 +173,14 @@ def test_the_kube_scheduler_tag_must_be_the_servers_version():
     doc = nodes_doc(None)
     assert hami_checks.scheduler_problems(doc, deployment("registry.k8s.io/kube-scheduler:v1.33.5")) == []
     (p,) = hami_checks.scheduler_problems(doc, deployment("localhost:5000/kube-scheduler:v1.33.5+k3s1"))
-    assert (p["value"], "'v1.33.5'" in p["fix"]) == ("v1.33.5+k3s1", True)
+    assert (p["value"], "'v1.33.5'" in p["fix"], p["wait"]) == ("v1.33.5+k3s1", True, False)
+    # after a k3s upgrade the HelmChart asks the new tag: until the chart's rollout replaces the scheduler, the
+    # old tag is a problem that waiting cures; a HelmChart that asks another tag than the server's is not
+    older = deployment("registry.k8s.io/kube-scheduler:v1.32.9")
+    (p,) = hami_checks.scheduler_problems(doc, older, asked_tag="v1.33.5")
+    assert p["wait"] and p["value"] == "v1.32.9"
+    (p,) = hami_checks.scheduler_problems(doc, older, asked_tag="v1.32.9")
+    assert not p["wait"]
     (p,) = hami_checks.scheduler_problems(doc, None)
     assert p["wait"] and "hami-scheduler is missing" in p["cause"]
     assert "[1] k3s server: deployment" in hami_checks.problems_text([p])

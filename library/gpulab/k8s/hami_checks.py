@@ -233,8 +233,12 @@ def scheduler_problems(
     namespace: str = "kube-system",
     release: str = "hami",
     host: str = "k3s server",
+    asked_tag: str = "",
 ) -> list[dict[str, Any]]:
-    """The scheduler Deployment's kube-scheduler image tag against the server's version."""
+    """The scheduler Deployment's kube-scheduler image tag against the server's version. `asked_tag`: the tag the
+    HelmChart now sets ("" : left to the chart). When it is the server's version and the scheduler still runs
+    another, the chart's new rollout has not reached the Deployment yet: waiting can cure that (k3s' helm
+    controller runs the install job again once it sees the changed HelmChart)."""
     name = f"{release}-scheduler"
     if not deployment:
         return [
@@ -270,6 +274,7 @@ def scheduler_problems(
                 "schedules by another version's rules",
                 f"set hami_kube_scheduler_image.tag to {want!r} (or leave it empty for the chart to take the "
                 "server's version) and run stage hami again",
+                wait=bool(asked_tag) and asked_tag == want,
             )
         ]
     return []

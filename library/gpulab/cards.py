@@ -81,6 +81,7 @@ def open_wanted(card_: Card) -> bool:
 class Driver:
     """What a GPU VM installs: the flavour, why, the packages, and how the module is built."""
 
+    branch: str  # nvidia_driver_branch, e.g. "580"
     flavour: str
     chosen: bool  # True: gpulab picked it (nvidia_driver_flavour unset)
     reason: str
@@ -94,6 +95,7 @@ class Driver:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "branch": self.branch,
             "flavour": self.flavour,
             "chosen": self.chosen,
             "reason": self.reason,
@@ -181,6 +183,7 @@ def driver_for(
         flav, is_chosen, reason = flavour, False, "nvidia_driver_flavour as set"
     signed = bool(secure_boot)
     return Driver(
+        branch=str(branch),
         flavour=flav,
         chosen=is_chosen,
         reason=reason,

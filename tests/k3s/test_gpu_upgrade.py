@@ -8,9 +8,14 @@ from gpulab.k8s.gpu_upgrade import (
     cordoned_cards,
     device_cordon,
     driver_branch,
+    gpu_pods,
+    k3s_installed,
     node_plan,
     plan_text,
     proof_problems,
+    registered_cards,
+    toolkit_running,
+    toolkit_wanted,
 )
 
 A, B = "GPU-aaaa", "GPU-bbbb"
@@ -87,3 +92,24 @@ def test_the_proof_passes_only_with_the_new_driver_and_every_card_registered():
     lost = proof_problems("gpu-1", wanted_branch="580", smi_driver="580.173.02", smi_cards=[], cards=[A],
                           node_object=registered)  # fmt: skip
     assert lost == ["gpu-1: nvidia-smi does not see card(s) GPU-aaaa it had before the upgrade"]
+
+
+def pod(namespace, name, node, resources):
+    return {"metadata": {"namespace": namespace, "name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": resources}]}}  # fmt: skip
+
+
+def test_the_reads_the_playbook_makes():
+    pods = {"items": [
+        pod("default", "vllm-1", "gpu-1", {"limits": {"nvidia.com/gpu": 1}}),
+        pod("default", "web-1", "gpu-1", {"limits": {"cpu": "1"}}),
+        pod("ai", "embed-1", "gpu-1", {"requests": {"nvidia.com/gpu": 1}}),
+        pod("default", "vllm-2", "gpu-2", {"limits": {"nvidia.com/gpu": 1}}),
+    ]}  # fmt: skip
+    assert gpu_pods(pods, "gpu-1") == ["default/vllm-1", "ai/embed-1"] and gpu_pods(None, "gpu-1") == []
+    assert k3s_installed("k3s version v1.33.5+k3s1 (8fbbf6e0)\ngo version go1.24.6\n") == "v1.33.5+k3s1"
+    assert k3s_installed("") == "" and k3s_installed("bash: k3s: command not found") == ""
+    assert toolkit_running("NVIDIA Container Toolkit CLI version 1.18.1") == "1.18.1"
+    assert toolkit_running(None) == "" and toolkit_wanted("1.18.1-1") == "1.18.1" and toolkit_wanted("") == ""
+    assert registered_cards(node([{"id": A, "health": True}, {"id": B}])) == [A, B]
+    assert registered_cards({"metadata": {}}) == []

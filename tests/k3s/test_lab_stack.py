@@ -514,36 +514,133 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
         assert f"{gpu_address}:31992" not in flat(out).split("Prometheus does not show")[-1]
 
 
+NODE_STEPS = ("cordon", "annotate", "drain", "wait", "uncordon")
+
+
+def node_steps(lab, since):
+    """(verb, node, time) of the node edits kubectl made through vm-1 after `since` (last_call's time: the
+    calls after it), each of which succeeded."""
+    steps = []
+    for c in (c for c in lab.k3s_calls("vm-1", since=since) if c["time"] > since):
+        argv = [a for a in c["argv"] if not a.startswith("-")]
+        verb = argv[1] if len(argv) > 2 else ""
+        node = argv[3] if verb == "annotate" else argv[2] if len(argv) > 2 else ""
+        if verb in NODE_STEPS and (verb != "wait" or node.startswith("node/")):
+            assert c["rc"] == 0, c
+            steps.append((verb, node.removeprefix("node/"), c["time"]))
+    return steps
+
+
+def last_call(lab) -> float:
+    return max((c["time"] for c in lab.k3s_calls("vm-1")), default=0.0)
+
+
 def test_upgrade_rolls_the_agents_one_at_a_time(lab):
-    start = max((c["time"] for c in lab.k3s_calls("vm-1")), default=0.0)
+    """k3s to NEW_VERSION: vm-2 drained, upgraded, Ready, uncordoned; then vm-gpu, a GPU node, through the GPU
+    path (cordon, HAMi's device cordon, drain, upgrade, Ready, device cordon lifted, uncordon)."""
+    start = last_call(lab)
     rc, recap, out = lab.play("playbooks/upgrade.yml", "-e", f"k3s_version={NEW_VERSION}")
     assert rc == 0, out[-6000:]
 
-    steps = []
-    for c in lab.k3s_calls("vm-1", since=start):
-        argv = [a for a in c["argv"] if not a.startswith("-")]
-        if argv[1:2] in (["drain"], ["uncordon"]) or (argv[1:2] == ["wait"] and argv[2].startswith("node/")):
-            assert c["rc"] == 0, c
-            steps.append((argv[1], argv[2].removeprefix("node/"), c["time"]))
+    steps = node_steps(lab, start)
     assert [(verb, node) for verb, node, _ in steps] == [
-        (verb, node) for node in AGENTS for verb in ("drain", "wait", "uncordon")
-    ], steps
+        ("drain", "vm-2"), ("wait", "vm-2"), ("uncordon", "vm-2"),
+        ("cordon", "vm-gpu"), ("annotate", "vm-gpu"), ("drain", "vm-gpu"), ("annotate", "vm-gpu"),
+        ("uncordon", "vm-gpu"),
+    ], steps  # fmt: skip
 
     # each agent's k3s was replaced while it was drained, and not before the previous agent was back
     for i, node in enumerate(AGENTS):
-        drained, _, uncordoned = (t for _, n, t in steps if n == node)
+        mine = [t for _, n, t in steps if n == node]
         version_file = lab.upper(node) / "var/lib/gpulab-sim/k3s-version"
         assert version_file.read_text().strip() == NEW_VERSION
-        assert drained <= version_file.stat().st_mtime <= uncordoned, (node, steps)
+        assert mine[0] <= version_file.stat().st_mtime <= mine[-1], (node, steps)
         if i:
-            assert steps[3 * i - 1][2] <= drained
+            assert max(t for _, n, t in steps if n == AGENTS[i - 1]) <= mine[0]
 
     nodes = lab.cluster()["nodes"]
     assert {n: v["version"] for n, v in nodes.items()} == dict.fromkeys(["vm-1", *AGENTS], NEW_VERSION)
     assert not any(v.get("unschedulable") for v in nodes.values())
+    assert "hami.io/device-cordon" not in nodes["vm-gpu"].get("annotations", {})
 
     rc, recap, out = lab.play("playbooks/upgrade.yml", "-e", f"k3s_version={NEW_VERSION}")
     assert rc == 0 and changed(recap) == 0, out[-4000:]
+    assert "vm-gpu: nothing to upgrade (driver 580, toolkit 1.18.1, k3s v1.34.1+k3s1)" in out
+
+
+def module_on(lab, host):
+    """What the lab's NVIDIA kernel module stand-in installed on a VM (`kind driver`), and the driver that loaded
+    at the last boot."""
+    marker = lab.upper(host) / "usr/lib/gpulab-sim/nvidia-module-installed"
+    return marker.read_text().splitlines()[0] if marker.exists() else ""
+
+
+def test_upgrade_changes_the_gpu_nodes_driver_branch_one_node_at_a_time(lab, engines_file):
+    """nvidia_driver_branch 580 -> 570 on vm-gpu, which runs vllm and ollama sharing its card (test_workloads):
+    --check shows the plan and changes nothing; a run that may not reboot fails its proof and leaves the node
+    cordoned with its card under HAMi's device cordon; the next run reboots, proves and uncordons, and the
+    engines come back in their start order; a third run changes nothing."""
+    args = ["-e", f"k3s_version={NEW_VERSION}", "-e", "nvidia_driver_branch=570", "-e", f"@{engines_file[0]}"]
+    before = module_on(lab, "vm-gpu")
+    assert before.endswith("580.173.02"), before
+
+    start = last_call(lab)
+    rc, recap, out = lab.play("playbooks/upgrade.yml", "--check", *args)
+    assert rc == 0, out[-6000:]
+    text = flat(out).replace("''", "'")  # the YAML callback quotes a step with an apostrophe: 'vm-gpu''s
+    assert re.search(
+        r"3\. drain vm-gpu's GPU pods: default/(vllm|ollama)-\S+, default/(ollama|vllm)-", text
+    ), text
+    for step in ("1. cordon vm-gpu", "2. put hami.io/device-cordon on vm-gpu for its cards GPU-",
+                 "4. upgrade vm-gpu: driver_branch 580 -> 570",
+                 "5. reboot vm-gpu to load driver branch 570", "8. see vm-gpu's engines Ready again in their start "
+                 "order: vllm, ollama"):  # fmt: skip
+        assert step in text, step
+    assert node_steps(lab, start) == [] and module_on(lab, "vm-gpu") == before
+    assert not lab.cluster()["nodes"]["vm-gpu"].get("unschedulable")
+
+    # the new driver is installed but may not load: nvidia-smi says NVML's mismatch, the proof fails
+    rc, recap, out = lab.play("playbooks/upgrade.yml", *args, "-e", "nvidia_driver_reboot=false")
+    assert rc != 0, out[-6000:]
+    assert (
+        "vm-gpu stays cordoned, its cards under hami.io/device-cordon, and the upgrade stops here: vm-gpu: "
+        "nvidia-smi fails after the upgrade with NVML's driver/library version mismatch" in flat(out)
+    ), out[-6000:]
+    node = lab.cluster()["nodes"]["vm-gpu"]
+    assert node.get("unschedulable"), node
+    card = node["annotations"]["hami.io/device-cordon"]
+    assert card.startswith("GPU-"), node["annotations"]
+    assert module_on(lab, "vm-gpu").endswith("570.195.03")
+    history = lab.cluster()["deployment_history"]
+    runs_before = {n: len(history[f"default/{n}"]["runs"]) for n in ("vllm", "ollama")}
+
+    start = last_call(lab)
+    rc, recap, out = lab.play("playbooks/upgrade.yml", *args)
+    assert rc == 0, out[-6000:]
+    assert [(v, n) for v, n, _ in node_steps(lab, start) if n == "vm-gpu"] == [
+        ("cordon", "vm-gpu"),
+        ("drain", "vm-gpu"),
+        ("annotate", "vm-gpu"),
+        ("uncordon", "vm-gpu"),
+    ]
+    assert "vm-gpu: 1 GPU(s), driver 570.195.03" in flat(out), out[-4000:]
+    node = lab.cluster()["nodes"]["vm-gpu"]
+    assert not node.get("unschedulable") and "hami.io/device-cordon" not in node.get("annotations", {})
+
+    # the engines came back after the reboot, ollama only once vllm was Ready again
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        history = lab.cluster()["deployment_history"]
+        runs = {n: history[f"default/{n}"]["runs"] for n in ("vllm", "ollama")}
+        if all(len(runs[n]) > runs_before[n] and runs[n][-1]["ready"] for n in runs):
+            break
+        time.sleep(0.5)
+    vllm, ollama = runs["vllm"][-1], runs["ollama"][-1]
+    assert vllm["boot"] == ollama["boot"] and vllm["ready"] <= ollama["started"], runs
+
+    rc, recap, out = lab.play("playbooks/upgrade.yml", *args)
+    assert rc == 0 and changed(recap) == 0, out[-4000:]
+    assert "vm-gpu: nothing to upgrade (driver 570" in flat(out)
 
 
 def test_teardown_keeps_the_vms_without_the_confirmation(lab):

@@ -103,15 +103,23 @@ def proof_problems(
     smi_cards: Sequence[str],
     cards: Sequence[str],
     node_object: Mapping[str, Any] | None,
+    smi_error: str | None = None,
 ) -> list[str]:
     """What keeps `node` cordoned after its upgrade, one sentence each (field, value, why, fix); [] when it
     passes. `smi_driver`/`smi_cards`: the driver version and GPU UUIDs nvidia-smi reports now (None: it
-    failed); `cards`: the UUIDs the node had before; `node_object`: the node from `kubectl get node -o json`."""
+    failed); `cards`: the UUIDs the node had before; `node_object`: the node from `kubectl get node -o json`;
+    `smi_error`: why nvidia-smi failed (gpulab_gpu_facts' error, e.g. version_mismatch)."""
     problems = []
-    if smi_driver is None:
+    if smi_driver is None and smi_error == "version_mismatch":
         problems.append(
-            f"{node}: nvidia-smi fails after the upgrade: the driver did not load; read `nvidia-smi` and "
-            f"`journalctl -b -k | grep -i nvidia` on {node}, fix, then run playbooks/upgrade.yml again"
+            f"{node}: nvidia-smi fails after the upgrade with NVML's driver/library version mismatch: the new "
+            f"driver is installed but the old kernel module still runs, and the new one loads only at boot; "
+            f"reboot {node} (playbooks/upgrade.yml does when nvidia_driver_reboot is true)"
+        )
+    elif smi_driver is None:
+        problems.append(
+            f"{node}: nvidia-smi fails after the upgrade ({smi_error or 'no answer'}): the driver did not load; "
+            f"read `nvidia-smi` and `journalctl -b -k | grep -i nvidia` on {node}"
         )
     elif driver_branch(smi_driver) != str(wanted_branch):
         problems.append(
@@ -133,3 +141,50 @@ def proof_problems(
             f"its device plugin on {node} did not find them; read the hami-device-plugin pod's log there"
         )
     return problems
+
+
+def gpu_pods(pods: Mapping[str, Any] | None, node: str) -> list[str]:
+    """`namespace/name` of the pods on `node` that ask for nvidia.com/gpu (a container's limit or request), from
+    `kubectl get pods -A -o json`: the pods the drain takes off the cards."""
+    out = []
+    for pod in (pods or {}).get("items") or []:
+        spec = pod.get("spec") or {}
+        if spec.get("nodeName") != node:
+            continue
+        asks = any(
+            "nvidia.com/gpu" in ((c.get("resources") or {}).get(kind) or {})
+            for c in spec.get("containers") or []
+            for kind in ("limits", "requests")
+        )
+        if asks:
+            meta = pod.get("metadata") or {}
+            out.append(f"{meta.get('namespace')}/{meta.get('name')}")
+    return out
+
+
+def registered_cards(node_object: Mapping[str, Any] | None) -> list[str]:
+    """The GPU UUIDs HAMi's device plugin registered on the node (its register annotation), in its order."""
+    annotations = ((node_object or {}).get("metadata") or {}).get("annotations") or {}
+    return [str(c["id"]) for c in parse_register(annotations.get(REGISTER_ANNOTATION)) or [] if c.get("id")]
+
+
+def k3s_installed(version_output: str | None) -> str:
+    """The release of `k3s --version`'s first line (`k3s version v1.33.5+k3s1 (...)` -> `v1.33.5+k3s1`); ""
+    when k3s is not there."""
+    words = (version_output or "").splitlines()[0].split() if (version_output or "").strip() else []
+    return words[2] if len(words) > 2 and words[:2] == ["k3s", "version"] else ""
+
+
+def toolkit_running(ctk_version: str | None) -> str:
+    """The toolkit version of `nvidia-ctk --version`'s first line (`NVIDIA Container Toolkit CLI version 1.18.1`
+    -> `1.18.1`); "" when nvidia-ctk is not there."""
+    words = (ctk_version or "").split()
+    return words[-1] if words and words[-1][:1].isdigit() else ""
+
+
+def toolkit_wanted(debian_version: str | None) -> str:
+    """nvidia_container_toolkit_version as nvidia-ctk reports it: the upstream part of the Debian version
+    (`1.18.1-1` -> `1.18.1`); "" (the newest, nothing pinned) stays "", which the plan does not compare."""
+    return (
+        (debian_version or "").rsplit("-", 1)[0] if "-" in (debian_version or "") else (debian_version or "")
+    )

@@ -1,4 +1,4 @@
-"""Documentation of what the gpulab modules that only compute share (fragment `gpulab_compute`)."""
+"""Documentation of what the gpulab modules that only compute share (fragment `gpulab.homelab.gpulab_compute`)."""
 
 
 class ModuleDocFragment:

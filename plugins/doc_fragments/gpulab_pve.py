@@ -1,4 +1,4 @@
-"""Documentation of what every gpulab PVE module shares (fragment `gpulab_pve`): the connection options,
+"""Documentation of what every gpulab PVE module shares (fragment `gpulab.homelab.gpulab_pve`): the connection options,
 check mode (gpulab.tasks gives it to each, in the worker and as a module) and the request counts it returns."""
 
 

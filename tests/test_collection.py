@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_runs import playbook_env
 from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,11 +33,13 @@ MISSING = "Failed to import the required Python library (gpulab"
 
 
 def run(cmd, *, env=None, timeout=300, cwd=ROOT):
+    """`cmd` with the environment the tests give Ansible (tests/ansible_runs.py: none of the shell's ANSIBLE_*
+    settings, the checkout's ansible.cfg), `env` added last."""
     return subprocess.run(
         [str(c) for c in cmd],
         capture_output=True,
         text=True,
-        env={**os.environ, **(env or {})},
+        env=playbook_env(**(env or {})),
         timeout=timeout,
         cwd=cwd,
         check=False,

@@ -223,9 +223,11 @@ def test_a_controller_without_the_engine_stops_with_the_missing_library_message(
     assert "Unexpected Exception" not in out and "Traceback" not in out, out
 
 
-ACTIONS_WITH_ENGINE = sorted(
+# The controller's plugins that import the engine (action and filter plugins; the lookup needs none).
+PLUGINS_WITH_ENGINE = sorted(
     p
-    for p in (ROOT / "plugins" / "action").glob("gpulab_*.py")
+    for kind in ("action", "filter", "lookup")
+    for p in (ROOT / "plugins" / kind).glob("gpulab_*.py")
     if any(
         (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "gpulab")
         or (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "gpulab" for a in n.names))
@@ -234,8 +236,15 @@ ACTIONS_WITH_ENGINE = sorted(
 )
 
 
-@pytest.mark.parametrize("path", ACTIONS_WITH_ENGINE, ids=lambda p: p.stem)
-def test_every_action_plugin_that_imports_the_engine_names_it_when_it_is_missing(path):
+def test_the_plugins_that_import_the_engine_are_found():
+    kinds = {p.parent.name for p in PLUGINS_WITH_ENGINE}
+    assert kinds == {"action", "filter"} and len(PLUGINS_WITH_ENGINE) > len(kinds)
+
+
+@pytest.mark.parametrize("path", PLUGINS_WITH_ENGINE, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_plugin_that_imports_the_engine_names_it_when_it_is_missing(path):
+    """Imported as Ansible's plugin loader does, with `import gpulab` failing: AnsibleError with the
+    missing-library message (an action plugin's stops the run, a filter plugin's is the loader's warning)."""
     loader = (
         "import sys, importlib.util; sys.modules['gpulab'] = None\n"
         "from ansible.errors import AnsibleError\n"

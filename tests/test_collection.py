@@ -30,6 +30,15 @@ FQCN = f"{GALAXY['namespace']}.{GALAXY['name']}"
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 MISSING = "Failed to import the required Python library (gpulab"
+# The modules whose main() is the engine's task (plugins/module_utils/gpulab_module.py's run_module).
+ENGINE_MODULES = {
+    m
+    for m in MODULES
+    if any(
+        isinstance(n, ast.ImportFrom) and n.module == "ansible.module_utils.gpulab_module"
+        for n in ast.walk(ast.parse((ROOT / "plugins" / "modules" / f"{m}.py").read_text()))
+    )
+}
 
 
 def run(cmd, *, env=None, timeout=300, cwd=ROOT):
@@ -110,6 +119,9 @@ def test_ansible_doc_finds_every_module_of_the_installed_collection_with_its_fra
             assert fragment.startswith(f"{FQCN}."), (name, fragment)
         if f"{FQCN}.gpulab_pve" in fragments:
             assert {"api_url", "api_token_id", "api_token_secret"} <= set(module["options"]), name
+        # a module that runs the engine says so where ansible-doc shows what a module needs
+        needs = [r for r in module.get("requirements") or [] if "gpulab" in r and "requirements.txt" in r]
+        assert bool(needs) == (name.rsplit(".", 1)[-1] in ENGINE_MODULES), name
 
 
 def test_requires_ansible_is_the_ansible_core_range_of_pyproject():

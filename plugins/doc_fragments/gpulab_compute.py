@@ -4,7 +4,7 @@
 class ModuleDocFragment:
     DOCUMENTATION = r"""
 requirements:
-  - the gpulab Python package (installed in the project's virtualenv)
+  - gpulab, the project's engine, in the controller's Python (requirements.txt; C(make venv) in a checkout)
 attributes:
   check_mode:
     support: full

@@ -13,7 +13,7 @@ MIN_TESTS := tests/test_controller_in_worker.py tests/test_ansible_interfaces.py
 	tests/test_module_prologue.py tests/test_wait_plugin.py tests/test_files_module.py tests/test_units_module.py \
 	tests/routers/test_module.py tests/pve/test_connection_inventory.py tests/pve/test_vm_module.py \
 	tests/pve/test_other_modules.py tests/pve/test_module_secrets.py tests/pve/test_vm_options.py \
-	tests/pve/test_download_progress.py
+	tests/pve/test_download_progress.py tests/test_collection.py
 # How many pytest processes `make unit` and `make unit-min` run (CI has two cores; 0 runs every test in one
 # process, as plain `.venv/bin/pytest` does).
 TEST_WORKERS ?= 2

@@ -19,6 +19,8 @@ from gpulab import tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("gpulab_*.py"))
+# Modules name their doc fragments by full name, as an installed collection needs (galaxy.yml's namespace.name).
+COLLECTION = "gpulab.homelab"
 
 
 def load(path: Path, name: str) -> ModuleType:
@@ -38,7 +40,8 @@ def argument_spec(mod: ModuleType, fallback=None) -> dict | None:
     task = tasks.of(mod.__name__.removeprefix("docs_"))
     if task is None:
         return getattr(mod, "ARGUMENT_SPEC", None)
-    pve = "gpulab_pve" in (yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment") or [])
+    fragments = yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment") or []
+    pve = f"{COLLECTION}.gpulab_pve" in fragments
     assert getattr(task, "PVE", False) == pve, f"{mod.__name__}: the gpulab_pve fragment goes with a PVE task"
     return tasks.argument_spec(task, fallback)
 
@@ -47,7 +50,9 @@ def with_fragments(doc: dict, key: str, section: str = "DOCUMENTATION") -> dict:
     """The entries under `key` of the module's docs (the whole RETURN for key None), with those its gpulab
     doc fragments give, as ansible-doc merges them (the module's own win)."""
     merged = {}
-    for fragment in doc.get("extends_documentation_fragment") or []:
+    for name in doc.get("extends_documentation_fragment") or []:
+        collection, _, fragment = name.rpartition(".")
+        assert collection == COLLECTION, f"doc fragment {name}: by its full name, {COLLECTION}.<fragment>"
         frag = load(ROOT / "plugins" / "doc_fragments" / f"{fragment}.py", f"fragment_{fragment}")
         part = yaml.safe_load(getattr(frag.ModuleDocFragment, section, "{}"))
         merged.update((part if key is None else part.get(key)) or {})

@@ -86,10 +86,11 @@ def test_a_controller_module_is_its_documentation_and_its_task(name):
     pve = getattr(tasks.of(name), "PVE", False)
     assert pve == (name in PVE_MODULES)
     doc = assigns["DOCUMENTATION"].value
-    assert ("gpulab_pve" in yaml.safe_load(doc).get("extends_documentation_fragment", [])) == pve
+    fragment = "gpulab.homelab.gpulab_pve"  # by its full name, as an installed collection finds it
+    assert (fragment in yaml.safe_load(doc).get("extends_documentation_fragment", [])) == pve
     # Run returns the request counts of a PVE task: its RETURN documents them, itself or by the fragment
     returned = yaml.safe_load(assigns["RETURN"].value)
-    documented = "requests" in returned or "gpulab_pve" in returned.get("extends_documentation_fragment", [])
+    documented = "requests" in returned or fragment in returned.get("extends_documentation_fragment", [])
     assert documented == pve
 
 

@@ -19,10 +19,15 @@ the run's router_dhcp settings.
 from __future__ import annotations
 
 from ansible.errors import AnsibleError, AnsibleUndefinedVariable, AnsibleValueOmittedError
+from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.common.validation import check_type_bool
 from ansible.plugins.loader import action_loader
 
-from gpulab import labdef, routerspec
+ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
+try:
+    from gpulab import labdef, routerspec
+except ImportError as err:  # the engine runs here, on the controller: requirements.txt
+    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
 ROUTER = ("kind", "address", "subnet", "pool", "user", "url", "validate_certs", "options")
 

@@ -21,10 +21,16 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from ansible.errors import AnsibleError
+from ansible.module_utils.basic import missing_required_lib
 from ansible.parsing.vault import VaultLib, is_encrypted
 from ansible.plugins.action import ActionBase
 
-from gpulab.pve import privileges
+ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
+try:
+    from gpulab.pve import privileges
+except ImportError as err:  # the engine runs here, on the controller: requirements.txt
+    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
 VAULT_KEY = "vault_pve_api_token_secret"
 FINGERPRINT_KEY = "pve_api_fingerprint"

@@ -12,10 +12,15 @@ The module's no_log hides the secrets in its result, as when a task passes them 
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleUndefinedVariable, AnsibleValueOmittedError
+from ansible.errors import AnsibleError, AnsibleUndefinedVariable, AnsibleValueOmittedError
+from ansible.module_utils.basic import missing_required_lib
 from ansible.plugins.loader import action_loader
 
-from gpulab.pve import connection
+ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
+try:
+    from gpulab.pve import connection
+except ImportError as err:  # the engine runs here, on the controller: requirements.txt
+    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
 GROUP = "proxmox"
 

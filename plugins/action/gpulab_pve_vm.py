@@ -5,11 +5,17 @@ waits for and how long ("pve: waiting for VM 101 (vm-1) to be ready and get its 
 gpulab.waiting); a VM that is there and has its address returns before the first line.
 """
 
+from ansible.errors import AnsibleError
+from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.common.validation import check_type_bool, check_type_int
 from ansible.plugins.loader import action_loader
 from ansible.utils.display import Display
 
-from gpulab import waiting
+ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
+try:
+    from gpulab import waiting
+except ImportError as err:  # the engine runs here, on the controller: requirements.txt
+    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
 display = Display()
 

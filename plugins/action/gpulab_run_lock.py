@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import os
 
+from ansible.errors import AnsibleError
+from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from gpulab import runlock
+ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
+try:
+    from gpulab import runlock
+except ImportError as err:  # the engine runs here, on the controller: requirements.txt
+    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
 
 class ActionModule(ActionBase):

@@ -22,12 +22,17 @@ from __future__ import annotations
 
 import importlib.util
 
-from ansible.errors import AnsibleConnectionFailure
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
+from ansible.module_utils.basic import missing_required_lib
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
 from ansible.utils.display import Display
 
-from gpulab import waiting
+ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
+try:
+    from gpulab import waiting
+except ImportError as err:  # the engine runs here, on the controller: requirements.txt
+    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
 display = Display()
 

@@ -1,10 +1,10 @@
-"""Documentation of what the gpulab modules that only compute share (fragment `gpulab_compute`)."""
+"""Documentation of what the gpulab modules that only compute share (fragment `gpulab.homelab.gpulab_compute`)."""
 
 
 class ModuleDocFragment:
     DOCUMENTATION = r"""
 requirements:
-  - the gpulab Python package (installed in the project's virtualenv)
+  - gpulab, the project's engine, in the controller's Python (requirements.txt; C(make venv) in a checkout)
 attributes:
   check_mode:
     support: full

@@ -1,4 +1,4 @@
-"""Documentation of what every gpulab PVE module shares (fragment `gpulab_pve`): the connection options,
+"""Documentation of what every gpulab PVE module shares (fragment `gpulab.homelab.gpulab_pve`): the connection options,
 check mode (gpulab.tasks gives it to each, in the worker and as a module) and the request counts it returns."""
 
 
@@ -60,12 +60,14 @@ options:
         backoff) before the module fails naming the call.
     type: int
     default: 3
+requirements:
+  - gpulab, the project's engine, in the controller's Python (requirements.txt; C(make venv) in a checkout)
 attributes:
   check_mode:
     support: full
     details: Reads the API as a real run does and writes nothing.
 notes:
-  - Runs on the controller and needs the C(gpulab) Python package (the project's virtualenv).
+  - Runs on the controller and needs the C(gpulab) Python package (requirements.txt, the project's virtualenv).
   - In a play, a task passes only its own options. Each connection option it leaves out comes from the
     inventory, through the module's action plugin (C(plugins/action/gpulab_pve_connection.py)) -
     O(api_url) from C(pve_api_url), O(api_token_id) from C(pve_api_token_id) and so on - of the host of

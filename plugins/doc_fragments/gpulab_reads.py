@@ -1,4 +1,4 @@
-"""Documentation of what the gpulab modules that only read their host share (fragment `gpulab_reads`)."""
+"""Documentation of what the gpulab modules that only read their host share (fragment `gpulab.homelab.gpulab_reads`)."""
 
 
 class ModuleDocFragment:

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import json
 
-from ansible.errors import AnsibleFilterError
+from ansible.errors import AnsibleError, AnsibleFilterError
+from ansible.module_utils.basic import missing_required_lib
 
-from gpulab.k8s import hami_checks
+ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
+try:
+    from gpulab.k8s import hami_checks
+except ImportError as err:  # the engine runs here, on the controller: requirements.txt
+    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
 
 def gpulab_hami_problems(

@@ -11,8 +11,9 @@ documentation (DOCUMENTATION, EXAMPLES, RETURN) and its main() is
 The options and what the module does live in the engine, gpulab.tasks.pve_info (the action plugin
 plugins/action/gpulab_controller.py runs the same in the task's worker): here they become an
 AnsibleModule, which checks the arguments, runs the task and reports its result, failure or warnings.
-These modules run on the controller with the project's virtualenv, which holds the engine (gpulab);
-without it the module fails naming the missing package.
+These modules run on the controller with the project's virtualenv, which holds the engine (gpulab;
+requirements.txt for a collection user); without it the module fails with Ansible's missing-library message
+(missing_required_lib), as the action plugins do when the controller's own Python lacks it.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ except ImportError:
 else:
     HAS_GPULAB, GPULAB_ERR = True, None
 
+# The same words as the action plugins' when the controller's Python lacks the engine (plugins/action).
 GPULAB_MISSING = missing_required_lib(
-    "gpulab (the project's Python package)",
-    reason="on the controller: run the playbook with the project's virtualenv (make venv)",
+    "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)",
+    reason="on the controller: run the playbook with the Python that holds it",
 )
 
 

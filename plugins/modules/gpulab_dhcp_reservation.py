@@ -27,6 +27,8 @@ description:
     variables C(gpulab_router.secrets) names (C(router_password), C(ansible_password)) of the router's host.
 version_added: "0.1.0"
 author: gpulab contributors
+requirements:
+  - gpulab, the project's engine, in the controller's Python (requirements.txt; C(make venv) in a checkout)
 options:
   kind:
     description: The router's kind (the inventory's C(router_kind)); default the router spec's.

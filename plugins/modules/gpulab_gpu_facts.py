@@ -25,7 +25,7 @@ description:
 version_added: "0.1.0"
 author: gpulab contributors
 extends_documentation_fragment:
-  - gpulab_reads
+  - gpulab.homelab.gpulab_reads
 options:
   nvidia_smi:
     description:

@@ -18,7 +18,7 @@ description:
 version_added: "0.1.0"
 author: gpulab contributors
 extends_documentation_fragment:
-  - gpulab_compute
+  - gpulab.homelab.gpulab_compute
 options:
   chart_version:
     description: HAMi chart version; key facts must exist for it in the gpulab package.

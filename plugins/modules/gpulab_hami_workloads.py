@@ -31,7 +31,7 @@ description:
 version_added: "0.1.0"
 author: gpulab contributors
 extends_documentation_fragment:
-  - gpulab_compute
+  - gpulab.homelab.gpulab_compute
 options:
   engines:
     description:

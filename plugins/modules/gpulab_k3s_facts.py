@@ -19,7 +19,7 @@ description:
 version_added: "0.1.0"
 author: gpulab contributors
 extends_documentation_fragment:
-  - gpulab_reads
+  - gpulab.homelab.gpulab_reads
 options:
   bin_dir:
     description: Where the install script put C(k3s) (its C(INSTALL_K3S_BIN_DIR)).

@@ -18,7 +18,7 @@ attributes:
     support: none
     details: The table it writes under O(state_dir) comes back as RV(lines) and RV(markdown) instead.
 extends_documentation_fragment:
-  - gpulab_pve
+  - gpulab.homelab.gpulab_pve
 options:
   vms:
     description:
@@ -71,7 +71,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 extends_documentation_fragment:
-  - gpulab_pve
+  - gpulab.homelab.gpulab_pve
 rows:
   description:
     - One dict per VM with the keys vm, vmid, node (the PVE node the cluster list puts the VM on), address,

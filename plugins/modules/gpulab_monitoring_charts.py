@@ -22,7 +22,7 @@ description:
 version_added: "0.1.0"
 author: gpulab contributors
 extends_documentation_fragment:
-  - gpulab_compute
+  - gpulab.homelab.gpulab_compute
 options:
   prometheus_version:
     description: Version of the C(prometheus) chart; key facts must exist for it in the gpulab package.

@@ -23,7 +23,7 @@ attributes:
     support: full
     details: Shows whether the file is in the storage, before and after, and the checksum it is held to.
 extends_documentation_fragment:
-  - gpulab_pve
+  - gpulab.homelab.gpulab_pve
 options:
   node:
     description: The node that downloads.
@@ -108,7 +108,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 extends_documentation_fragment:
-  - gpulab_pve
+  - gpulab.homelab.gpulab_pve
 volid:
   description: The volume ID of the file, such as C(local:import/noble-server-cloudimg-amd64.qcow2).
   returned: always

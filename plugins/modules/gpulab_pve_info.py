@@ -14,7 +14,7 @@ attributes:
     support: none
     details: It changes nothing.
 extends_documentation_fragment:
-  - gpulab_pve
+  - gpulab.homelab.gpulab_pve
 options:
   node:
     description: The node to describe.
@@ -50,7 +50,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 extends_documentation_fragment:
-  - gpulab_pve
+  - gpulab.homelab.gpulab_pve
 node:
   description: The node.
   returned: always

@@ -19,7 +19,7 @@ attributes:
     support: full
     details: Shows the mapping (C(map) entries, C(description)) before and after.
 extends_documentation_fragment:
-  - gpulab_pve
+  - gpulab.homelab.gpulab_pve
 options:
   id:
     description: Mapping ID, C([a-z][a-z0-9_-]+), such as V(rtx3090).
@@ -75,7 +75,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 extends_documentation_fragment:
-  - gpulab_pve
+  - gpulab.homelab.gpulab_pve
 id:
   description: The mapping ID.
   returned: always

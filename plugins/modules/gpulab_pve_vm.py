@@ -21,7 +21,7 @@ description:
 version_added: "0.1.0"
 author: gpulab
 extends_documentation_fragment:
-  - gpulab_pve
+  - gpulab.homelab.gpulab_pve
 attributes:
   check_mode:
     support: full

@@ -1,0 +1,298 @@
+"""The checkout as the collection gpulab.homelab (galaxy.yml, meta/runtime.yml, changelogs/, requirements.txt).
+
+The collection is built with ansible-galaxy and installed into an empty folder; ansible-doc then finds every
+module of plugins/modules there by its full name, with an empty ansible.cfg, so nothing of the checkout's own
+paths (ansible.cfg `library`, `doc_fragment_plugins`) helps it. Without the engine (the `gpulab` distribution
+that requirements.txt names) a playbook fails with Ansible's missing-library message: a controller module run
+as a module by a Python that lacks it, and a controller whose own Python lacks it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_runs import playbook_env
+from packaging.specifiers import SpecifierSet
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+FQCN = f"{GALAXY['namespace']}.{GALAXY['name']}"
+MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+MISSING = "Failed to import the required Python library (gpulab"
+# The modules whose main() is the engine's task (plugins/module_utils/gpulab_module.py's run_module).
+ENGINE_MODULES = {
+    m
+    for m in MODULES
+    if any(
+        isinstance(n, ast.ImportFrom) and n.module == "ansible.module_utils.gpulab_module"
+        for n in ast.walk(ast.parse((ROOT / "plugins" / "modules" / f"{m}.py").read_text()))
+    )
+}
+
+
+def run(cmd, *, env=None, timeout=300, cwd=ROOT):
+    """`cmd` with the environment the tests give Ansible (tests/ansible_runs.py: none of the shell's ANSIBLE_*
+    settings, the checkout's ansible.cfg), `env` added last."""
+    return subprocess.run(
+        [str(c) for c in cmd],
+        capture_output=True,
+        text=True,
+        env=playbook_env(**(env or {})),
+        timeout=timeout,
+        cwd=cwd,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The collection's tarball, built from the checkout."""
+    out = tmp_path_factory.mktemp("build")
+    proc = run([BIN / "ansible-galaxy", "collection", "build", "--output-path", out, ROOT])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tarball,) = out.glob("*.tar.gz")
+    assert tarball.name == f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz"
+    return tarball
+
+
+@pytest.fixture(scope="module")
+def installed(built, tmp_path_factory):
+    """The environment of an Ansible that sees only the installed collection: its collections path and an
+    empty ansible.cfg (not the checkout's, whose library and doc fragment paths would find the modules)."""
+    where = tmp_path_factory.mktemp("collections")
+    cfg = where / "empty.cfg"
+    cfg.write_text("")
+    env = {"ANSIBLE_CONFIG": str(cfg), "ANSIBLE_COLLECTIONS_PATH": str(where), "ANSIBLE_HOME": str(where)}
+    proc = run([BIN / "ansible-galaxy", "collection", "install", "-p", where, built], env=env, cwd=where)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (where / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"] / "MANIFEST.json").is_file()
+    return env, where
+
+
+def test_the_tarball_holds_the_collection_and_leaves_out_the_checkout_s_own_tooling(built):
+    with tarfile.open(built) as tar:
+        names = tar.getnames()
+    top = {n.split("/", 1)[0] for n in names}
+    assert {"plugins", "roles", "playbooks", "meta", "changelogs", "requirements.txt", "README.md"} <= top
+    assert {f"plugins/modules/{m}.py" for m in MODULES} <= set(names)
+    left_out = {
+        ".git",
+        ".venv",
+        ".venv-min",
+        ".lab",
+        ".collections",
+        "library",
+        "tests",
+        "molecule",
+        "scripts",
+    }
+    assert not top & left_out, sorted(top & left_out)
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_ansible_doc_finds_every_module_of_the_installed_collection_with_its_fragments(installed):
+    env, where = installed
+    names = [f"{FQCN}.{m}" for m in MODULES]
+    proc = run([BIN / "ansible-doc", "-t", "module", "--json", *names], env=env, cwd=where)
+    assert proc.returncode == 0, proc.stderr
+    assert "[WARNING]" not in proc.stderr and "[ERROR]" not in proc.stderr, proc.stderr
+    docs = json.loads(proc.stdout)
+    assert sorted(docs) == sorted(names)
+    for name, doc in docs.items():
+        module = doc["doc"]
+        assert module["collection"] == FQCN, name
+        assert Path(module["filename"]).is_relative_to(where), name
+        # a fragment's options are merged in: they are not written in the module's own DOCUMENTATION
+        fragments = module.get("extends_documentation_fragment") or []
+        for fragment in fragments:
+            assert fragment.startswith(f"{FQCN}."), (name, fragment)
+        if f"{FQCN}.gpulab_pve" in fragments:
+            assert {"api_url", "api_token_id", "api_token_secret"} <= set(module["options"]), name
+        # a module that runs the engine says so where ansible-doc shows what a module needs
+        needs = [r for r in module.get("requirements") or [] if "gpulab" in r and "requirements.txt" in r]
+        assert bool(needs) == (name.rsplit(".", 1)[-1] in ENGINE_MODULES), name
+
+
+def test_requires_ansible_is_the_ansible_core_range_of_pyproject():
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    (core,) = [d for d in PYPROJECT["project"]["dependencies"] if re.match(r"ansible-core\b", d)]
+    assert SpecifierSet(runtime["requires_ansible"]) == SpecifierSet(core.removeprefix("ansible-core"))
+
+
+def test_the_pve_action_group_is_every_module_with_the_pve_connection_options():
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    with_connection = set()
+    for module in MODULES:
+        tree = ast.parse((ROOT / "plugins" / "modules" / f"{module}.py").read_text())
+        (doc,) = [
+            n.value.value
+            for n in tree.body
+            if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "DOCUMENTATION" for t in n.targets)
+        ]
+        if f"{FQCN}.gpulab_pve" in (yaml.safe_load(doc).get("extends_documentation_fragment") or []):
+            with_connection.add(module)
+    assert with_connection and set(runtime["action_groups"]["pve"]) == with_connection
+
+
+def test_module_defaults_of_the_pve_group_give_a_pve_module_its_connection(tmp_path):
+    """From the checkout (ansible.cfg's collections_path holds it as gpulab.homelab), a task that names the
+    module by its full name takes the connection of `group/gpulab.homelab.pve`: its request goes to that URL
+    (a closed port here), where without the defaults the module says the URL is missing."""
+    task = {"name": "Read the node", f"{FQCN}.gpulab_pve_info": {"node": "pve"}}
+    defaults = {"api_url": "https://127.0.0.1:9", "api_token_id": "u@pve!t", "api_token_secret": "s3cret"}
+    defaults |= {"api_retries": 0, "api_timeout": 5}
+
+    def play(module_defaults):
+        playbook = tmp_path / "defaults.yml"
+        play = {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "module_defaults": module_defaults,
+            "tasks": [task],
+        }
+        playbook.write_text(yaml.safe_dump([play]))
+        env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+        cmd = [BIN / "ansible-playbook", "-i", "localhost,", "-c", "local", "--check", playbook]
+        proc = run(cmd, env=env, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "s3cret" not in proc.stdout
+        return proc.stdout
+
+    assert "missing required arguments: api_url" in play({})
+    with_defaults = play({f"group/{FQCN}.pve": defaults})
+    assert "127.0.0.1:9" in with_defaults and "missing required arguments" not in with_defaults, with_defaults
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory):
+    """A Python without the engine: a virtualenv of this Python with nothing installed."""
+    where = tmp_path_factory.mktemp("bare") / "venv"
+    proc = run([sys.executable, "-m", "venv", "--without-pip", where])
+    assert proc.returncode == 0, proc.stderr
+    python = where / "bin" / "python"
+    assert run([python, "-c", "import gpulab"]).returncode != 0, "the bare virtualenv has the engine"
+    return python
+
+
+def test_a_module_run_by_a_python_without_the_engine_fails_with_the_missing_library_message(
+    bare_python, tmp_path
+):
+    """A controller module runs as a module (not in the worker) when its task has an `environment`; with a
+    Python that lacks the engine as the host's interpreter, it fails with missing_required_lib's message."""
+    playbook = tmp_path / "no_engine.yml"
+    task = {"name": "Plan the workloads", "gpulab_hami_workloads": {"engines": [], "gpus_by_node": {}}}
+    task["environment"] = {"GPULAB_EXAMPLE": "1"}  # a task environment: the module runs in its own Python
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
+    env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+    interpreter = f"ansible_python_interpreter={bare_python}"
+    proc = run(
+        [BIN / "ansible-playbook", "-i", "localhost,", "-c", "local", playbook, "-e", interpreter],
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert MISSING in proc.stdout and "requirements.txt" in proc.stdout, proc.stdout
+    assert str(bare_python) in proc.stdout  # the Python that lacks it is named
+    assert "Traceback" not in proc.stdout.split('"exception"')[0]
+
+
+def test_a_controller_without_the_engine_stops_with_the_missing_library_message(tmp_path):
+    """ansible-playbook started by a Python that has ansible-core but not the engine: the action plugin of a
+    controller module stops the run with the missing-library message, not an "Unexpected Exception"."""
+    import ansible
+
+    controller = tmp_path / "controller"
+    assert run([sys.executable, "-m", "venv", "--without-pip", controller]).returncode == 0
+    (site,) = (controller / "lib").glob("python3*/site-packages")
+    # ansible-core's folder on the path; the engine's editable install (a .pth file there) is not read
+    (site / "ansible_core.pth").write_text(f"{Path(ansible.__file__).parents[1]}\n")
+    python = controller / "bin" / "python"
+    assert run([python, "-c", "import ansible.cli"]).returncode == 0
+    if run([python, "-c", "import gpulab"]).returncode == 0:
+        pytest.skip("the engine is installed in ansible-core's own site-packages, not apart from it")
+    playbook = tmp_path / "no_engine.yml"
+    task = {"name": "Plan the workloads", "gpulab_hami_workloads": {"engines": [], "gpus_by_node": {}}}
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
+    proc = run(
+        [python, "-m", "ansible", "playbook", "-i", "localhost,", "-c", "local", playbook],
+        env={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert MISSING in out and "requirements.txt" in out and str(python) in out, out
+    assert "Unexpected Exception" not in out and "Traceback" not in out, out
+
+
+# The controller's plugins that import the engine (action and filter plugins; the lookup needs none).
+PLUGINS_WITH_ENGINE = sorted(
+    p
+    for kind in ("action", "filter", "lookup")
+    for p in (ROOT / "plugins" / kind).glob("gpulab_*.py")
+    if any(
+        (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "gpulab")
+        or (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "gpulab" for a in n.names))
+        for n in ast.walk(ast.parse(p.read_text()))
+    )
+)
+
+
+def test_the_plugins_that_import_the_engine_are_found():
+    kinds = {p.parent.name for p in PLUGINS_WITH_ENGINE}
+    assert kinds == {"action", "filter"} and len(PLUGINS_WITH_ENGINE) > len(kinds)
+
+
+@pytest.mark.parametrize("path", PLUGINS_WITH_ENGINE, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_plugin_that_imports_the_engine_names_it_when_it_is_missing(path):
+    """Imported as Ansible's plugin loader does, with `import gpulab` failing: AnsibleError with the
+    missing-library message (an action plugin's stops the run, a filter plugin's is the loader's warning)."""
+    loader = (
+        "import sys, importlib.util; sys.modules['gpulab'] = None\n"
+        "from ansible.errors import AnsibleError\n"
+        f"spec = importlib.util.spec_from_file_location('plugin', {str(path)!r})\n"
+        "try:\n"
+        "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "except AnsibleError as err:\n"
+        "    print(err)\n"
+    )
+    proc = run([sys.executable, "-c", loader], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert MISSING in proc.stdout and "requirements.txt" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_one_version_for_the_collection_its_engine_and_requirements_txt():
+    version = PYPROJECT["project"]["version"]
+    assert GALAXY["version"] == version
+    wanted = [
+        line.split("#", 1)[0].strip()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
+    assert f"{PYPROJECT['project']['name']}=={version}" in wanted
+
+
+def test_every_changelog_fragment_uses_the_sections_of_the_changelog_config():
+    config = yaml.safe_load((ROOT / "changelogs" / "config.yaml").read_text())
+    sections = {name for name, _title in config["sections"]}
+    sections |= {config["prelude_section_name"], config["trivial_section_name"]}
+    fragments = sorted((ROOT / "changelogs" / config["notesdir"]).glob("*.y*ml"))
+    assert fragments
+    for fragment in fragments:
+        entries = yaml.safe_load(fragment.read_text())
+        assert entries and set(entries) <= sections, fragment.name
+        for section, lines in entries.items():
+            if section == config["prelude_section_name"]:
+                assert isinstance(lines, str), fragment.name
+            else:
+                assert lines and all(isinstance(line, str) for line in lines), (fragment.name, section)

@@ -18,19 +18,26 @@ from __future__ import annotations
 
 import json
 
-from gpulab.k8s.gpu_upgrade import (
-    DEVICE_CORDON_ANNOTATION,
-    device_cordon,
-    driver_branch,
-    gpu_pods,
-    k3s_installed,
-    node_plan,
-    plan_text,
-    proof_problems,
-    registered_cards,
-    toolkit_running,
-    toolkit_wanted,
-)
+from ansible.errors import AnsibleError
+from ansible.module_utils.basic import missing_required_lib
+
+ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
+try:
+    from gpulab.k8s.gpu_upgrade import (
+        DEVICE_CORDON_ANNOTATION,
+        device_cordon,
+        driver_branch,
+        gpu_pods,
+        k3s_installed,
+        node_plan,
+        plan_text,
+        proof_problems,
+        registered_cards,
+        toolkit_running,
+        toolkit_wanted,
+    )
+except ImportError as err:  # the engine runs here, on the controller: requirements.txt
+    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
 
 def _json(text):

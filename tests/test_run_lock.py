@@ -119,7 +119,8 @@ def test_every_stage_playbook_that_changes_something_takes_the_lock_first_and_gi
             first = plays.pop(0)
             if first.get("ansible.builtin.import_playbook") == "preflight.yml":
                 continue
-            assert all(t.get("gpulab_pve_access", {}).get("preconditions_only") for t in first["tasks"]), stage
+            checks = [t.get("gpulab_pve_access", {}).get("preconditions_only") for t in first["tasks"]]
+            assert all(checks), stage
         assert plays[0].get("ansible.builtin.import_playbook") == "run_lock.yml", stage
         assert plays[-1].get("ansible.builtin.import_playbook") == "run_lock_release.yml", stage
         assert plays[0]["vars"] == plays[-1]["vars"] == {"gpulab_run_lock_by": f"{stage}.yml"}, stage

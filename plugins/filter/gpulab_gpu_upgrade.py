@@ -23,19 +23,7 @@ from ansible.module_utils.basic import missing_required_lib
 
 ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
-    from gpulab.k8s.gpu_upgrade import (
-        DEVICE_CORDON_ANNOTATION,
-        device_cordon,
-        driver_branch,
-        gpu_pods,
-        k3s_installed,
-        node_plan,
-        plan_text,
-        proof_problems,
-        registered_cards,
-        toolkit_running,
-        toolkit_wanted,
-    )
+    from gpulab.k8s import gpu_upgrade
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
     raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
@@ -49,25 +37,25 @@ def _json(text):
 
 def _cordon_value(node_object):
     return (((node_object or {}).get("metadata") or {}).get("annotations") or {}).get(
-        DEVICE_CORDON_ANNOTATION
+        gpu_upgrade.DEVICE_CORDON_ANNOTATION
     )
 
 
 def gpulab_gpu_upgrade_plan(node, facts, k3s_version_output, node_json, pods_json, wanted, engines=()):
     facts, wanted, obj = dict(facts or {}), dict(wanted or {}), _json(node_json)
     running = {
-        "driver_branch": driver_branch(facts.get("driver_version")),
-        "toolkit": toolkit_running((facts.get("container_toolkit") or {}).get("ctk_version")),
-        "k3s": k3s_installed(k3s_version_output),
+        "driver_branch": gpu_upgrade.driver_branch(facts.get("driver_version")),
+        "toolkit": gpu_upgrade.toolkit_running((facts.get("container_toolkit") or {}).get("ctk_version")),
+        "k3s": gpu_upgrade.k3s_installed(k3s_version_output),
     }
     wants = {
         "driver_branch": str(wanted.get("driver_branch") or ""),
-        "toolkit": toolkit_wanted(str(wanted.get("toolkit") or "")),
+        "toolkit": gpu_upgrade.toolkit_wanted(str(wanted.get("toolkit") or "")),
         "k3s": str(wanted.get("k3s") or ""),
     }
-    cards = list(facts.get("uuids") or []) or registered_cards(obj)
-    pods = gpu_pods(_json(pods_json), str(node))
-    plan = node_plan(
+    cards = list(facts.get("uuids") or []) or gpu_upgrade.registered_cards(obj)
+    pods = gpu_upgrade.gpu_pods(_json(pods_json), str(node))
+    plan = gpu_upgrade.node_plan(
         str(node),
         running=running,
         wanted=wants,
@@ -78,11 +66,11 @@ def gpulab_gpu_upgrade_plan(node, facts, k3s_version_output, node_json, pods_jso
     before = _cordon_value(obj) or ""
     return {
         **plan,
-        "text": plan_text([plan]).splitlines(),
+        "text": gpu_upgrade.plan_text([plan]).splitlines(),
         "cards": cards,
         "gpu_pods": pods,
         "device_cordon_before": before,
-        "device_cordon": device_cordon(before, add=cards),
+        "device_cordon": gpu_upgrade.device_cordon(before, add=cards),
         # the engines' Deployments (namespace/name) in their start order
         "deployments": [
             f"{e.get('namespace') or 'default'}/{e.get('name')}"
@@ -93,13 +81,13 @@ def gpulab_gpu_upgrade_plan(node, facts, k3s_version_output, node_json, pods_jso
 
 
 def gpulab_gpu_upgrade_lift(node_json, cards):
-    return device_cordon(_cordon_value(_json(node_json)), remove=list(cards or []))
+    return gpu_upgrade.device_cordon(_cordon_value(_json(node_json)), remove=list(cards or []))
 
 
 def gpulab_gpu_upgrade_proof(node, facts, node_json, wanted_branch, cards):
     facts = dict(facts or {})
     answered = facts.get("error") is None and facts.get("driver_version")
-    return proof_problems(
+    return gpu_upgrade.proof_problems(
         str(node),
         wanted_branch=str(wanted_branch),
         smi_driver=facts.get("driver_version") if answered else None,
@@ -113,7 +101,7 @@ def gpulab_gpu_upgrade_proof(node, facts, node_json, wanted_branch, cards):
 class FilterModule:
     def filters(self):
         return {
-            "gpulab_gpu_upgrade_k3s": k3s_installed,
+            "gpulab_gpu_upgrade_k3s": gpu_upgrade.k3s_installed,
             "gpulab_gpu_upgrade_plan": gpulab_gpu_upgrade_plan,
             "gpulab_gpu_upgrade_lift": gpulab_gpu_upgrade_lift,
             "gpulab_gpu_upgrade_proof": gpulab_gpu_upgrade_proof,

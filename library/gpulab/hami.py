@@ -18,6 +18,7 @@ import difflib
 import hashlib
 import json
 import pathlib
+import re
 import sys
 from importlib import resources
 
@@ -237,12 +238,16 @@ def build_values(
     kube_scheduler_image=None,
     image_registry="",
     extra_values=None,
+    kube_version="",
 ):
     """The chart values gpulab sets, from the role's variables; `extra_values` is merged last.
     A non-empty `image_registry` becomes global.imageRegistry, which replaces the registry of every image.
 
-    The kube-scheduler image tag is left to the chart (which derives it from the cluster's version, with
-    `+k3s1` stripped) unless `kube_scheduler_image` sets `tag`.
+    The kube-scheduler image tag is `kube_scheduler_image`'s `tag`; without one it is `kube_version` (the
+    cluster's k3s release) with `+k3s1` stripped, what the chart itself derives, written out so that the
+    HelmChart changes with a k3s upgrade: k3s' helm controller runs helm again only when the HelmChart changes,
+    so the chart would keep the old release's kube-scheduler (k3s-io/helm-controller; see
+    rancher/prometheus-federator#103). Both empty: the tag is left to the chart.
     """
     if (
         isinstance(device_split_count, bool)
@@ -269,6 +274,8 @@ def build_values(
     }
     values = {"devicePlugin": plugin}
     image = {k: v for k, v in (kube_scheduler_image or {}).items() if v not in (None, "")}
+    if kube_version and not image.get("tag"):
+        image["tag"] = re.sub(r"[+].*$", "", str(kube_version))
     if image:
         values["scheduler"] = {"kubeScheduler": {"image": image}}
     if image_registry:
@@ -285,6 +292,7 @@ ROLE_VALUE_ARGS = {
     "kube_scheduler_image": "hami_kube_scheduler_image",
     "image_registry": "hami_image_registry",
     "extra_values": "hami_extra_values",
+    "kube_version": "hami_kube_version",
 }
 
 

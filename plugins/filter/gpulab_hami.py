@@ -2,7 +2,8 @@
 
 `hami_look | gpulab_hami_problems(gpus_by_host, split=..., ...)` takes the text that roles/hami/tasks/verify.yml
 prints (`{"nodes": <kubectl get nodes -o json>, "scheduler": <kubectl get deployment ... -o json>}`) and the
-guests' GPU facts; it returns the problems of gpulab.k8s.hami_checks (host, field, value, cause, fix, wait).
+guests' GPU facts (and `values=`, the chart values the role rendered: the kube-scheduler tag the HelmChart asks); it
+returns the problems of gpulab.k8s.hami_checks (host, field, value, cause, fix, wait).
 `problems | gpulab_hami_problems_text` makes them one message.
 """
 
@@ -20,6 +21,12 @@ except ImportError as err:  # the engine runs here, on the controller: requireme
     raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
 
 
+def _asked_tag(values):
+    """The kube-scheduler tag the rendered chart values set ("" : left to the chart)."""
+    image = (((values or {}).get("scheduler") or {}).get("kubeScheduler") or {}).get("image") or {}
+    return str(image.get("tag") or "")
+
+
 def gpulab_hami_problems(
     look,
     gpus_by_host,
@@ -28,7 +35,7 @@ def gpulab_hami_problems(
     node_selector=None,
     namespace="kube-system",
     release="hami",
-    asked_tag="",
+    values=None,
 ):
     if not look:
         return []
@@ -47,7 +54,7 @@ def gpulab_hami_problems(
         release=release,
     )
     return problems + hami_checks.scheduler_problems(
-        nodes, doc.get("scheduler"), namespace=namespace, release=release, asked_tag=str(asked_tag or "")
+        nodes, doc.get("scheduler"), namespace=namespace, release=release, asked_tag=_asked_tag(values)
     )
 
 

@@ -43,7 +43,8 @@ options:
   kube_scheduler_image:
     description:
       - C(scheduler.kubeScheduler.image); empty or missing keys are left to the chart.
-      - Leave O(kube_scheduler_image.tag) empty to let the chart derive it from the cluster's version.
+      - Leave O(kube_scheduler_image.tag) empty to take O(kube_version)'s, or with that empty too to let the
+        chart derive it from the cluster's version.
     type: dict
     default: {}
     suboptions:
@@ -60,6 +61,14 @@ options:
     description: More chart values, merged last; each key is checked like the others.
     type: dict
     default: {}
+  kube_version:
+    description:
+      - The cluster's k3s release, e.g. V(v1.33.5+k3s1). With O(kube_scheduler_image.tag) empty the tag is this
+        release without its C(+k3s) suffix, as the chart derives it, so that the HelmChart changes with a k3s
+        upgrade (k3s' helm controller runs helm again only when the HelmChart changes).
+      - Empty leaves the tag to the chart.
+    type: str
+    default: ""
   image_registry:
     description:
       - The registry of every image of the chart (its C(global.imageRegistry)), for a mirror the nodes can reach;

@@ -134,6 +134,19 @@ def test_scheduler_tag_is_left_to_the_chart_unless_set():
     assert tagged["scheduler"]["kubeScheduler"]["image"] == {"tag": "v1.33.5"}
 
 
+def test_scheduler_tag_follows_the_k3s_release_the_role_is_given():
+    # stage hami passes k3s_version: the tag is written out, so the HelmChart changes with a k3s upgrade
+    image = {"registry": "registry.k8s.io", "repository": "kube-scheduler", "tag": ""}
+    old = hami.build_values(kube_scheduler_image=image, kube_version="v1.33.5+k3s1")
+    new = hami.build_values(kube_scheduler_image=image, kube_version="v1.34.1+k3s1")
+    assert old["scheduler"]["kubeScheduler"]["image"] == {**image, "tag": "v1.33.5"}
+    assert new["scheduler"]["kubeScheduler"]["image"]["tag"] == "v1.34.1"
+    assert hami.values_digest(old) != hami.values_digest(new)
+    # the owner's tag wins
+    pinned = hami.build_values(kube_scheduler_image={**image, "tag": "v1.33.4"}, kube_version="v1.34.1+k3s1")
+    assert pinned["scheduler"]["kubeScheduler"]["image"]["tag"] == "v1.33.4"
+
+
 def test_extra_values_merge_and_are_checked():
     values = hami.build_values(
         extra_values={"devicePlugin": {"deviceCoreScaling": 2}, "scheduler": {"replicas": 2}}

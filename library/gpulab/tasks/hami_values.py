@@ -21,6 +21,7 @@ OPTIONS = {
         },
     },
     "image_registry": {"type": "str", "default": ""},
+    "kube_version": {"type": "str", "default": ""},
     "extra_values": {"type": "dict", "default": {}},
     "name": {"type": "str", "default": "hami"},
     "namespace": {"type": "str", "default": "kube-system"},

@@ -18,7 +18,6 @@ import difflib
 import hashlib
 import json
 import pathlib
-import re
 import sys
 from importlib import resources
 
@@ -275,7 +274,7 @@ def build_values(
     values = {"devicePlugin": plugin}
     image = {k: v for k, v in (kube_scheduler_image or {}).items() if v not in (None, "")}
     if kube_version and not image.get("tag"):
-        image["tag"] = re.sub(r"[+].*$", "", str(kube_version))
+        image["tag"] = str(kube_version).split("+", 1)[0]
     if image:
         values["scheduler"] = {"kubeScheduler": {"image": image}}
     if image_registry:

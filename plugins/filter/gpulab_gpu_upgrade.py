@@ -1,15 +1,14 @@
 """Filters of playbooks/upgrade.yml's GPU nodes (gpulab.k8s.gpu_upgrade), one node at a time.
 
-`node | gpulab_gpu_upgrade_plan(facts, k3s_version_output, node_json, pods_json, wanted, engines)` is the node's
+`node | gpulab_gpu_upgrade_plan(facts, k3s_version, node_json, pods_json, wanted, engines)` is the node's
 plan (gpulab.k8s.gpu_upgrade.node_plan) from what the play read: `facts` is gpulab_gpu_facts' result (the driver
-nvidia-smi reports, the cards, nvidia-ctk's version), `k3s_version_output` the text of `k3s --version`,
+nvidia-smi reports, the cards, nvidia-ctk's version), `k3s_version` the installed release (gpulab_k3s_facts),
 `node_json`/`pods_json` the texts of `kubectl get node NAME -o json` and `kubectl get pods -A -o json`, `wanted`
 {driver_branch, toolkit (a Debian version or ""), k3s (a release or "": not this play's to upgrade)} and `engines`
 workloads_engines. The plan also holds `text` (its numbered steps), `gpu_pods`, `cards` (nvidia-smi's UUIDs, or HAMi's
 registered ones when nvidia-smi does not answer), `device_cordon_before` and `device_cordon` (the annotation's
 value as read and with those cards added) and `deployments` (the node's engines, namespace/name, in start order).
-`k3s_version_output | gpulab_gpu_upgrade_k3s` is the release `k3s --version` names ("" : none; the agents' play
-uses it too). `node_json | gpulab_gpu_upgrade_lift(cards)` is the annotation's value with the cards taken out ("" : remove it).
+`node_json | gpulab_gpu_upgrade_lift(cards)` is the annotation's value with the cards taken out ("" : remove it).
 `node | gpulab_gpu_upgrade_proof(facts, node_json, wanted_branch, cards)` is the list of what keeps the node
 cordoned (gpulab.k8s.gpu_upgrade.proof_problems; [] passes).
 """
@@ -41,12 +40,12 @@ def _cordon_value(node_object):
     )
 
 
-def gpulab_gpu_upgrade_plan(node, facts, k3s_version_output, node_json, pods_json, wanted, engines=()):
+def gpulab_gpu_upgrade_plan(node, facts, k3s_version, node_json, pods_json, wanted, engines=()):
     facts, wanted, obj = dict(facts or {}), dict(wanted or {}), _json(node_json)
     running = {
         "driver_branch": gpu_upgrade.driver_branch(facts.get("driver_version")),
         "toolkit": gpu_upgrade.toolkit_running((facts.get("container_toolkit") or {}).get("ctk_version")),
-        "k3s": gpu_upgrade.k3s_installed(k3s_version_output),
+        "k3s": str(k3s_version or ""),
     }
     wants = {
         "driver_branch": str(wanted.get("driver_branch") or ""),
@@ -101,7 +100,6 @@ def gpulab_gpu_upgrade_proof(node, facts, node_json, wanted_branch, cards):
 class FilterModule:
     def filters(self):
         return {
-            "gpulab_gpu_upgrade_k3s": gpu_upgrade.k3s_installed,
             "gpulab_gpu_upgrade_plan": gpulab_gpu_upgrade_plan,
             "gpulab_gpu_upgrade_lift": gpulab_gpu_upgrade_lift,
             "gpulab_gpu_upgrade_proof": gpulab_gpu_upgrade_proof,

@@ -24,7 +24,7 @@ PODS = json.dumps({"items": [
 ]})  # fmt: skip
 FACTS = {"driver_version": "580.173.02", "uuids": [A], "error": None,
          "container_toolkit": {"ctk_version": "NVIDIA Container Toolkit CLI version 1.18.1"}}  # fmt: skip
-K3S = "k3s version v1.33.5+k3s1 (8fbbf6e0)\n"
+K3S = "v1.33.5+k3s1"  # gpulab_k3s_facts' version
 ENGINES = [{"name": "vllm", "node": "vm-gpu"}, {"name": "ollama", "node": "vm-gpu", "namespace": "ai"},
            {"name": "web", "node": "vm-2"}]  # fmt: skip
 

@@ -168,13 +168,6 @@ def registered_cards(node_object: Mapping[str, Any] | None) -> list[str]:
     return [str(c["id"]) for c in parse_register(annotations.get(REGISTER_ANNOTATION)) or [] if c.get("id")]
 
 
-def k3s_installed(version_output: str | None) -> str:
-    """The release of `k3s --version`'s first line (`k3s version v1.33.5+k3s1 (...)` -> `v1.33.5+k3s1`); ""
-    when k3s is not there."""
-    words = (version_output or "").splitlines()[0].split() if (version_output or "").strip() else []
-    return words[2] if len(words) > 2 and words[:2] == ["k3s", "version"] else ""
-
-
 def toolkit_running(ctk_version: str | None) -> str:
     """The toolkit version of `nvidia-ctk --version`'s first line (`NVIDIA Container Toolkit CLI version 1.18.1`
     -> `1.18.1`); "" when nvidia-ctk is not there."""

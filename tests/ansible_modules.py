@@ -1,10 +1,12 @@
 """The modules of plugins/modules run outside Ansible, as the tests load and start them.
 
-The controller modules import their shared prologue as Ansible's own modules do,
-`from ansible.module_utils.gpulab_module import ...`. Ansible finds that file in plugins/module_utils
-(ansible.cfg `module_utils`) and ships it with each module; outside Ansible, `use_module_utils()` adds the
-folder to the package `ansible.module_utils` (tests/conftest.py does it for every test), and a module run
-in a fresh interpreter starts through `command()`, which does the same first.
+The controller modules import their shared prologue as a collection's modules do,
+`from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import ...`. Ansible finds it
+through the collection (the checkout is gpulab.homelab through .collections, ansible.cfg `collections_path`)
+and ships it with each module; outside Ansible, `use_module_utils()` starts Ansible's collection loader on
+.collections, so the package `ansible_collections.gpulab.homelab` is this checkout (tests/conftest.py does
+it for every test), and a module run in a fresh interpreter starts through `command()`, which puts
+.collections on sys.path first.
 """
 
 from __future__ import annotations
@@ -19,25 +21,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ROOT / "plugins" / "modules"
-MODULE_UTILS = ROOT / "plugins" / "module_utils"
+COLLECTIONS = ROOT / ".collections"  # ansible_collections/gpulab/homelab: this checkout
 
-# python -c START <module_utils> <module.py> [args]: runs the module file as `python <module.py> [args]` would.
-START = (
-    "import runpy, sys; import ansible.module_utils as m; m.__path__.append(sys.argv[1]); "
-    "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
+# python -c START <collections> <module.py> [args]: runs the module file as `python <module.py> [args]` would.
+START = "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 
 
 def use_module_utils() -> None:
-    import ansible.module_utils
+    """`ansible_collections.gpulab.homelab` is this checkout, imported through Ansible's collection loader
+    (with the collection's metadata, as a plugin loader finds it)."""
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
 
-    if str(MODULE_UTILS) not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(str(MODULE_UTILS))
+    if AnsibleCollectionConfig.collection_finder is None:
+        init_plugin_loader([str(COLLECTIONS)])
 
 
 def command(path: Path | str, *args: str) -> list[str]:
     """The command that runs the module file `path` with `args` in a fresh interpreter (this one's)."""
-    return [sys.executable, "-c", START, str(MODULE_UTILS), str(path), *args]
+    return [sys.executable, "-c", START, str(COLLECTIONS), str(path), *args]
 
 
 def run_json(path: Path | str, args: dict, *, check_mode=False, diff=False, env=None, timeout=60) -> dict:

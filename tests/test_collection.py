@@ -35,7 +35,8 @@ ENGINE_MODULES = {
     m
     for m in MODULES
     if any(
-        isinstance(n, ast.ImportFrom) and n.module == "ansible.module_utils.gpulab_module"
+        isinstance(n, ast.ImportFrom)
+        and n.module == "ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module"
         for n in ast.walk(ast.parse((ROOT / "plugins" / "modules" / f"{m}.py").read_text()))
     )
 }
@@ -80,6 +81,11 @@ def installed(built, tmp_path_factory):
     return env, where
 
 
+def tar_is_file(tarball, name):
+    with tarfile.open(tarball) as tar:
+        return tar.getmember(name).isfile()
+
+
 def test_the_tarball_holds_the_collection_and_leaves_out_the_checkout_s_own_tooling(built):
     with tarfile.open(built) as tar:
         names = tar.getnames()
@@ -93,11 +99,13 @@ def test_the_tarball_holds_the_collection_and_leaves_out_the_checkout_s_own_tool
         ".lab",
         ".collections",
         "library",
-        "tests",
         "molecule",
         "scripts",
     }
     assert not top & left_out, sorted(top & left_out)
+    # of the tests only ansible-test's ignore files, which sanity reads in the installed copy (make sanity)
+    tests = {n for n in names if n.startswith("tests/") and tar_is_file(built, n)}
+    assert tests and all(n.startswith("tests/sanity/ignore-") for n in tests), sorted(tests)
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
@@ -191,7 +199,10 @@ def test_a_module_run_by_a_python_without_the_engine_fails_with_the_missing_libr
     """A controller module runs as a module (not in the worker) when its task has an `environment`; with a
     Python that lacks the engine as the host's interpreter, it fails with missing_required_lib's message."""
     playbook = tmp_path / "no_engine.yml"
-    task = {"name": "Plan the workloads", "gpulab_hami_workloads": {"engines": [], "gpus_by_node": {}}}
+    task = {
+        "name": "Plan the workloads",
+        "gpulab.homelab.gpulab_hami_workloads": {"engines": [], "gpus_by_node": {}},
+    }
     task["environment"] = {"GPULAB_EXAMPLE": "1"}  # a task environment: the module runs in its own Python
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
     env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
@@ -222,7 +233,10 @@ def test_a_controller_without_the_engine_stops_with_the_missing_library_message(
     if run([python, "-c", "import gpulab"]).returncode == 0:
         pytest.skip("the engine is installed in ansible-core's own site-packages, not apart from it")
     playbook = tmp_path / "no_engine.yml"
-    task = {"name": "Plan the workloads", "gpulab_hami_workloads": {"engines": [], "gpus_by_node": {}}}
+    task = {
+        "name": "Plan the workloads",
+        "gpulab.homelab.gpulab_hami_workloads": {"engines": [], "gpus_by_node": {}},
+    }
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
     proc = run(
         [python, "-m", "ansible", "playbook", "-i", "localhost,", "-c", "local", playbook],
@@ -235,10 +249,11 @@ def test_a_controller_without_the_engine_stops_with_the_missing_library_message(
     assert "Unexpected Exception" not in out and "Traceback" not in out, out
 
 
-# The controller's plugins that import the engine (action and filter plugins; the lookup needs none).
+# The controller's plugins that import the engine (action and filter plugins and the action plugins' shared
+# classes in plugin_utils; the lookup needs none).
 PLUGINS_WITH_ENGINE = sorted(
     p
-    for kind in ("action", "filter", "lookup")
+    for kind in ("action", "filter", "lookup", "plugin_utils")
     for p in (ROOT / "plugins" / kind).glob("gpulab_*.py")
     if any(
         (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "gpulab")
@@ -250,25 +265,38 @@ PLUGINS_WITH_ENGINE = sorted(
 
 def test_the_plugins_that_import_the_engine_are_found():
     kinds = {p.parent.name for p in PLUGINS_WITH_ENGINE}
-    assert kinds == {"action", "filter"} and len(PLUGINS_WITH_ENGINE) > len(kinds)
+    assert kinds == {"action", "filter", "plugin_utils"} and len(PLUGINS_WITH_ENGINE) > len(kinds)
 
 
 @pytest.mark.parametrize("path", PLUGINS_WITH_ENGINE, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_every_plugin_that_imports_the_engine_names_it_when_it_is_missing(path):
-    """Imported as Ansible's plugin loader does, with `import gpulab` failing: AnsibleError with the
-    missing-library message (an action plugin's stops the run, a filter plugin's is the loader's warning)."""
+def test_every_plugin_that_imports_the_engine_loads_without_it_and_names_it_when_used(path):
+    """Imported through the collection as Ansible's plugin loader does, with `import gpulab` failing: the
+    plugin loads (ansible-doc lists it, ansible-test's import test imports it), and each name it imported from
+    the engine, called or read, raises AnsibleError with the missing-library message (through a playbook:
+    test_a_controller_without_the_engine_stops_with_the_missing_library_message)."""
+    name = f"ansible_collections.gpulab.homelab.plugins.{path.parent.name}.{path.stem}"
     loader = (
-        "import sys, importlib.util; sys.modules['gpulab'] = None\n"
+        "import sys, importlib, inspect; sys.modules['gpulab'] = None\n"
         "from ansible.errors import AnsibleError\n"
-        f"spec = importlib.util.spec_from_file_location('plugin', {str(path)!r})\n"
-        "try:\n"
-        "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-        "except AnsibleError as err:\n"
-        "    print(err)\n"
+        "from ansible.plugins.loader import init_plugin_loader\n"
+        f"init_plugin_loader([{str(ROOT / '.collections')!r}])\n"
+        f"plugin = importlib.import_module({name!r})\n"
+        "print('loaded')\n"
+        "from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine\n"
+        "for what, value in vars(plugin).items():\n"
+        "    if isinstance(value, MissingEngine):\n"
+        "        for use in (lambda: value(), lambda: value.anything):\n"
+        "            try:\n"
+        "                use()\n"
+        "            except AnsibleError as err:\n"
+        "                print(what, str(err).replace(chr(10), ' '))\n"
     )
     proc = run([sys.executable, "-c", loader], timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert MISSING in proc.stdout and "requirements.txt" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and proc.stdout.startswith("loaded"), proc.stdout + proc.stderr
+    used = proc.stdout.splitlines()[1:]
+    assert used, "no name of the plugin stands for the engine"
+    for line in used:
+        assert MISSING in line and "requirements.txt" in line, line
 
 
 def test_one_version_for_the_collection_its_engine_and_requirements_txt():
@@ -296,3 +324,31 @@ def test_every_changelog_fragment_uses_the_sections_of_the_changelog_config():
                 assert isinstance(lines, str), fragment.name
             else:
                 assert lines and all(isinstance(line, str) for line in lines), (fragment.name, section)
+
+
+def test_the_collection_s_playbooks_and_roles_call_its_plugins_and_roles_by_full_name():
+    """What an installed copy runs (playbooks/, roles/) names gpulab's modules, filters, lookups and roles as
+    gpulab.homelab.<name>: a short name resolves only in a checkout (ansible.cfg's plugin and role paths)."""
+    modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("gpulab_*.py"))
+    roles = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+    short = [
+        re.compile(rf"^\s*(?:- )?({'|'.join(modules)}):", re.M),  # a task calling a module
+        re.compile(rf"^\s*module: ({'|'.join(modules)})\s*$", re.M),  # gpulab_wait's module option
+        re.compile(r"\|\s*(gpulab_\w+)"),  # a filter
+        re.compile(r"""(?:query|lookup)\(\s*['"](gpulab_\w+)"""),  # a lookup
+        re.compile(rf"^\s*- role: ({'|'.join(roles)})\s*$", re.M),
+        re.compile(rf"_role:\n\s+name: ({'|'.join(roles)})\s*$", re.M),
+    ]
+    files = [
+        ROOT / "site.yml",
+        *sorted((ROOT / "playbooks").rglob("*.yml")),
+        *sorted((ROOT / "roles").rglob("*.yml")),
+    ]
+    files += sorted((ROOT / "roles").rglob("*.j2"))
+    found = [
+        f"{path.relative_to(ROOT)}: {m.group(1)}"
+        for path in files
+        for pattern in short
+        for m in pattern.finditer("\n".join(line.split(" #")[0] for line in path.read_text().splitlines()))
+    ]
+    assert len(files) > 50 and not found, found

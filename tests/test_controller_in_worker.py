@@ -1,4 +1,4 @@
-"""The controller modules run inside the task's worker (plugins/action/gpulab_controller.py runs the engine's
+"""The controller modules run inside the task's worker (plugins/plugin_utils/gpulab_controller.py runs the engine's
 task, gpulab.tasks, with the module's argument spec) and answer exactly as when Ansible starts the module as
 its own Python (which it still does for a task with `environment`): the same result, the same failures and
 argument errors, check and diff mode, and no secret in the -vvv output."""

@@ -8,6 +8,7 @@ declares ARGUMENT_SPEC itself. A module with neither must be the documentation o
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -51,6 +52,13 @@ def with_fragments(doc: dict, key: str, section: str = "DOCUMENTATION") -> dict:
     doc fragments give, as ansible-doc merges them (the module's own win)."""
     merged = {}
     for name in doc.get("extends_documentation_fragment") or []:
+        if name.startswith("ansible.builtin."):  # ansible-core's own, e.g. action_common_attributes.facts
+            fragment, _, part_name = name.removeprefix("ansible.builtin.").partition(".")
+            frag = importlib.import_module(f"ansible.plugins.doc_fragments.{fragment}")
+            text = getattr(frag.ModuleDocFragment, part_name.upper() or section, "{}")
+            part = yaml.safe_load(text) if section == "DOCUMENTATION" else {}
+            merged.update((part if key is None else part.get(key)) or {})
+            continue
         collection, _, fragment = name.rpartition(".")
         assert collection == COLLECTION, f"doc fragment {name}: by its full name, {COLLECTION}.<fragment>"
         frag = load(ROOT / "plugins" / "doc_fragments" / f"{fragment}.py", f"fragment_{fragment}")
@@ -120,8 +128,9 @@ def test_examples_call_the_module_with_documented_options(name):
     mod = module(name)
     options = documented_options(yaml.safe_load(mod.DOCUMENTATION))
     tasks = yaml.safe_load(mod.EXAMPLES)
-    used = [task[name] for task in tasks if name in task]
-    assert used, "no example calls the module"
+    used = [task[f"gpulab.homelab.{name}"] for task in tasks if f"gpulab.homelab.{name}" in task]
+    assert used, "no example calls the module by its full name"
+    assert not [task for task in tasks if name in task], "an example calls the module by its short name"
     for args in used:
         assert set(args or {}) <= set(options), set(args or {}) - set(options)
         for opt, info in options.items():

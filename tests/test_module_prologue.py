@@ -1,7 +1,7 @@
 """Every controller module is its documentation and one task of the engine (gpulab.tasks), started through the
 one main() (plugins/module_utils/gpulab_module.py) or run in the worker by the one action plugin
-(plugins/action/gpulab_controller.py); every PVE module takes its connection through
-plugins/action/gpulab_pve_connection.py."""
+(plugins/plugin_utils/gpulab_controller.py); every PVE module takes its connection through
+plugins/plugin_utils/gpulab_pve_connection.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.gpulab_module import GPULAB_MISSING
 from ansible.plugins.loader import action_loader
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import GPULAB_MISSING
 from ansible_modules import MODULES, command
 
 from gpulab import tasks
@@ -51,7 +51,7 @@ def controller_modules() -> dict[str, ast.Module]:
     out = {}
     for path in sorted(MODULES.glob("gpulab_*.py")):
         tree = ast.parse(path.read_text())
-        if "ansible.module_utils.gpulab_module" in imports(tree):
+        if "ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module" in imports(tree):
             out[path.stem] = tree
     return out
 
@@ -69,9 +69,9 @@ def test_the_controller_modules_are_found_and_each_has_its_task():
 @pytest.mark.parametrize("name", sorted(CONTROLLER))
 def test_a_controller_module_is_its_documentation_and_its_task(name):
     tree = controller_modules()[name]
-    assert imports(tree) - {"__future__"} == {"ansible.module_utils.gpulab_module"}, (
-        "the engine is the task's"
-    )
+    assert imports(tree) - {"__future__"} == {
+        "ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module"
+    }, "the engine is the task's"
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
     [main] = [n for n in calls if n.func.id == "run_module"]
     assert [a.value for a in main.args] == [name]
@@ -95,16 +95,21 @@ def test_a_controller_module_is_its_documentation_and_its_task(name):
 
 
 def test_every_controller_module_runs_in_the_worker_and_only_pve_modules_take_the_inventory_connection():
-    action_loader.add_directory(str(ACTIONS))  # as ansible.cfg's action_plugins, from any working directory
-    worker = action_loader.get("gpulab_controller", class_only=True)
-    pve = action_loader.get("gpulab_pve_connection", class_only=True)
-    plugins = {p.stem for p in ACTIONS.glob("gpulab_*.py")} - {"gpulab_controller", "gpulab_pve_connection"}
+    # by their full names, as the playbooks call them (tests/conftest.py: the checkout is gpulab.homelab)
+    from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_controller import (
+        ActionModule as worker,
+    )
+    from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_pve_connection import (
+        ActionModule as pve,
+    )
+
+    plugins = {p.stem for p in ACTIONS.glob("gpulab_*.py")}
     # gpulab_pve_access runs its module on the node; its action plugin does the controller's part.
     # gpulab_wait runs another module (on the task's host) until it reports what was waited for.
     # gpulab_run_lock runs its module on the node; its action plugin says who this run is.
     assert plugins == CONTROLLER | {"gpulab_preflight", "gpulab_pve_access", "gpulab_wait", "gpulab_run_lock"}
     for name in sorted(CONTROLLER):
-        plugin = action_loader.get(name, class_only=True)
+        plugin = action_loader.get(f"gpulab.homelab.{name}", class_only=True)
         assert issubclass(plugin, worker), name
         assert issubclass(plugin, pve) == (name in PVE_MODULES), name
 

@@ -79,6 +79,7 @@ STAGES = [
     "k3s",
     "monitoring",
     "network",
+    "site",  # playbooks/site.yml, every stage (the checkout's site.yml imports it)
     "teardown",
     "upgrade",
     "vms",
@@ -119,7 +120,10 @@ def test_every_stage_playbook_that_changes_something_takes_the_lock_first_and_gi
             first = plays.pop(0)
             if first.get("ansible.builtin.import_playbook") == "preflight.yml":
                 continue
-            checks = [t.get("gpulab_pve_access", {}).get("preconditions_only") for t in first["tasks"]]
+            checks = [
+                t.get("gpulab.homelab.gpulab_pve_access", {}).get("preconditions_only")
+                for t in first["tasks"]
+            ]
             assert all(checks), stage
         assert plays[0].get("ansible.builtin.import_playbook") == "run_lock.yml", stage
         assert plays[-1].get("ansible.builtin.import_playbook") == "run_lock_release.yml", stage
@@ -168,7 +172,7 @@ def test_site_takes_the_lock_once_and_its_stages_do_not_touch_the_node_again(tmp
     run = playbook("site.yml", inv, path, *ONLY_THE_LOCK)
     assert_took_once_and_gave_back(run, path)
     # the lock plays of the stages site.yml imports match no host: nothing runs for them, not even a skip
-    imported = re.findall(r"import_playbook: playbooks/(\w+)\.yml", Path(ROOT, "site.yml").read_text())
+    imported = re.findall(r"import_playbook: (\w+)\.yml", Path(ROOT, "playbooks", "site.yml").read_text())
     stages = [name for name in imported if name in STAGES]
     lock_plays = re.findall(
         r"PLAY \[(?:Run lock \|[^\]]*|Release the lab's run lock)\] \**\nskipping: no hosts matched",

@@ -1,6 +1,6 @@
 """gpulab_dhcp_reservation with the router preflight resolved (fact `gpulab_router`, gpulab.routerspec).
 
-The module runs in the task's worker on the controller (plugins/action/gpulab_controller.py). A task that
+The module runs in the task's worker on the controller (plugins/plugin_utils/gpulab_controller.py). A task that
 names no `kind` gets the router from the fact `gpulab_router`: kind, address, subnet, pool, user, url,
 validate_certs, options and, for an SSH router, ssh, each as the spec has it unless the task sets it. Its
 secrets are read here, when the module runs, from the router host's variables the spec names
@@ -19,15 +19,16 @@ the run's router_dhcp settings.
 from __future__ import annotations
 
 from ansible.errors import AnsibleError, AnsibleUndefinedVariable, AnsibleValueOmittedError
-from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.common.validation import check_type_bool
-from ansible.plugins.loader import action_loader
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_controller import (
+    ActionModule as ControllerAction,
+)
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab import labdef, routerspec
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    labdef = routerspec = MissingEngine(err)
 
 ROUTER = ("kind", "address", "subnet", "pool", "user", "url", "validate_certs", "options")
 
@@ -40,7 +41,7 @@ def _get(hostvars, host, name):
         return None
 
 
-class ActionModule(action_loader.get("gpulab_controller", class_only=True)):
+class ActionModule(ControllerAction):
     def module_args(self, task_vars):
         args = dict(self._task.args)
         if args.get("kind") is not None and args.get("reservations"):

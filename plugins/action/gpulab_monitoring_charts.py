@@ -1,7 +1,9 @@
-"""gpulab_monitoring_charts runs in the task's worker on the controller (plugins/action/gpulab_controller.py)."""
+"""gpulab_monitoring_charts runs in the task's worker on the controller (plugins/plugin_utils/gpulab_controller.py)."""
 
-from ansible.plugins.loader import action_loader
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_controller import (
+    ActionModule as ControllerAction,
+)
 
 
-class ActionModule(action_loader.get("gpulab_controller", class_only=True)):
+class ActionModule(ControllerAction):
     pass

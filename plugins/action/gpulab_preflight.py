@@ -15,15 +15,14 @@ before any stage has changed anything.
 from __future__ import annotations
 
 from ansible.errors import AnsibleError
-from ansible.module_utils.basic import missing_required_lib
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab import inventory, labdef, reach, routerspec, vmspec
     from gpulab.tasks import plain as _plain
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    inventory = labdef = reach = routerspec = vmspec = _plain = MissingEngine(err)
 
 # Where a sudo password can come from in the inventory (or the vault), besides -K.
 BECOME_PASSWORD_VARS = (

@@ -21,16 +21,14 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from ansible.errors import AnsibleError
-from ansible.module_utils.basic import missing_required_lib
 from ansible.parsing.vault import VaultLib, is_encrypted
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab.pve import privileges
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    privileges = MissingEngine(err)
 
 VAULT_KEY = "vault_pve_api_token_secret"
 FINGERPRINT_KEY = "pve_api_fingerprint"
@@ -135,7 +133,7 @@ class ActionModule(ActionBase):
             for c in contexts.values():
                 c.no_log = True
             node = self._execute_module(
-                module_name="gpulab_pve_access", module_args=module_args, task_vars=task_vars
+                module_name="gpulab.homelab.gpulab_pve_access", module_args=module_args, task_vars=task_vars
             )
         finally:
             for k, c in contexts.items():

@@ -1,4 +1,4 @@
-"""gpulab_pve_download runs with the PVE connection from the inventory (plugins/action/gpulab_pve_connection.py),
+"""gpulab_pve_download runs with the PVE connection from the inventory (plugins/plugin_utils/gpulab_pve_connection.py),
 and a task that waits for the download (wait=true, the default) says how far it has got.
 
 Such a task is one task: the module starts the download (wait=false) and, when PVE started a task, the
@@ -14,18 +14,18 @@ A task with upid, wait=false or async runs the module once, as before.
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleError
-from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.common.validation import check_type_bool, check_type_int
 from ansible.plugins.action import ActionBase
-from ansible.plugins.loader import action_loader
 from ansible.utils.display import Display
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_pve_connection import (
+    ActionModule as PveConnectionAction,
+)
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab import waiting
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    waiting = MissingEngine(err)
 
 display = Display()
 
@@ -56,7 +56,7 @@ def progress_line(volid: str, state: dict, elapsed: float, timeout: float) -> st
     return f"downloading {volid}: {part}, {waited}"
 
 
-class ActionModule(action_loader.get("gpulab_pve_connection", class_only=True)):
+class ActionModule(PveConnectionAction):
     # a test runs the plugin on a fake clock
     clock = None
     sleep = None

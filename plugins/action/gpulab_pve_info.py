@@ -1,7 +1,9 @@
-"""gpulab_pve_info runs with the PVE connection from the inventory (plugins/action/gpulab_pve_connection.py)."""
+"""gpulab_pve_info runs with the PVE connection from the inventory (plugins/plugin_utils/gpulab_pve_connection.py)."""
 
-from ansible.plugins.loader import action_loader
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_pve_connection import (
+    ActionModule as PveConnectionAction,
+)
 
 
-class ActionModule(action_loader.get("gpulab_pve_connection", class_only=True)):
+class ActionModule(PveConnectionAction):
     pass

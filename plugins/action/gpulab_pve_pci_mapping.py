@@ -1,10 +1,12 @@
 """gpulab_pve_pci_mapping runs with the PVE connection from the inventory, that of the node of its first
-entry (plugins/action/gpulab_pve_connection.py)."""
+entry (plugins/plugin_utils/gpulab_pve_connection.py)."""
 
-from ansible.plugins.loader import action_loader
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_pve_connection import (
+    ActionModule as PveConnectionAction,
+)
 
 
-class ActionModule(action_loader.get("gpulab_pve_connection", class_only=True)):
+class ActionModule(PveConnectionAction):
     def task_node(self):
         entries = self._task.args.get("entries") or []
         return entries[0].get("node") if entries else None

@@ -1,26 +1,26 @@
-"""gpulab_pve_vm runs with the PVE connection from the inventory (plugins/action/gpulab_pve_connection.py).
+"""gpulab_pve_vm runs with the PVE connection from the inventory (plugins/plugin_utils/gpulab_pve_connection.py).
 
 A task that waits for the VM's address (wait_for_address) says, every 10 s while the module runs, what it
 waits for and how long ("pve: waiting for VM 101 (vm-1) to be ready and get its address: 40 s of 300 s",
 gpulab.waiting); a VM that is there and has its address returns before the first line.
 """
 
-from ansible.errors import AnsibleError
-from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.common.validation import check_type_bool, check_type_int
-from ansible.plugins.loader import action_loader
 from ansible.utils.display import Display
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_pve_connection import (
+    ActionModule as PveConnectionAction,
+)
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab import waiting
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    waiting = MissingEngine(err)
 
 display = Display()
 
 
-class ActionModule(action_loader.get("gpulab_pve_connection", class_only=True)):
+class ActionModule(PveConnectionAction):
     def run(self, tmp=None, task_vars=None):
         args = self._task.args
         if not check_type_bool(args.get("wait_for_address", False)) or self._task.async_val:

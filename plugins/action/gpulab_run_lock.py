@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import os
 
-from ansible.errors import AnsibleError
-from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab import runlock
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    runlock = MissingEngine(err)
 
 
 class ActionModule(ActionBase):
@@ -30,7 +28,9 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("state", "path", "break_lock"))
 
     def _lock(self, task_vars, **args):
-        return self._execute_module(module_name="gpulab_run_lock", module_args=args, task_vars=task_vars)
+        return self._execute_module(
+            module_name="gpulab.homelab.gpulab_run_lock", module_args=args, task_vars=task_vars
+        )
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

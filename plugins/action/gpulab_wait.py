@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import importlib.util
 
-from ansible.errors import AnsibleConnectionFailure, AnsibleError
-from ansible.module_utils.basic import missing_required_lib
+from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
 from ansible.utils.display import Display
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab import waiting
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    waiting = MissingEngine(err)
 
 display = Display()
 
@@ -42,7 +41,9 @@ _SPEC: dict = {}
 def _argument_spec(loaders) -> dict:
     """The options, as plugins/modules/gpulab_wait.py (the documentation) declares them."""
     if not _SPEC:
-        path = loaders.module_loader.find_plugin_with_context("gpulab_wait").plugin_resolved_path
+        path = loaders.module_loader.find_plugin_with_context(
+            "gpulab.homelab.gpulab_wait"
+        ).plugin_resolved_path
         spec = importlib.util.spec_from_file_location("_gpulab_wait_doc", path)
         doc = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(doc)
@@ -61,7 +62,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        _, args = self.validate_argument_spec(argument_spec=_argument_spec(self._shared_loader_obj))
+        args = self.validate_argument_spec(argument_spec=_argument_spec(self._shared_loader_obj))[1]
         what, timeout, interval = args["what"], args["timeout"], args["interval"]
         every, retry_unreachable, until = args["progress_interval"], args["retry_unreachable"], args["until"]
         module, module_args = args["module"], dict(args["module_args"])

@@ -69,9 +69,9 @@ attributes:
 notes:
   - Runs on the controller and needs the C(gpulab) Python package (requirements.txt, the project's virtualenv).
   - In a play, a task passes only its own options. Each connection option it leaves out comes from the
-    inventory, through the module's action plugin (C(plugins/action/gpulab_pve_connection.py)) -
+    inventory, through the module's action plugin (C(plugins/plugin_utils/gpulab_pve_connection.py)) -
     O(api_url) from C(pve_api_url), O(api_token_id) from C(pve_api_token_id) and so on - of the host of
-    group C(proxmox) whose C(pve_node) (or name) is the task's C(node) (for M(gpulab_pve_pci_mapping)
+    group C(proxmox) whose C(pve_node) (or name) is the task's C(node) (for M(gpulab.homelab.gpulab_pve_pci_mapping)
     the node of its first entry); the first host of C(proxmox) for a task without one; the task's own
     host when C(proxmox) has none of them.
   - An option the task gives wins, and the inventory's login and certificate check are then not mixed

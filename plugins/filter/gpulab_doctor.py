@@ -10,14 +10,12 @@ itself (one read-only shell script), so the role and the command run the same on
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleError
-from ansible.module_utils.basic import missing_required_lib
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab import doctor
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    doctor = MissingEngine(err)
 
 
 def gpulab_doctor(text):

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import json
 
-from ansible.errors import AnsibleError
-from ansible.module_utils.basic import missing_required_lib
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab.k8s import gpu_upgrade
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    gpu_upgrade = MissingEngine(err)
 
 
 def _json(text):

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 
-from ansible.errors import AnsibleError, AnsibleFilterError
-from ansible.module_utils.basic import missing_required_lib
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab.k8s import hami_checks
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    hami_checks = MissingEngine(err)
 
 
 def _asked_tag(values):

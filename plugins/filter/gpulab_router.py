@@ -8,14 +8,12 @@ gpulab.routers.model.move_order: `{"first": [...], "cycle": [...]}`, the order t
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleError
-from ansible.module_utils.basic import missing_required_lib
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab.routers.model import Move, move_order
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    Move = move_order = MissingEngine(err)
 
 
 def gpulab_dhcp_move_order(hosts, hostvars):

@@ -7,11 +7,6 @@ this opens the socket in the worker that templates the task.
 
 from __future__ import annotations
 
-import socket
-import time
-
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: gpulab_reach
 short_description: Whether a TCP port answers, tried from the controller
@@ -40,7 +35,7 @@ options:
 EXAMPLES = r"""
 - name: Whether the server's SSH port answers
   ansible.builtin.set_fact:
-    server_answers: "{{ query('gpulab_reach', ansible_host, port=22, timeout=5) | first }}"
+    server_answers: "{{ query('gpulab.homelab.gpulab_reach', ansible_host, port=22, timeout=5) | first }}"
 """
 
 RETURN = r"""
@@ -49,6 +44,11 @@ _raw:
   type: list
   elements: bool
 """
+
+import socket  # noqa: E402
+import time  # noqa: E402
+
+from ansible.plugins.lookup import LookupBase  # noqa: E402
 
 RETRY_S = 0.5
 

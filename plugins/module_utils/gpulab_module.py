@@ -1,15 +1,17 @@
 """The main() every gpulab controller module shares, wherever Ansible starts the module as its own Python.
 
-Modules import it the standard way, `from ansible.module_utils.gpulab_module import run_module`: Ansible
-finds it in plugins/module_utils (ansible.cfg `module_utils`) and ships it with the module; the tests add
-that folder to `ansible.module_utils` (tests/ansible_modules.py). A controller module keeps its
+Modules import it as a collection's modules import its module_utils,
+`from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module`: Ansible finds
+it in the collection gpulab.homelab (installed, or this checkout through .collections and ansible.cfg
+`collections_path`) and ships it with the module; the tests put .collections on sys.path
+(tests/ansible_modules.py). A controller module keeps its
 documentation (DOCUMENTATION, EXAMPLES, RETURN) and its main() is
 
     def main():
         run_module("gpulab_pve_info")
 
 The options and what the module does live in the engine, gpulab.tasks.pve_info (the action plugin
-plugins/action/gpulab_controller.py runs the same in the task's worker): here they become an
+plugins/plugin_utils/gpulab_controller.py runs the same in the task's worker): here they become an
 AnsibleModule, which checks the arguments, runs the task and reports its result, failure or warnings.
 These modules run on the controller with the project's virtualenv, which holds the engine (gpulab;
 requirements.txt for a collection user); without it the module fails with Ansible's missing-library message

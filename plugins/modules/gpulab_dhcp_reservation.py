@@ -26,7 +26,7 @@ description:
     run on its own) it resolves the inventory's router the same way. The router's secrets are read from the
     variables C(gpulab_router.secrets) names (C(router_password), C(ansible_password)) of the router's host.
 version_added: "0.1.0"
-author: gpulab contributors
+author: gpulab contributors (!UNKNOWN)
 requirements:
   - gpulab, the project's engine, in the controller's Python (requirements.txt; C(make venv) in a checkout)
 options:
@@ -55,12 +55,12 @@ options:
   user:
     description:
       - Login user for HTTP routers (C(router_user)); the API key for V(opnsense).
-      - For V(pfsense) with O(options.auth=api_key) it is ignored.
+      - For V(pfsense) with C(options.auth=api_key) it is ignored.
     type: str
   password:
     description:
       - Password for HTTP routers (C(router_password)); the API secret for V(opnsense), the API key for
-        V(pfsense) with O(options.auth=api_key). Never shown in output or errors.
+        V(pfsense) with C(options.auth=api_key). Never shown in output or errors.
     type: str
   url:
     description:
@@ -200,6 +200,8 @@ options:
     type: str
     choices: [present, absent]
     default: present
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -207,13 +209,15 @@ attributes:
   diff_mode:
     support: full
     description: The router's reservations before and after, one C(mac address [hostname]) line each.
+  platform:
+    platforms: posix
 notes:
   - Run it once per play with every VM in O(reservations) so the router applies the batch once.
 """
 
 EXAMPLES = r"""
 - name: Keep the addresses the VMs hold (dnsmasq on the lab's router host)
-  gpulab_dhcp_reservation:
+  gpulab.homelab.gpulab_dhcp_reservation:
     kind: dnsmasq
     address: 192.168.100.1
     subnet: 192.168.100.0/24
@@ -225,7 +229,7 @@ EXAMPLES = r"""
       - {mac: "BC:24:11:00:00:02", name: vm-2, hostname: vm-2}
 
 - name: Planned addresses on a Huawei ONT
-  gpulab_dhcp_reservation:
+  gpulab.homelab.gpulab_dhcp_reservation:
     kind: huawei_ont
     address: 192.168.100.1
     subnet: 192.168.100.0/24
@@ -277,14 +281,17 @@ notes:
   returned: always
   type: list
   elements: str
-  sample: ["the kea router at 192.168.100.1 saved Kea's configuration, which a cut-off run had left served but not saved (config-write), so a restart of Kea keeps the reservations"]
+  sample:
+    - >-
+      the kea router at 192.168.100.1 saved Kea's configuration, which a cut-off run had left served but not
+      saved (config-write), so a restart of Kea keeps the reservations
 error_code:
   description: On failure, the kind of refusal (conflict, policy, limit, auth_failed, unreachable, apply_failed, verify_failed).
   returned: failure
   type: str
 """
 
-from ansible.module_utils.gpulab_module import run_module  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():

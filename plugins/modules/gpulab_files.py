@@ -23,7 +23,7 @@ description:
     file shows its old and new text (a secret file shows only that it changed).
   - Runs on the managed host with the Python standard library only.
 version_added: "0.1.0"
-author: gpulab contributors
+author: gpulab contributors (!UNKNOWN)
 options:
   files:
     description:
@@ -81,6 +81,8 @@ options:
       mode:
         description: Permissions, as an octal string such as V('0644').
         type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -88,6 +90,8 @@ attributes:
   diff_mode:
     support: full
     description: The old and new text of each changed file (not of a secret file).
+  platform:
+    platforms: posix
 notes:
   - Regular expressions of O(files[].lines) and O(files[].absent_lines) are matched against each line
     without its newline.
@@ -95,7 +99,7 @@ notes:
 
 EXAMPLES = r"""
 - name: The k3s configuration folder, its token and config.yaml
-  gpulab_files:
+  gpulab.homelab.gpulab_files:
     files:
       - {path: /etc/rancher/k3s, state: directory, owner: root, group: root, mode: "0755"}
       - path: /etc/rancher/k3s/agent-token
@@ -111,7 +115,7 @@ EXAMPLES = r"""
   register: k3s_files
 
 - name: Blacklist lines in a file PVE ships, vfio modules at boot
-  gpulab_files:
+  gpulab.homelab.gpulab_files:
     files:
       - path: /etc/modprobe.d/pve-blacklist.conf
         lines:

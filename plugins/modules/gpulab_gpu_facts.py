@@ -23,8 +23,10 @@ description:
     guest's PCI bus (PCI passthrough) and which driver owns it, the Secure Boot state from the EFI
     variables, and whether C(nouveau) or C(nvidia) is loaded.
 version_added: "0.1.0"
-author: gpulab contributors
+author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
   - gpulab.homelab.gpulab_reads
 options:
   nvidia_smi:
@@ -46,6 +48,8 @@ options:
 attributes:
   facts:
     support: full
+  platform:
+    platforms: posix
 notes:
   - The module never changes the host, so it always returns C(changed=false).
   - C(nvidia-smi) prints C(N/A) for values the card cannot report; such values come back as V(null).
@@ -53,7 +57,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Read the GPUs the driver sees
-  gpulab_gpu_facts:
+  gpulab.homelab.gpulab_gpu_facts:
   register: gpu
 
 - name: Show the card UUIDs
@@ -61,7 +65,7 @@ EXAMPLES = r"""
     msg: "{{ gpu.uuids }}"
 
 - name: Probe before the driver is installed (never fails)
-  gpulab_gpu_facts:
+  gpulab.homelab.gpulab_gpu_facts:
     min_gpus: 0
   register: gpu_probe
 """

@@ -16,9 +16,13 @@ description:
   - Refuses a key the chart version does not have, because Helm silently ignores it.
   - Refuses a node selector value that is not a string (YAML 1.1 reads a bare C(on) as V(true)).
 version_added: "0.1.0"
-author: gpulab contributors
+author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_compute
+attributes:
+  platform:
+    platforms: posix
 options:
   chart_version:
     description: HAMi chart version; key facts must exist for it in the gpulab package.
@@ -97,7 +101,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Render the HAMi HelmChart
-  gpulab_hami_values:
+  gpulab.homelab.gpulab_hami_values:
     chart_version: 2.10.0
     device_split_count: 10
     node_selector:
@@ -131,7 +135,7 @@ keys_known:
   type: int
 """
 
-from ansible.module_utils.gpulab_module import run_module  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():

@@ -29,9 +29,13 @@ description:
     C(--gpu-memory-utilization) equal to its share (45 % is C(0.45)). A value already in its C(args) or C(command)
     is kept when it is above 0 and not above the share, and refused otherwise.
 version_added: "0.1.0"
-author: gpulab contributors
+author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_compute
+attributes:
+  platform:
+    platforms: posix
 options:
   engines:
     description:
@@ -60,7 +64,7 @@ options:
 
 EXAMPLES = r"""
 - name: Plan the engines
-  gpulab_hami_workloads:
+  gpulab.homelab.gpulab_hami_workloads:
     engines:
       - name: vllm
         image: vllm/vllm-openai:v0.11.0
@@ -121,7 +125,7 @@ cards:
   type: dict
 """
 
-from ansible.module_utils.gpulab_module import run_module  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():

@@ -17,9 +17,13 @@ description:
   - Changes nothing. Register the result with C(no_log) when O(server_dir) is given, since RV(token) is a
     secret.
 version_added: "0.1.0"
-author: gpulab contributors
+author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_reads
+attributes:
+  platform:
+    platforms: posix
 options:
   bin_dir:
     description: Where the install script put C(k3s) (its C(INSTALL_K3S_BIN_DIR)).
@@ -43,7 +47,7 @@ options:
 
 EXAMPLES = r"""
 - name: Read the installed k3s, its unit and the join token
-  gpulab_k3s_facts:
+  gpulab.homelab.gpulab_k3s_facts:
     unit: k3s
     server_dir: /var/lib/rancher/k3s/server
   register: k3s_found

@@ -3,12 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 ---
 module: gpulab_kernel_cmdline
@@ -29,7 +23,7 @@ description:
     wanted state, so a reboot is needed (RV(reboot_needed), RV(pending)). It never refreshes or reboots.
   - Runs on the managed host with the Python standard library only.
 version_added: "0.1.0"
-author: gpulab
+author: gpulab contributors (!UNKNOWN)
 options:
   present:
     description:
@@ -88,7 +82,11 @@ options:
     description: Keep a timestamped copy of the file before changing it.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -100,7 +98,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Keep the host's drivers off the GPU
-  gpulab_kernel_cmdline:
+  gpulab.homelab.gpulab_kernel_cmdline:
     present: [nomodeset]
     blacklist: [nova_core, nova_drm, nova, nouveau]
   register: cmdline
@@ -110,7 +108,7 @@ EXAMPLES = r"""
   when: cmdline.changed
 
 - name: Turn nomodeset off again
-  gpulab_kernel_cmdline:
+  gpulab.homelab.gpulab_kernel_cmdline:
     absent: [nomodeset]
 """
 
@@ -171,6 +169,12 @@ backup_file:
   returned: changed and backup is true
   type: str
 """
+
+import os  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 _PARAM = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*(=[^\s\"'\\$`]*)?$")
 _MODULE = re.compile(r"^[A-Za-z0-9_\-]+$")

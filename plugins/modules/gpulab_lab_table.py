@@ -12,12 +12,15 @@ description:
   - Writes it as C(lab-table.md), C(lab-table.json) and C(lab-table.html) into O(state_dir) when given; C(changed) is true
     only when their content changed. In check mode nothing is written.
 version_added: "0.1.0"
-author: gpulab
+author: gpulab contributors (!UNKNOWN)
 attributes:
+  platform:
+    platforms: posix
   diff_mode:
     support: none
     details: The table it writes under O(state_dir) comes back as RV(lines) and RV(markdown) instead.
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
 options:
   vms:
@@ -61,7 +64,7 @@ options:
 EXAMPLES = r"""
 # In a play the connection comes from the inventory (pve_api_* of the first host in group proxmox).
 - name: Build and store the lab table
-  gpulab_lab_table:
+  gpulab.homelab.gpulab_lab_table:
     vms:
       - {name: vm-gpu, node: pve, vmid: 102, address: 192.168.100.55, gpu: rtx3090}
     gpus: {vm-gpu: [{name: NVIDIA GeForce RTX 3090, memory_total_mib: 24576, driver_version: "580.95.05"}]}
@@ -99,7 +102,7 @@ files:
   elements: str
 """
 
-from ansible.module_utils.gpulab_module import run_module  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():

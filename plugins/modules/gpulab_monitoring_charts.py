@@ -20,9 +20,13 @@ description:
   - Refuses a key a chart version does not have (Helm would silently ignore it) and a NodePort outside
     30000-32767.
 version_added: "0.1.0"
-author: gpulab contributors
+author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_compute
+attributes:
+  platform:
+    platforms: posix
 options:
   prometheus_version:
     description: Version of the C(prometheus) chart; key facts must exist for it in the gpulab package.
@@ -111,7 +115,7 @@ options:
 
 EXAMPLES = r"""
 - name: Render the Prometheus and Grafana HelmCharts
-  gpulab_monitoring_charts:
+  gpulab.homelab.gpulab_monitoring_charts:
     prometheus_version: 29.27.0
     grafana_version: 12.11.1
     hami_version: 2.10.0
@@ -146,7 +150,7 @@ urls:
   type: dict
 """
 
-from ansible.module_utils.gpulab_module import run_module  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():

@@ -3,12 +3,6 @@
 
 from __future__ import annotations
 
-import fnmatch
-import os
-import re
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 ---
 module: gpulab_pci_facts
@@ -25,7 +19,7 @@ description:
     any other device sharing those groups.
   - Runs on the managed host with the Python standard library only. Never changes anything.
 version_added: "0.1.0"
-author: gpulab
+author: gpulab contributors (!UNKNOWN)
 options:
   root:
     description:
@@ -56,7 +50,12 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -70,7 +69,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Read PCI passthrough facts for the GPU
-  gpulab_pci_facts:
+  gpulab.homelab.gpulab_pci_facts:
     slots:
       - "0000:02:00"
 
@@ -170,6 +169,12 @@ ansible_facts:
           type: list
           elements: str
 """
+
+import fnmatch  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 _ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 

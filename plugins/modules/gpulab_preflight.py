@@ -20,12 +20,12 @@ description:
     C(gpulab_stages).
   - Runs on the controller; takes no options.
 options: {}
-author: gpulab
+author: gpulab contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Validate the lab definition
-  gpulab_preflight:
+  gpulab.homelab.gpulab_preflight:
   register: gpulab_preflight_result
 """
 

@@ -6,12 +6,6 @@ keeps the token's secret out of every output."""
 
 from __future__ import annotations
 
-import json
-import os
-import pwd
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 ---
 module: gpulab_pve_access
@@ -31,7 +25,7 @@ description:
     (RV(fingerprint)), the one the API on port 8006 presents.
   - Runs on the managed host with the Python standard library only.
 version_added: "0.1.0"
-author: gpulab
+author: gpulab contributors (!UNKNOWN)
 options:
   role:
     description: The role to make (or find with exactly O(privileges)).
@@ -81,7 +75,11 @@ options:
       - playbooks/access.yml checks so before it takes the run lock on the node.
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -90,7 +88,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Role, user, token and ACLs of gpulab on the node
-  gpulab_pve_access:
+  gpulab.homelab.gpulab_pve_access:
     role: gpulab
     token_id: gpulab@pve!ansible
 """
@@ -116,6 +114,12 @@ fingerprint:
   type: str
   returned: always
 """
+
+import json  # noqa: E402
+import os  # noqa: E402
+import pwd  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
 class Refused(Exception):
@@ -176,7 +180,7 @@ def main() -> None:
             "an API token cannot make roles, users or tokens. Nothing was changed.",
             **result,
         )
-    user, _, name = p["token_id"].partition("!")
+    user, name = p["token_id"].partition("!")[::2]
     if not user or "@" not in user or not name:
         module.fail_json(
             msg=f"pve_api_token_id is {p['token_id']!r}: it must be USER@REALM!TOKEN, e.g. gpulab@pve!ansible",
@@ -257,7 +261,7 @@ def main() -> None:
                 ["pveum", "acl", "modify", path, "--roles", p["role"], "--tokens", p["token_id"]],
             )
         )
-    result["made"] = [what for what, _ in steps if what]
+    result["made"] = [step[0] for step in steps if step[0]]
     result["changed"] = bool(steps)
     result["diff"] = {
         "before": "".join(f"{x}\n" for x in result["removed"]),

@@ -17,12 +17,15 @@ description:
     through Ansible's display (the bytes so far, the total, the rate and the seconds waited), with no retry
     lines, until it ends or O(timeout) passes. A file that is already there returns at once, without a line.
 version_added: "0.1.0"
-author: gpulab
+author: gpulab contributors (!UNKNOWN)
 attributes:
+  platform:
+    platforms: posix
   diff_mode:
     support: full
     details: Shows whether the file is in the storage, before and after, and the checksum it is held to.
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
 options:
   node:
@@ -86,7 +89,7 @@ options:
 EXAMPLES = r"""
 # In a play the connection comes from the inventory (pve_api_* of node pve's host in group proxmox).
 - name: Ubuntu 24.04 cloud image for import, checked against its SHA-256
-  gpulab_pve_download:
+  gpulab.homelab.gpulab_pve_download:
     node: pve
     storage: local
     content: import
@@ -96,7 +99,7 @@ EXAMPLES = r"""
     checksum_algorithm: sha256
 
 - name: The installer ISO, with a progress line every 10 s
-  gpulab_pve_download:
+  gpulab.homelab.gpulab_pve_download:
     node: pve
     storage: local
     url: https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso
@@ -156,7 +159,7 @@ msg:
   type: str
 """
 
-from ansible.module_utils.gpulab_module import run_module  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():

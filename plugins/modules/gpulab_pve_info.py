@@ -8,12 +8,15 @@ description:
   - Reads what preflight checks and the end-of-run table show. Changes nothing.
   - Each section is one GET request; ask only for the sections you need.
 version_added: "0.1.0"
-author: gpulab
+author: gpulab contributors (!UNKNOWN)
 attributes:
+  platform:
+    platforms: posix
   diff_mode:
     support: none
     details: It changes nothing.
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
 options:
   node:
@@ -31,7 +34,7 @@ options:
 EXAMPLES = r"""
 # In a play the connection comes from the inventory (pve_api_* of node pve's host in group proxmox).
 - name: What the node has
-  gpulab_pve_info:
+  gpulab.homelab.gpulab_pve_info:
     node: pve
     gather: [memory, pci, vms]
   register: pve_facts
@@ -41,7 +44,7 @@ EXAMPLES = r"""
     that: pve_facts.iommu_groups['13'] == ['0000:02:00.0', '0000:02:00.1']
 
 - name: The version, read with a login of the task's own (it wins over the inventory's token)
-  gpulab_pve_info:
+  gpulab.homelab.gpulab_pve_info:
     api_user: root@pam
     api_password: "{{ vault_pve_root_password }}"
     node: pve
@@ -102,7 +105,7 @@ mappings:
   elements: dict
 """
 
-from ansible.module_utils.gpulab_module import run_module  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():

@@ -10,15 +10,18 @@ description:
     devices to root@pam (password login) only.
   - PVE checks the map against the hardware when the VM starts; O(entries[].id),
     O(entries[].subsystem_id) and O(entries[].iommugroup) must equal what the node reports (see
-    M(gpulab_pve_info)).
+    M(gpulab.homelab.gpulab_pve_info)).
   - The comparison ignores the order of entries and the case of hex IDs; only a difference is written.
 version_added: "0.1.0"
-author: gpulab
+author: gpulab contributors (!UNKNOWN)
 attributes:
+  platform:
+    platforms: posix
   diff_mode:
     support: full
     details: Shows the mapping (C(map) entries, C(description)) before and after.
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
 options:
   id:
@@ -63,7 +66,7 @@ EXAMPLES = r"""
 # In a play the connection comes from the inventory (pve_api_* of the host in group proxmox of the
 # entries' node).
 - name: Map the RTX 3090 of node pve
-  gpulab_pve_pci_mapping:
+  gpulab.homelab.gpulab_pve_pci_mapping:
     id: rtx3090
     entries:
       - node: pve
@@ -86,7 +89,7 @@ mapping:
   type: dict
 """
 
-from ansible.module_utils.gpulab_module import run_module  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():

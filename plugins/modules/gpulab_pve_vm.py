@@ -19,10 +19,13 @@ description:
     entry for the node, the VM started by someone else meanwhile, a card in use by another VM, memory); such a
     failure ends the module with the last lines of the task's log and what to do about it.
 version_added: "0.1.0"
-author: gpulab
+author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -321,7 +324,7 @@ options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, 
 
 EXAMPLES = r"""
 - name: The GPU VM of the reference lab, started, GPU through its resource mapping
-  gpulab_pve_vm:
+  gpulab.homelab.gpulab_pve_vm:
     api_url: https://pve.example:8006
     api_token_id: root@pam!gpulab
     api_token_secret: "{{ vault_pve_token_secret }}"
@@ -362,7 +365,7 @@ EXAMPLES = r"""
   register: vm
 
 - name: Remove a VM
-  gpulab_pve_vm:
+  gpulab.homelab.gpulab_pve_vm:
     api_url: https://pve.example:8006
     api_token_id: root@pam!gpulab
     api_token_secret: "{{ vault_pve_token_secret }}"
@@ -460,7 +463,7 @@ requests:
       type: int
 """
 
-from ansible.module_utils.gpulab_module import run_module  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import run_module  # noqa: E402
 
 
 def main():

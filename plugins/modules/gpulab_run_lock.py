@@ -25,7 +25,7 @@ description:
     the module never reports changed (a second run is still changed=0).
   - Runs on the managed host with the Python standard library only.
 version_added: "0.1.0"
-author: gpulab contributors
+author: gpulab contributors (!UNKNOWN)
 options:
   path:
     description: The lock file.
@@ -49,7 +49,11 @@ options:
       see (the owner knows that run is gone). Read by the action plugin.
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
     description: Reads the lock and reports its holder; writes nothing.
@@ -59,7 +63,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Take the lab's run lock (the action plugin fills in the holder)
-  gpulab_run_lock:
+  gpulab.homelab.gpulab_run_lock:
     state: held
 """
 

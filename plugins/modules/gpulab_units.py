@@ -16,7 +16,7 @@ description:
   - Fails with systemctl's message when a unit cannot be started or enabled (for example, it does not exist).
   - Runs on the managed host with the Python standard library only.
 version_added: "0.1.0"
-author: gpulab contributors
+author: gpulab contributors (!UNKNOWN)
 options:
   units:
     description: The units.
@@ -39,7 +39,11 @@ options:
           - While it is missing, a unit that is not active is neither started nor enabled and is listed in
             RV(waiting); this is no change (systemd would refuse or skip the start every run).
         type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
     description: Reports what it would start or enable, and does neither.
@@ -49,7 +53,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Keep the guest agent and the time daemon running
-  gpulab_units:
+  gpulab.homelab.gpulab_units:
     units:
       - name: qemu-guest-agent
       - name: systemd-timesyncd

@@ -58,16 +58,23 @@ options:
         C(ssh-keyscan) (or C(ssh-keygen -R)) fix, since no retry cures that.
     type: int
     default: 0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
     details: The module runs as the task's check mode says (a read with C(check_mode=false) runs); a skipped result ends the wait.
-author: gpulab
+  diff_mode:
+    support: none
+    details: The result is the waited-for module's; a diff it returns is passed on as it is.
+author: gpulab contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Wait until every node is registered and Ready
-  gpulab_wait:
+  gpulab.homelab.gpulab_wait:
     what: every k3s node Ready
     timeout: 600
     interval: 5
@@ -82,7 +89,7 @@ EXAMPLES = r"""
   failed_when: false
 
 - name: Reboot the node, saying how long it has been gone
-  gpulab_wait:
+  gpulab.homelab.gpulab_wait:
     what: the node to come back after its reboot
     timeout: 600
     module: ansible.builtin.reboot

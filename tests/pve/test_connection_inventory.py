@@ -1,4 +1,4 @@
-"""The PVE modules' connection from the inventory (plugins/action/gpulab_pve_connection.py): each api_*
+"""The PVE modules' connection from the inventory (plugins/plugin_utils/gpulab_pve_connection.py): each api_*
 option a task leaves out comes from the pve_api_* variables of the task's node; what the task gives wins."""
 
 from __future__ import annotations

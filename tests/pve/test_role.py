@@ -78,7 +78,7 @@ def results(out: dict, module: str) -> dict:
     """VM name -> the result of the `module` task for it."""
     found = {}
     for rec in out["results"]:
-        if rec["action"] == module:
+        if rec["action"] == f"gpulab.homelab.{module}":  # the roles call it by its full name
             found[rec["task"].rsplit(" ", 1)[-1]] = rec["result"]  # "Create, update and start <vm>"
     return found
 

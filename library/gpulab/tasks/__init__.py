@@ -7,7 +7,7 @@ returns the result, or raises `Failed` with the message and the result so far. `
 gives: the checked options (`params`), `check_mode`, `diff`, `warn(msg)`, `log(msg)` and `no_log_values`.
 
 Two callers read the same spec and run the same function. The action plugin of the module
-(plugins/action/gpulab_controller.py) checks the task's arguments with Ansible's ArgumentSpecValidator and
+(plugins/plugin_utils/gpulab_controller.py) checks the task's arguments with Ansible's ArgumentSpecValidator and
 runs it in the task's worker; the module (plugins/module_utils/gpulab_module.py, `run_module`) builds an
 AnsibleModule from it wherever Ansible starts the module as its own Python. Nothing here imports Ansible:
 the environment fallback of the connection options is passed in.

@@ -1,7 +1,7 @@
 """The PVE connection of every gpulab PVE module, read from the inventory (doc fragment `gpulab_pve`).
 
 Not a task of its own: plugins/action/<module>.py of each PVE module is a subclass of this plugin, which
-runs the module in the task's worker (plugins/action/gpulab_controller.py). Before the module runs, each
+runs the module in the task's worker (plugins/plugin_utils/gpulab_controller.py). Before the module runs, each
 `api_*` option the task leaves out is filled from the `pve_api_*` variables of the node's host
 (gpulab.pve.connection.fill_from_inventory): the host of group `proxmox` whose `pve_node` (or, without
 one, whose name) is the task's node (`task_node`: its `node` option; a subclass may say otherwise); for a
@@ -12,15 +12,16 @@ The module's no_log hides the secrets in its result, as when a task passes them 
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleError, AnsibleUndefinedVariable, AnsibleValueOmittedError
-from ansible.module_utils.basic import missing_required_lib
-from ansible.plugins.loader import action_loader
+from ansible.errors import AnsibleUndefinedVariable, AnsibleValueOmittedError
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_controller import (
+    ActionModule as ControllerAction,
+)
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
     from gpulab.pve import connection
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    connection = MissingEngine(err)
 
 GROUP = "proxmox"
 
@@ -38,7 +39,7 @@ class _Settings:
             return default
 
 
-class ActionModule(action_loader.get("gpulab_controller", class_only=True)):
+class ActionModule(ControllerAction):
     def task_node(self):
         """The PVE node the task acts on, None for none in particular."""
         return self._task.args.get("node")

@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import traceback
 
-from ansible.errors import AnsibleError
-from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import env_fallback, remove_values
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
-ENGINE = "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)"
 try:
-    import gpulab.pve.connection  # noqa: F401 - the engine and requests, loaded before the fork
+    # the engine and requests, loaded before the fork
+    import gpulab.pve.connection  # noqa: F401  # pylint: disable=unused-import
     from gpulab import tasks
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    raise AnsibleError(missing_required_lib(ENGINE, reason="on the controller")) from err
+    tasks = MissingEngine(err)
 
 display = Display()
 

@@ -21,7 +21,11 @@ XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: deps venv venv-min demo test lint unit unit-min e2e molecule clean docs
+# A third one for ansible-test sanity (make sanity): the engine with the newest ansible-core of the range, and
+# ansible-test's own pinned tools, which it installs there (--requirements), apart from .venv's.
+VENV_SANITY := .venv-sanity
+
+.PHONY: deps venv venv-min venv-sanity demo test lint sanity unit unit-min e2e molecule clean docs
 
 # The Debian packages of system-packages.txt that this machine lacks (as root: installed; else the
 # apt-get line to run). Every target below runs it first.
@@ -46,17 +50,29 @@ $(VENV_MIN)/.stamp: pyproject.toml | deps
 	$(VENV_MIN)/bin/python -m pip install -q -e . 'pytest>=8' 'pytest-xdist>=3.8' 'hypothesis>=6.100' 'ansible-core==$(ANSIBLE_CORE_MIN)'
 	@touch $@
 
+venv-sanity: $(VENV_SANITY)/.stamp
+
+$(VENV_SANITY)/.stamp: pyproject.toml | deps
+	@test -x $(VENV_SANITY)/bin/python || $(PYTHON) -m venv $(VENV_SANITY)
+	$(VENV_SANITY)/bin/python -m pip install -q --upgrade pip
+	$(VENV_SANITY)/bin/python -m pip install -q -e .
+	@touch $@
+
 demo: deps venv
 	@$(BIN)/gpulab lab status >/dev/null 2>&1 || $(BIN)/gpulab lab up >/dev/null
 	$(BIN)/ansible-playbook site.yml -i inventory/demo
 
-test: deps venv lint unit unit-min molecule
+test: deps venv lint sanity unit unit-min molecule
 
 lint: venv
 	$(BIN)/ruff check library plugins tests scripts
 	$(BIN)/ruff format --check library plugins tests scripts
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
+
+# ansible-test sanity on the built and installed collection (scripts/sanity.sh; about N minutes).
+sanity: venv-sanity
+	scripts/sanity.sh
 
 # Every pytest test, the whole-lab proofs of tests/e2e included (about 7 of its minutes, as root), in
 # TEST_WORKERS pytest processes (pytest-xdist): each test file runs whole in one of them, and so do the files that
@@ -82,7 +98,7 @@ molecule: venv
 	else echo "molecule: skipped: the simulated lab's hosts need root (network namespaces)"; fi
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_MIN) $(VENV_SANITY) .pytest_cache .ruff_cache
 
 docs: venv
 	$(BIN)/python -m gpulab.docs .

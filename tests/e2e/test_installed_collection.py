@@ -1,0 +1,92 @@
+"""The demo from the installed collection: `ansible-galaxy collection build`, installed into an empty collections
+path, and `ansible-playbook gpulab.homelab.site` run from outside the checkout with a user's own ansible.cfg
+(no plugin or role paths into the checkout). It converges a fresh demo lab, and a second run changes nothing.
+About two minutes, most of it the first converge."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import ansible_runs
+
+from .helpers import DEMO, REPO, VENV_BIN, RunningLab
+
+# The checkout's own ways to the plugins and roles, which a user of the installed collection does not have.
+CHECKOUT_PATHS = (
+    "library",
+    "module_utils",
+    "action_plugins",
+    "filter_plugins",
+    "lookup_plugins",
+    "doc_fragment_plugins",
+    "roles_path",
+    "collections_path",
+)
+
+
+def installed(tmp: Path) -> tuple[Path, Path]:
+    """The tarball built from the checkout and installed into tmp/collections; a user's ansible.cfg for it
+    (the checkout's settings without its plugin, role and collection paths)."""
+    collections = tmp / "collections"
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(REPO / "ansible.cfg")
+    for key in CHECKOUT_PATHS:
+        config.remove_option("defaults", key)
+    config.set("defaults", "collections_path", str(collections))
+    cfg = tmp / "ansible.cfg"
+    with cfg.open("w") as f:
+        config.write(f)
+    env = ansible_runs.playbook_env(ANSIBLE_CONFIG=str(cfg))
+    build = subprocess.run(
+        [VENV_BIN / "ansible-galaxy", "collection", "build", "--output-path", tmp, REPO],
+        cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    (tarball,) = tmp.glob("gpulab-homelab-*.tar.gz")
+    install = subprocess.run(
+        [VENV_BIN / "ansible-galaxy", "collection", "install", "-p", collections, tarball],
+        cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    return cfg, collections / "ansible_collections" / "gpulab" / "homelab"
+
+
+def site(lab: RunningLab, cfg: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = ansible_runs.playbook_env(ANSIBLE_CONFIG=str(cfg), GPULAB_LAB_STATE=str(lab.state))
+    return subprocess.run(
+        [VENV_BIN / "ansible-playbook", "-i", DEMO, "gpulab.homelab.site"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    rows = out.split("PLAY RECAP", 1)[1].strip().splitlines()
+    return {
+        row.split()[0]: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", row)} for row in rows if "=" in row
+    }
+
+
+def test_the_demo_converges_from_the_installed_collection_and_a_second_run_changes_nothing(
+    lab: RunningLab, tmp_path: Path
+):
+    cfg, copy = installed(tmp_path)
+    assert (copy / "playbooks" / "site.yml").is_file() and not (copy / "library").exists()
+    where = tmp_path / "elsewhere"  # no ansible.cfg and no checkout here
+    where.mkdir()
+    # with this config gpulab.homelab is the installed copy and nothing else (not the checkout's .collections)
+    listed = subprocess.run(
+        [VENV_BIN / "ansible-galaxy", "collection", "list", "gpulab.homelab", "--format", "json"],
+        cwd=where, env=ansible_runs.playbook_env(ANSIBLE_CONFIG=str(cfg)), capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert list(json.loads(listed.stdout)) == [str(copy.parents[1])], listed.stdout + listed.stderr
+    first = site(lab, cfg, where)
+    assert first.returncode == 0, first.stdout[-6000:] + first.stderr
+    second = site(lab, cfg, where)
+    assert second.returncode == 0, second.stdout[-6000:] + second.stderr
+    counts = recap(second.stdout)
+    assert counts and all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts

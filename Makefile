@@ -21,11 +21,13 @@ XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-# A third one for ansible-test sanity (make sanity): the engine with the newest ansible-core of the range, and
-# ansible-test's own pinned tools, which it installs there (--requirements), apart from .venv's.
+# Two more for ansible-test sanity (make sanity), on both ends of the range as the tests: the engine with the
+# newest ansible-core (.venv-sanity) and with the lowest (.venv-sanity-min), and ansible-test's own pinned tools,
+# which it installs there (--requirements), apart from .venv's.
 VENV_SANITY := .venv-sanity
+VENV_SANITY_MIN := .venv-sanity-min
 
-.PHONY: deps venv venv-min venv-sanity demo test lint sanity unit unit-min e2e molecule clean docs
+.PHONY: deps venv venv-min venv-sanity venv-sanity-min demo test lint sanity unit unit-min e2e molecule clean docs
 
 # The Debian packages of system-packages.txt that this machine lacks (as root: installed; else the
 # apt-get line to run). Every target below runs it first.
@@ -58,6 +60,14 @@ $(VENV_SANITY)/.stamp: pyproject.toml | deps
 	$(VENV_SANITY)/bin/python -m pip install -q -e .
 	@touch $@
 
+venv-sanity-min: $(VENV_SANITY_MIN)/.stamp
+
+$(VENV_SANITY_MIN)/.stamp: pyproject.toml | deps
+	@test -x $(VENV_SANITY_MIN)/bin/python || $(PYTHON) -m venv $(VENV_SANITY_MIN)
+	$(VENV_SANITY_MIN)/bin/python -m pip install -q --upgrade pip
+	$(VENV_SANITY_MIN)/bin/python -m pip install -q -e . 'ansible-core==$(ANSIBLE_CORE_MIN)'
+	@touch $@
+
 demo: deps venv
 	@$(BIN)/gpulab lab status >/dev/null 2>&1 || $(BIN)/gpulab lab up >/dev/null
 	$(BIN)/ansible-playbook site.yml -i inventory/demo
@@ -70,9 +80,11 @@ lint: venv
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 
-# ansible-test sanity on the built and installed collection (scripts/sanity.sh; about N minutes).
-sanity: venv-sanity
-	scripts/sanity.sh
+# ansible-test sanity on the built and installed collection (scripts/sanity.sh), with the newest and the lowest
+# ansible-core of the range (tests/sanity/ignore-<version>.txt each; about 2 minutes).
+sanity: venv-sanity venv-sanity-min
+	GPULAB_SANITY_VENV=$(VENV_SANITY) scripts/sanity.sh
+	GPULAB_SANITY_VENV=$(VENV_SANITY_MIN) scripts/sanity.sh
 
 # Every pytest test, the whole-lab proofs of tests/e2e included (about 7 of its minutes, as root), in
 # TEST_WORKERS pytest processes (pytest-xdist): each test file runs whole in one of them, and so do the files that
@@ -98,7 +110,7 @@ molecule: venv
 	else echo "molecule: skipped: the simulated lab's hosts need root (network namespaces)"; fi
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) $(VENV_SANITY) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_MIN) $(VENV_SANITY) $(VENV_SANITY_MIN) .pytest_cache .ruff_cache
 
 docs: venv
 	$(BIN)/python -m gpulab.docs .

@@ -11,7 +11,8 @@
 # Skipped: pslint (PowerShell: the collection has none). Each ignore entry in tests/sanity says why in its line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=$PWD/${GPULAB_SANITY_VENV:-.venv-sanity}
+checkout=$PWD
+venv=$(realpath "${GPULAB_SANITY_VENV:-.venv-sanity}")
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpulab-sanity.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/build"
@@ -20,5 +21,12 @@ mkdir -p "$work/build"
 "$venv/bin/ansible-galaxy" collection install --force -p "$work" "$work"/build/gpulab-homelab-*.tar.gz >/dev/null
 cd "$work/ansible_collections/gpulab/homelab"
 python=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+# ansible-test bootstraps pip into each virtualenv of its own with a script it downloads once from its CI file
+# server, which is not a package registry (CI reaches those only): where none is cached, the stand-in
+# scripts/ansible-test-get-pip.py goes there (ensurepip, then pip==<the version ansible-test asks> from the index)
+pip_version=$("$venv/bin/python" -c 'import sys, types; from ansible_test._internal.python_requirements import get_venv_packages
+print(get_venv_packages(types.SimpleNamespace(version=sys.argv[1]))["pip"])' "$python")
+cache=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
+[ -e "$cache" ] || install -D -m 644 "$checkout/scripts/ansible-test-get-pip.py" "$cache"
 "$venv/bin/ansible-test" sanity --local --requirements --python "$python" \
   --color no --skip-test pslint "$@"

@@ -47,9 +47,11 @@ def load(
     from ansible.parsing.vault import VaultSecret, get_file_vault_secret
     from ansible.plugins.loader import init_plugin_loader
     from ansible.template import Templar
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
     from ansible.vars.manager import VariableManager
 
-    init_plugin_loader()  # lookups such as env in the inventory need the plugins
+    if AnsibleCollectionConfig.collection_finder is None:  # not yet in this process (ansible-playbook's is)
+        init_plugin_loader()  # lookups such as env in the inventory need the plugins
     loader = DataLoader()
     pwfile = vault_password_file or C.DEFAULT_VAULT_PASSWORD_FILE
     if vault_password is not None:

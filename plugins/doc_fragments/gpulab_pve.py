@@ -79,10 +79,3 @@ notes:
     O(api_fingerprint)). The environment variables apply to what neither gives (and to the module run
     outside a play).
 """
-
-    RETURN = r"""
-requests:
-  description: API requests this run sent (reads, writes).
-  returned: always
-  type: dict
-"""

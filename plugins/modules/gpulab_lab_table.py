@@ -73,8 +73,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-extends_documentation_fragment:
-  - gpulab.homelab.gpulab_pve
+requests:
+  description: API requests this run sent (reads, writes).
+  returned: always
+  type: dict
 rows:
   description:
     - One dict per VM with the keys vm, vmid, node (the PVE node the cluster list puts the VM on), address,

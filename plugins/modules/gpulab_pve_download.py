@@ -110,8 +110,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-extends_documentation_fragment:
-  - gpulab.homelab.gpulab_pve
+requests:
+  description: API requests this run sent (reads, writes).
+  returned: always
+  type: dict
 volid:
   description: The volume ID of the file, such as C(local:import/noble-server-cloudimg-amd64.qcow2).
   returned: always

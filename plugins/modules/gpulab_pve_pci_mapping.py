@@ -77,8 +77,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-extends_documentation_fragment:
-  - gpulab.homelab.gpulab_pve
+requests:
+  description: API requests this run sent (reads, writes).
+  returned: always
+  type: dict
 id:
   description: The mapping ID.
   returned: always

@@ -17,7 +17,9 @@ SKIPPED = {"--no-setuptools", "--no-wheel"}  # nothing but pip is installed anyw
 
 def main() -> None:
     args = [a for a in sys.argv[1:] if a not in SKIPPED]
-    subprocess.run([sys.executable, "-m", "ensurepip", "--default-pip"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "ensurepip", "--default-pip"], check=True, stdout=subprocess.DEVNULL
+    )
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], check=True)
 
 

@@ -48,28 +48,31 @@ def argument_spec(mod: ModuleType, fallback=None) -> dict | None:
 
 
 def with_fragments(doc: dict, key: str, section: str = "DOCUMENTATION") -> dict:
-    """The entries under `key` of the module's docs (the whole RETURN for key None), with those its gpulab
-    doc fragments give, as ansible-doc merges them (the module's own win)."""
-    merged = {}
+    """The entries under `key` of the module's docs (the whole RETURN for key None), with those its doc
+    fragments give, merged as ansible-doc merges them: an entry already there wins (the module's own first,
+    then each fragment in the order listed), and an entry that is a dict in both is merged key by key."""
+    own = (
+        {k: v for k, v in doc.items() if k != "extends_documentation_fragment"}
+        if key is None
+        else doc.get(key)
+    )
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in (own or {}).items()}
     for name in doc.get("extends_documentation_fragment") or []:
         if name.startswith("ansible.builtin."):  # ansible-core's own, e.g. action_common_attributes.facts
             fragment, _, part_name = name.removeprefix("ansible.builtin.").partition(".")
             frag = importlib.import_module(f"ansible.plugins.doc_fragments.{fragment}")
             text = getattr(frag.ModuleDocFragment, part_name.upper() or section, "{}")
             part = yaml.safe_load(text) if section == "DOCUMENTATION" else {}
-            merged.update((part if key is None else part.get(key)) or {})
-            continue
-        collection, _, fragment = name.rpartition(".")
-        assert collection == COLLECTION, f"doc fragment {name}: by its full name, {COLLECTION}.<fragment>"
-        frag = load(ROOT / "plugins" / "doc_fragments" / f"{fragment}.py", f"fragment_{fragment}")
-        part = yaml.safe_load(getattr(frag.ModuleDocFragment, section, "{}"))
-        merged.update((part if key is None else part.get(key)) or {})
-    own = (
-        {k: v for k, v in doc.items() if k != "extends_documentation_fragment"}
-        if key is None
-        else doc.get(key)
-    )
-    merged.update(own or {})
+        else:
+            collection, _, fragment = name.rpartition(".")
+            assert collection == COLLECTION, f"doc fragment {name}: by its full name, {COLLECTION}.<fragment>"
+            frag = load(ROOT / "plugins" / "doc_fragments" / f"{fragment}.py", f"fragment_{fragment}")
+            part = yaml.safe_load(getattr(frag.ModuleDocFragment, section, "{}"))
+        for entry, value in ((part if key is None else part.get(key)) or {}).items():
+            if isinstance(value, dict) and isinstance(merged.get(entry), dict):
+                merged[entry] = {**value, **merged[entry]}
+            else:
+                merged.setdefault(entry, value)
     return merged
 
 

@@ -9,6 +9,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_dhcp_reservation
 short_description: Ensure DHCP reservations (MAC to IPv4 address) on the lab's router
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Lists the router's leases and reservations, plans every change of the run at once, refuses
     before any write when the request cannot work, writes the whole batch, applies it on the router
@@ -25,8 +27,6 @@ description:
     C(gpulab_router), C(gpulab.routerspec)) when the task names no O(kind); without that fact (stage network
     run on its own) it resolves the inventory's router the same way. The router's secrets are read from the
     variables C(gpulab_router.secrets) names (C(router_password), C(ansible_password)) of the router's host.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 requirements:
   - gpulab, the project's engine, in the controller's Python (requirements.txt; C(make venv) in a checkout)
 options:
@@ -201,7 +201,7 @@ options:
     choices: [present, absent]
     default: present
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - gpulab.homelab.gpulab_attributes
 attributes:
   check_mode:
     support: full
@@ -209,8 +209,6 @@ attributes:
   diff_mode:
     support: full
     description: The router's reservations before and after, one C(mac address [hostname]) line each.
-  platform:
-    platforms: posix
 notes:
   - Run it once per play with every VM in O(reservations) so the router applies the batch once.
 """

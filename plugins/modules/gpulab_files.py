@@ -9,6 +9,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_files
 short_description: Several directories, files and line sets on the managed host in one call
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Brings each entry of O(files) to its wanted state, in order, in one module call (one SSH round trip
     where a chain of C(file), C(copy), C(template) and C(lineinfile) tasks takes one or two per file).
@@ -22,8 +24,6 @@ description:
   - With C(--check) nothing is written and the result says what would change; with C(--diff) each changed
     file shows its old and new text (a secret file shows only that it changed).
   - Runs on the managed host with the Python standard library only.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 options:
   files:
     description:
@@ -82,7 +82,7 @@ options:
         description: Permissions, as an octal string such as V('0644').
         type: str
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - gpulab.homelab.gpulab_attributes
 attributes:
   check_mode:
     support: full
@@ -90,8 +90,6 @@ attributes:
   diff_mode:
     support: full
     description: The old and new text of each changed file (not of a secret file).
-  platform:
-    platforms: posix
 notes:
   - Regular expressions of O(files[].lines) and O(files[].absent_lines) are matched against each line
     without its newline.

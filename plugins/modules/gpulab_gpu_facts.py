@@ -9,6 +9,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_gpu_facts
 short_description: Report the NVIDIA GPUs that the guest's driver sees
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Runs C(nvidia-smi --query-gpu=uuid,name,memory.total,driver_version,pci.bus_id
     --format=csv,noheader,nounits) on the managed host and returns one entry per GPU, in GPU index order.
@@ -22,12 +24,10 @@ description:
     found for each one, read from the guest itself. That is whether an NVIDIA display controller is on the
     guest's PCI bus (PCI passthrough) and which driver owns it, the Secure Boot state from the EFI
     variables, and whether C(nouveau) or C(nvidia) is loaded.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
   - gpulab.homelab.gpulab_reads
+  - gpulab.homelab.gpulab_attributes
 options:
   nvidia_smi:
     description:
@@ -48,8 +48,6 @@ options:
 attributes:
   facts:
     support: full
-  platform:
-    platforms: posix
 notes:
   - The module never changes the host, so it always returns C(changed=false).
   - C(nvidia-smi) prints C(N/A) for values the card cannot report; such values come back as V(null).

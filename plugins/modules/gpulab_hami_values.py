@@ -9,20 +9,17 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_hami_values
 short_description: Check HAMi chart values and render the k3s HelmChart that installs HAMi
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Builds the values of the HAMi chart from the options, checks every key against the key facts of the
     pinned chart version (kept in the gpulab package, generated from that version's C(values.yaml)), and
     returns the C(helm.cattle.io/v1) C(HelmChart) manifest for k3s's auto-deploy manifests directory.
   - Refuses a key the chart version does not have, because Helm silently ignores it.
   - Refuses a node selector value that is not a string (YAML 1.1 reads a bare C(on) as V(true)).
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_compute
-attributes:
-  platform:
-    platforms: posix
+  - gpulab.homelab.gpulab_attributes
 options:
   chart_version:
     description: HAMi chart version; key facts must exist for it in the gpulab package.

@@ -9,6 +9,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_hami_workloads
 short_description: Plan GPU engines as HAMi workloads pinned to cards by UUID
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Turns the inventory's engines into a Deployment (and a Service when a port is served) each. Cards are
     pinned by UUID (C(nvidia.com/use-gpuuuid)) from the GPU facts of the guests stage, with a number of cards
@@ -28,14 +30,9 @@ description:
     (C(cuda_disable_control), default true for vLLM), so its share is bookkeeping only. It gets
     C(--gpu-memory-utilization) equal to its share (45 % is C(0.45)). A value already in its C(args) or C(command)
     is kept when it is above 0 and not above the share, and refused otherwise.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_compute
-attributes:
-  platform:
-    platforms: posix
+  - gpulab.homelab.gpulab_attributes
 options:
   engines:
     description:

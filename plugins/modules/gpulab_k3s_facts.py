@@ -9,6 +9,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_k3s_facts
 short_description: Read the installed k3s release, its systemd unit and (on a server) the join token
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Reads, in one call, what roles k3s_server and k3s_agent decide on. That is the release the installed
     C(k3s) binary reports (C(k3s --version)), whether the install script's systemd unit exists and whether
@@ -16,14 +18,9 @@ description:
     server's join token.
   - Changes nothing. Register the result with C(no_log) when O(server_dir) is given, since RV(token) is a
     secret.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_reads
-attributes:
-  platform:
-    platforms: posix
+  - gpulab.homelab.gpulab_attributes
 options:
   bin_dir:
     description: Where the install script put C(k3s) (its C(INSTALL_K3S_BIN_DIR)).

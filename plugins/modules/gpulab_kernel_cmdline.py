@@ -7,6 +7,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_kernel_cmdline
 short_description: Add and remove kernel command-line parameters on a Proxmox VE node
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Edits the kernel command line the node boots with, in the file its boot loader reads.
   - systemd-boot (ZFS or btrfs root on UEFI, managed by C(proxmox-boot-tool)) reads the first line of
@@ -22,8 +24,6 @@ description:
     boot loader (RV(refresh_command)) and whether the running kernel (C(/proc/cmdline)) still lacks the
     wanted state, so a reboot is needed (RV(reboot_needed), RV(pending)). It never refreshes or reboots.
   - Runs on the managed host with the Python standard library only.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 options:
   present:
     description:
@@ -83,12 +83,8 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - gpulab.homelab.gpulab_attributes
 attributes:
-  platform:
-    platforms: posix
-  check_mode:
-    support: full
   diff_mode:
     support: full
 notes:

@@ -6,22 +6,20 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gpulab_lab_table
 short_description: Build the lab table of every VM from PVE, nvidia-smi and k3s, and store it
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Reads each VM's power state from the Proxmox VE API (one list) and its config (one read per VM, none
     for a VM whose C(config) is given), joins them with the GPU facts of each VM and the k3s node list, and returns the table.
   - Writes it as C(lab-table.md), C(lab-table.json) and C(lab-table.html) into O(state_dir) when given; C(changed) is true
     only when their content changed. In check mode nothing is written.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 attributes:
-  platform:
-    platforms: posix
   diff_mode:
     support: none
     details: The table it writes under O(state_dir) comes back as RV(lines) and RV(markdown) instead.
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
+  - gpulab.homelab.gpulab_attributes
 options:
   vms:
     description:
@@ -73,10 +71,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-requests:
-  description: API requests this run sent (reads, writes).
-  returned: always
-  type: dict
+requests: {description: 'API requests this run sent (reads, writes).', returned: always, type: dict}
 rows:
   description:
     - One dict per VM with the keys vm, vmid, node (the PVE node the cluster list puts the VM on), address,

@@ -9,6 +9,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_monitoring_charts
 short_description: Check Prometheus and Grafana chart values and render the k3s HelmCharts that install them
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Builds the values of the C(prometheus) chart (prometheus-community) and the C(grafana) chart
     (grafana-community) for HAMi's metrics, checks every key against the key facts of each pinned version (kept
@@ -19,14 +21,9 @@ description:
     HAMi version, downloaded by the Grafana chart from O(dashboard).
   - Refuses a key a chart version does not have (Helm would silently ignore it) and a NodePort outside
     30000-32767.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_compute
-attributes:
-  platform:
-    platforms: posix
+  - gpulab.homelab.gpulab_attributes
 options:
   prometheus_version:
     description: Version of the C(prometheus) chart; key facts must exist for it in the gpulab package.

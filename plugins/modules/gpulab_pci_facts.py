@@ -7,6 +7,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_pci_facts
 short_description: PCI passthrough facts of a Linux host (IOMMU groups, drivers, modules) from sysfs
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Reads C(/sys) and C(/proc) the way C(lspci -nnk) and C(lsmod) see them and returns them as the fact
     C(gpulab_pci).
@@ -18,8 +20,6 @@ description:
   - For each slot named in O(slots) it also summarises the device's functions, their IOMMU groups and
     any other device sharing those groups.
   - Runs on the managed host with the Python standard library only. Never changes anything.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 options:
   root:
     description:
@@ -51,15 +51,9 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
+  - gpulab.homelab.gpulab_attributes
 attributes:
-  platform:
-    platforms: posix
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
   facts:
     support: full
 notes:

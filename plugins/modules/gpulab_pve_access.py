@@ -10,6 +10,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_pve_access
 short_description: Create gpulab's least-privilege API role, user and token on a Proxmox VE node
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Runs on the node, as root, with the node's own tools (C(pvesh), C(pveum), C(pvenode)), the way README's
     manual steps do. Makes what is missing of, in this order, the role O(role) with exactly O(privileges),
@@ -24,8 +26,6 @@ description:
   - Check mode reads only and reports what would be made. Returns the node's certificate fingerprint
     (RV(fingerprint)), the one the API on port 8006 presents.
   - Runs on the managed host with the Python standard library only.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 options:
   role:
     description: The role to make (or find with exactly O(privileges)).
@@ -76,12 +76,8 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - gpulab.homelab.gpulab_attributes
 attributes:
-  platform:
-    platforms: posix
-  check_mode:
-    support: full
   diff_mode:
     support: full
 """

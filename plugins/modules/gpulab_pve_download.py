@@ -4,6 +4,8 @@
 DOCUMENTATION = r"""
 module: gpulab_pve_download
 short_description: Have Proxmox VE download an OS image or ISO and check its SHA-256 or SHA-512
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Calls PVE's C(download-url) with the checksum, so the node fetches the file itself and refuses it when
     the checksum does not match (the task fails with PVE's message, such as C(checksum mismatch)).
@@ -16,17 +18,13 @@ description:
     plugin starts the download, looks at the task every O(poll_interval) seconds and prints a line each time
     through Ansible's display (the bytes so far, the total, the rate and the seconds waited), with no retry
     lines, until it ends or O(timeout) passes. A file that is already there returns at once, without a line.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 attributes:
-  platform:
-    platforms: posix
   diff_mode:
     support: full
     details: Shows whether the file is in the storage, before and after, and the checksum it is held to.
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
+  - gpulab.homelab.gpulab_attributes
 options:
   node:
     description: The node that downloads.
@@ -110,10 +108,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-requests:
-  description: API requests this run sent (reads, writes).
-  returned: always
-  type: dict
+requests: {description: 'API requests this run sent (reads, writes).', returned: always, type: dict}
 volid:
   description: The volume ID of the file, such as C(local:import/noble-server-cloudimg-amd64.qcow2).
   returned: always

@@ -4,20 +4,18 @@
 DOCUMENTATION = r"""
 module: gpulab_pve_info
 short_description: Node memory, PCI devices with IOMMU groups, VMs, storages and PCI mappings of a Proxmox VE node
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Reads what preflight checks and the end-of-run table show. Changes nothing.
   - Each section is one GET request; ask only for the sections you need.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 attributes:
-  platform:
-    platforms: posix
   diff_mode:
     support: none
     details: It changes nothing.
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
+  - gpulab.homelab.gpulab_attributes
 options:
   node:
     description: The node to describe.
@@ -52,10 +50,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-requests:
-  description: API requests this run sent (reads, writes).
-  returned: always
-  type: dict
+requests: {description: 'API requests this run sent (reads, writes).', returned: always, type: dict}
 node:
   description: The node.
   returned: always

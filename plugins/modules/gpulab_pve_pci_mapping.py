@@ -4,6 +4,8 @@
 DOCUMENTATION = r"""
 module: gpulab_pve_pci_mapping
 short_description: Keep a Proxmox VE cluster PCI resource mapping, so that API tokens can attach a GPU
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Creates, updates or removes one entry of C(/cluster/mapping/pci). A VM then names the card with
     C(hostpciN=mapping=<id>), which API tokens may do with C(Mapping.Use); PVE allows raw C(host=)
@@ -12,17 +14,13 @@ description:
     O(entries[].subsystem_id) and O(entries[].iommugroup) must equal what the node reports (see
     M(gpulab.homelab.gpulab_pve_info)).
   - The comparison ignores the order of entries and the case of hex IDs; only a difference is written.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 attributes:
-  platform:
-    platforms: posix
   diff_mode:
     support: full
     details: Shows the mapping (C(map) entries, C(description)) before and after.
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
+  - gpulab.homelab.gpulab_attributes
 options:
   id:
     description: Mapping ID, C([a-z][a-z0-9_-]+), such as V(rtx3090).
@@ -77,10 +75,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-requests:
-  description: API requests this run sent (reads, writes).
-  returned: always
-  type: dict
+requests: {description: 'API requests this run sent (reads, writes).', returned: always, type: dict}
 id:
   description: The mapping ID.
   returned: always

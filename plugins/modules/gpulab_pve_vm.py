@@ -4,6 +4,8 @@
 DOCUMENTATION = r"""
 module: gpulab_pve_vm
 short_description: Create, update, start, stop or remove a Proxmox VE QEMU VM from a declarative spec
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - Reads the VM (one cluster-resources call and one config call), compares it with the spec through one
     table-driven diff, and writes only the difference in one config call, with removed keys in C(delete)
@@ -18,16 +20,10 @@ description:
   - A VM found running is not started again. PVE checks a start in its task (a C(hostpci) mapping with no
     entry for the node, the VM started by someone else meanwhile, a card in use by another VM, memory); such a
     failure ends the module with the last lines of the task's log and what to do about it.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - gpulab.homelab.gpulab_pve
+  - gpulab.homelab.gpulab_attributes
 attributes:
-  platform:
-    platforms: posix
-  check_mode:
-    support: full
   diff_mode:
     support: full
 options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, not this block

@@ -9,6 +9,8 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_run_lock
 short_description: Take or release the lab's run lock, a file on the first Proxmox node
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - One run at a time changes a lab. The lock is a JSON file on the lab's first Proxmox node, so every controller of
     the lab sees it, naming the run that holds it (O(holder)). It is kept on disk, not under C(/run), because the reboot
@@ -24,8 +26,6 @@ description:
   - The lock is the run's own bookkeeping, taken at its start and released at its end, not part of the lab's state;
     the module never reports changed (a second run is still changed=0).
   - Runs on the managed host with the Python standard library only.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 options:
   path:
     description: The lock file.
@@ -50,15 +50,11 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - gpulab.homelab.gpulab_attributes
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     description: Reads the lock and reports its holder; writes nothing.
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

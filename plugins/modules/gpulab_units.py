@@ -9,14 +9,14 @@ DOCUMENTATION = r"""
 ---
 module: gpulab_units
 short_description: Keep several systemd units running, and enabled where asked, in one call
+version_added: "0.1.0"
+author: gpulab contributors (!UNKNOWN)
 description:
   - For each unit of O(units), in order, starts it when C(systemctl is-active) says it is not active, and
     enables it when O(units[].enabled) is true and C(systemctl is-enabled) says it is not. One module call
     (one SSH round trip) where a C(systemd_service) task per unit takes one each.
   - Fails with systemctl's message when a unit cannot be started or enabled (for example, it does not exist).
   - Runs on the managed host with the Python standard library only.
-version_added: "0.1.0"
-author: gpulab contributors (!UNKNOWN)
 options:
   units:
     description: The units.
@@ -40,15 +40,11 @@ options:
             RV(waiting); this is no change (systemd would refuse or skip the start every run).
         type: path
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - gpulab.homelab.gpulab_attributes
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     description: Reports what it would start or enable, and does neither.
-  diff_mode:
-    support: none
 """
 
 EXAMPLES = r"""

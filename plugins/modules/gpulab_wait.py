@@ -59,10 +59,8 @@ options:
     type: int
     default: 0
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - gpulab.homelab.gpulab_attributes
 attributes:
-  platform:
-    platforms: posix
   check_mode:
     support: full
     details: The module runs as the task's check mode says (a read with C(check_mode=false) runs); a skipped result ends the wait.

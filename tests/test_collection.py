@@ -143,6 +143,31 @@ def test_ansible_doc_shows_every_module_as_text(installed):
         assert f"{FQCN}.{module}" in proc.stdout and "RETURN VALUES" in proc.stdout, module
 
 
+def test_a_playbook_of_one_s_own_imports_the_installed_site_and_stage_playbooks(installed, tmp_path):
+    """`import_playbook: gpulab.homelab.site` (and a stage, gpulab.homelab.vms) from a playbook outside the
+    collection: Ansible parses every imported play, its roles and their static tasks, so each module, role and
+    playbook they name must resolve in the installed copy alone (the demo's inventory gives the groups)."""
+    env, _ = installed
+    mine = tmp_path / "mine.yml"
+    mine.write_text(
+        yaml.safe_dump(
+            [
+                {"name": "My lab, every stage", "ansible.builtin.import_playbook": f"{FQCN}.site"},
+                {"name": "Its VMs again", "ansible.builtin.import_playbook": f"{FQCN}.vms"},
+            ]
+        )
+    )
+    inventory = ROOT / "inventory" / "demo"
+    proc = run([BIN / "ansible-playbook", "-i", inventory, mine, "--list-tasks"], env=env, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "[ERROR]" not in out and "couldn't resolve" not in out, out
+    # the plays of the collection's playbooks, their roles' tasks by full name
+    assert "play #1 (localhost): Preflight | validate the whole lab definition" in out, out
+    for listed in ("gpulab.homelab.pve_vms : ", "gpulab.homelab.k3s_server : ", "gpulab.homelab.hami : "):
+        assert listed in out, listed
+
+
 def test_requires_ansible_is_the_ansible_core_range_of_pyproject():
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
     (core,) = [d for d in PYPROJECT["project"]["dependencies"] if re.match(r"ansible-core\b", d)]

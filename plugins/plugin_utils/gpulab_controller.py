@@ -1,8 +1,8 @@
 """The controller modules run inside the Ansible worker that runs their task, not in a new Python.
 
-Not a task of its own: plugins/action/<module>.py of each controller module (the modules of
-plugins/modules that talk to the PVE API, a router or k3s from the controller) is this plugin or a
-subclass of it. What the module does is a task of the engine (gpulab.tasks.<name>: its options and a
+Not an action plugin itself (plugin_utils: shared by them): plugins/action/<module>.py of each controller
+module (the modules of plugins/modules that talk to the PVE API, a router or k3s from the controller)
+subclasses it. What the module does is a task of the engine (gpulab.tasks.<name>: its options and a
 run function); the module file keeps the documentation and is that task as an AnsibleModule
 (plugins/module_utils/gpulab_module.py).
 

@@ -1,7 +1,7 @@
 """The PVE connection of every gpulab PVE module, read from the inventory (doc fragment `gpulab_pve`).
 
-Not a task of its own: plugins/action/<module>.py of each PVE module is a subclass of this plugin, which
-runs the module in the task's worker (plugins/plugin_utils/gpulab_controller.py). Before the module runs, each
+Not an action plugin itself (plugin_utils): plugins/action/<module>.py of each PVE module subclasses it, and
+it runs the module in the task's worker (plugins/plugin_utils/gpulab_controller.py). Before the module runs, each
 `api_*` option the task leaves out is filled from the `pve_api_*` variables of the node's host
 (gpulab.pve.connection.fill_from_inventory): the host of group `proxmox` whose `pve_node` (or, without
 one, whose name) is the task's node (`task_node`: its `node` option; a subclass may say otherwise); for a

@@ -94,7 +94,7 @@ def test_it_converges_with_the_open_signed_modules_under_secure_boot(blackwell):
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     # the role's proof ran on vm-gpu and held (modinfo's signer is Canonical's, mokutil says Secure Boot is on)
     proof = run.stdout.split(
-        "TASK [nvidia_driver : Prove the signed NVIDIA module loads with Secure Boot on]", 1
+        "TASK [gpulab.homelab.nvidia_driver : Prove the signed NVIDIA module loads with Secure Boot on]", 1
     )
     assert len(proof) == 2, run.stdout[-3000:]
     assert "ok: [vm-gpu]" in proof[1].split("TASK [", 1)[0], proof[1][:2000]
@@ -123,7 +123,7 @@ def test_stage_vms_alone_reads_the_width_itself_and_keeps_it(blackwell):
     again = run_playbook(lab, inv, "--tags", "vms", timeout=600)
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-2000:]
     assert (
-        "TASK [pve_vms : Read what its cards need of their VMs (read-only, gpulab doctor's read), node pve]"
+        "TASK [gpulab.homelab.pve_vms : Read what its cards need of their VMs (read-only, gpulab doctor's read), node pve]"
         in (again.stdout)
     )
     assert "vm-gpu: cpu host,guest-phys-bits=39:" in again.stdout

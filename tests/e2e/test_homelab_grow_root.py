@@ -71,7 +71,7 @@ def _root_lvm(lab: RunningLab, inventory: Path, host: str) -> dict[str, float]:
 
 def _changed(out: str, task: str, host: str) -> bool:
     """Whether TASK reported `changed` for HOST in a run's output."""
-    block = out.split(f"TASK [guest_base : {task}", 1)
+    block = out.split(f"TASK [gpulab.homelab.guest_base : {task}", 1)
     assert len(block) == 2, f"no task {task!r} in the run"
     return re.search(rf"^changed: \[{re.escape(host)}\]", block[1].split("\nTASK [", 1)[0], re.M) is not None
 

@@ -31,9 +31,11 @@ def test_reboot_drops_ssh_and_the_run_completes(lab: RunningLab) -> None:
     assert proc.returncode == 0, out[-4000:]
     assert len(_reboots(lab)) == 1
     # The reboot task ran, and the node was read and verified again after it.
-    assert "TASK [pve_host : Reboot the node to apply the GPU passthrough settings]" in out
-    after = out.split("TASK [pve_host : Reboot the node to apply the GPU passthrough settings]", 1)[1]
-    assert "TASK [pve_host : Read the node again after the reboot]" in after
+    assert "TASK [gpulab.homelab.pve_host : Reboot the node to apply the GPU passthrough settings]" in out
+    after = out.split(
+        "TASK [gpulab.homelab.pve_host : Reboot the node to apply the GPU passthrough settings]", 1
+    )[1]
+    assert "TASK [gpulab.homelab.pve_host : Read the node again after the reboot]" in after
     assert "failed=0" in out.split("PLAY RECAP", 1)[1]
     # The demo has one k3s server (SQLite, no etcd): stage host does not wait for etcd after the reboot, and says why.
     assert "Not waiting for etcd after stage host on pve: 1 k3s server(s): no embedded etcd" in after

@@ -141,8 +141,8 @@ def test_network_lost_during_reboot_then_second_run(lab: RunningLab) -> None:
     assert again.returncode == 0, out2[-4000:]
     assert _reboots(lab) == 1
     # The second run verified the rebooted node (nothing pending, vfio-pci on the GPU) and changed nothing.
-    assert "TASK [pve_host : Verify the node (nothing is pending)]" in out2
-    assert "TASK [pve_host : Verify every GPU function is on vfio-pci" in out2
+    assert "TASK [gpulab.homelab.pve_host : Verify the node (nothing is pending)]" in out2
+    assert "TASK [gpulab.homelab.pve_host : Verify every GPU function is on vfio-pci" in out2
     recap = out2.split("PLAY RECAP", 1)[1]
     pve_recap = next(line for line in recap.splitlines() if line.startswith("pve "))
     assert "failed=0" in pve_recap and "changed=0" in pve_recap, pve_recap

@@ -98,17 +98,17 @@ KILLS: list[tuple[str, str, Callable[[Run], bool]]] = [
     (
         "the reservations being written",
         "network",
-        lambda r: r.at_task("router_dhcp : Reserve the VMs' addresses"),
+        lambda r: r.at_task("gpulab.homelab.router_dhcp : Reserve the VMs' addresses"),
     ),
     (
         "the base packages being installed",
         "guests",
-        lambda r: r.at_task("guest_base : Install the base packages"),
+        lambda r: r.at_task("gpulab.homelab.guest_base : Install the base packages"),
     ),
     (
         "HAMi's chart placed, its install running",
         "hami",
-        lambda r: r.at_task("hami : Wait for the chart's install"),
+        lambda r: r.at_task("gpulab.homelab.hami : Wait for the chart's install"),
     ),
 ]
 

@@ -48,6 +48,7 @@ def grow(lab, check=False):
     for entry in out["plays"][0]["tasks"]:
         result = entry["hosts"].get("vm-1", {})
         for prefix, tool in GROW.items():
+            # "guest_base : <task>": the play includes the role by its short name (ansible.cfg's roles_path)
             if entry["task"].removeprefix("guest_base : ").startswith(prefix) and not result.get("skipped"):
                 ran[tool] = bool(result.get("changed"))
     return ran

@@ -80,7 +80,7 @@ def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
     assert server.systemctl_calls().count(["restart", "k3s"]) == 1 and server.unit_pid("k3s") == pid
     # The first run installed and waited for its node; the second neither includes the install steps nor
     # waits for a node it did not restart (the cluster check of stage k3s looks at every node).
-    assert "k3s_install : Run the install script" in first.stdout
+    assert "gpulab.homelab.k3s_install : Run the install script" in first.stdout
     assert "Wait until every node is registered and Ready" in first.stdout
     assert "k3s_install :" not in second.stdout and "Wait until every node" not in second.stdout
     # k3s found running and enabled is left alone; found stopped, it is started again.
@@ -147,7 +147,10 @@ def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
     again = gpu.play("k3s_agent", agent_vars)
     assert recap(again)["changed"] == 0 and recap(again)["failed"] == 0, again.stdout[-4000:]
     assert gpu.systemctl_calls().count(["restart", "k3s-agent"]) == 1
-    assert "k3s_install : Run the install script" in joined.stdout and "k3s_install :" not in again.stdout
+    assert (
+        "gpulab.homelab.k3s_install : Run the install script" in joined.stdout
+        and "k3s_install :" not in again.stdout
+    )
 
     # The GPU label lives in the agent's config.yaml, which k3s applies at each start of k3s-agent: taken off
     # with kubectl, it is back once the agent restarts.

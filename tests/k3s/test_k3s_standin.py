@@ -96,7 +96,12 @@ def test_install_writes_k3s_files_and_starts_only_on_change(cluster):
     assert server.systemctl_calls().count(["restart", "k3s"]) == 2
     assert server.unit_pid("k3s") != pid
     assert server.k3s("--version").stdout.split()[2] == NEW_VERSION
-    assert wait_for(lambda: server.nodes()["vm-1"]["status"]["nodeInfo"]["kubeletVersion"] == NEW_VERSION)
+
+    # while the restarted server comes up, kubectl fails and the node list is empty: keep looking
+    def kubelet():
+        return server.nodes().get("vm-1", {}).get("status", {}).get("nodeInfo", {}).get("kubeletVersion")
+
+    assert wait_for(lambda: kubelet() == NEW_VERSION), kubelet()
     # the restarted server kept its token
     assert server.upper("/var/lib/rancher/k3s/server/token").read_text().strip() == token
 

@@ -22,8 +22,8 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 # Two more for ansible-test sanity (make sanity), on both ends of the range as the tests: the engine with the
-# newest ansible-core (.venv-sanity) and with the lowest (.venv-sanity-min), and ansible-test's own pinned tools,
-# which it installs there (--requirements), apart from .venv's.
+# newest ansible-core (.venv-sanity) and with the lowest (.venv-sanity-min). ansible-test installs its own pinned
+# tools in virtualenvs of its own (--requirements), apart from .venv's.
 VENV_SANITY := .venv-sanity
 VENV_SANITY_MIN := .venv-sanity-min
 

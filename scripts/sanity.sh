@@ -3,11 +3,12 @@
 #
 # Builds the tarball (galaxy.yml's build_ignore decides what ships), installs it into an empty collections path
 # outside the checkout (a temporary <dir>/ansible_collections/gpulab/homelab, as ansible-test wants its tree; inside
-# the checkout ansible-test would list the files git knows there: none) and runs there every sanity test
-# that applies to a collection and runs without containers (--local), with the Python of .venv-sanity: it holds
-# the engine (validate-modules reads each controller module's options from it, as Ansible does when it runs one)
-# and ansible-test's own pinned tools (--requirements), kept apart from .venv's. ansible-test's import test
-# still imports the modules and plugins in a virtualenv of its own, with ansible-core and nothing else.
+# the checkout ansible-test would list the files git knows there: none) and runs there every sanity test that
+# applies to a collection and runs without containers (--local), with the ansible-test of GPULAB_SANITY_VENV
+# (make sanity: .venv-sanity, the newest ansible-core of pyproject's range, then .venv-sanity-min, the lowest;
+# each holds the engine as a user's controller does). ansible-test runs each test in a virtualenv of its own
+# with its pinned tools (--requirements) and ansible-core, without the engine: the plugins load without it, and
+# validate-modules cannot read the options of the modules that take them from it (tests/sanity says so).
 # Skipped: pslint (PowerShell: the collection has none). Each ignore entry in tests/sanity says why in its line.
 set -euo pipefail
 cd "$(dirname "$0")/.."

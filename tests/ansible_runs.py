@@ -4,6 +4,7 @@ ansible.cfg and an environment cleared of this shell's own Ansible and gpulab se
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,42 @@ def ansible_playbook(
         timeout=timeout,
         check=False,
     )
+
+
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s+: ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
+    r"failed=(?P<failed>\d+)",
+    re.M,
+)
+
+
+def recaps(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP of a run: host -> its ok, changed, unreachable and failed counts (a run without one fails)."""
+    found = {
+        m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
+        for m in RECAP.finditer(proc.stdout)
+    }
+    assert found, proc.stdout[-3000:] + proc.stderr
+    return found
+
+
+def galaxy(*args: str | Path, env: dict[str, str], cwd: Path) -> None:
+    """`ansible-galaxy ARGS` with `env`, which must succeed."""
+    proc = subprocess.run(
+        [str(BIN / "ansible-galaxy"), *map(str, args)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def build_collection(out: Path, env: dict[str, str]) -> Path:
+    """The checkout's collection tarball, built into `out` (`ansible-galaxy collection build`)."""
+    galaxy("collection", "build", "--output-path", out, ROOT, env=env, cwd=out)
+    (tarball,) = out.glob("*.tar.gz")
+    return tarball
+
+
+def install_collection(tarball: Path, path: Path, env: dict[str, str]) -> None:
+    """`ansible-galaxy collection install` of `tarball` into the collections path `path`; `env`'s ansible.cfg must
+    not be the checkout's (it finds gpulab.homelab through .collections, and the install would skip it)."""
+    galaxy("collection", "install", "-p", path, tarball, env=env, cwd=path)

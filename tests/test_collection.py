@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_runs import playbook_env
+from ansible_runs import build_collection, install_collection, playbook_env
 from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,10 +59,7 @@ def run(cmd, *, env=None, timeout=300, cwd=ROOT):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The collection's tarball, built from the checkout."""
-    out = tmp_path_factory.mktemp("build")
-    proc = run([BIN / "ansible-galaxy", "collection", "build", "--output-path", out, ROOT])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (tarball,) = out.glob("*.tar.gz")
+    tarball = build_collection(tmp_path_factory.mktemp("build"), playbook_env())
     assert tarball.name == f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz"
     return tarball
 
@@ -75,20 +72,15 @@ def installed(built, tmp_path_factory):
     cfg = where / "empty.cfg"
     cfg.write_text("")
     env = {"ANSIBLE_CONFIG": str(cfg), "ANSIBLE_COLLECTIONS_PATH": str(where), "ANSIBLE_HOME": str(where)}
-    proc = run([BIN / "ansible-galaxy", "collection", "install", "-p", where, built], env=env, cwd=where)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    install_collection(built, where, playbook_env(**env))
     assert (where / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"] / "MANIFEST.json").is_file()
     return env, where
-
-
-def tar_is_file(tarball, name):
-    with tarfile.open(tarball) as tar:
-        return tar.getmember(name).isfile()
 
 
 def test_the_tarball_holds_the_collection_and_leaves_out_the_checkout_s_own_tooling(built):
     with tarfile.open(built) as tar:
         names = tar.getnames()
+        files = {m.name for m in tar.getmembers() if m.isfile()}
     top = {n.split("/", 1)[0] for n in names}
     assert {"plugins", "roles", "playbooks", "meta", "changelogs", "requirements.txt", "README.md"} <= top
     assert {f"plugins/modules/{m}.py" for m in MODULES} <= set(names)
@@ -104,7 +96,7 @@ def test_the_tarball_holds_the_collection_and_leaves_out_the_checkout_s_own_tool
     }
     assert not top & left_out, sorted(top & left_out)
     # of the tests only ansible-test's ignore files, which sanity reads in the installed copy (make sanity)
-    tests = {n for n in names if n.startswith("tests/") and tar_is_file(built, n)}
+    tests = {n for n in files if n.startswith("tests/")}
     assert tests and all(n.startswith("tests/sanity/ignore-") for n in tests), sorted(tests)
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import configparser
 import json
-import re
 import subprocess
 from pathlib import Path
 
@@ -41,17 +40,8 @@ def installed(tmp: Path) -> tuple[Path, Path]:
     with cfg.open("w") as f:
         config.write(f)
     env = ansible_runs.playbook_env(ANSIBLE_CONFIG=str(cfg))
-    build = subprocess.run(
-        [VENV_BIN / "ansible-galaxy", "collection", "build", "--output-path", tmp, REPO],
-        cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stdout + build.stderr
-    (tarball,) = tmp.glob("gpulab-homelab-*.tar.gz")
-    install = subprocess.run(
-        [VENV_BIN / "ansible-galaxy", "collection", "install", "-p", collections, tarball],
-        cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert install.returncode == 0, install.stdout + install.stderr
+    collections.mkdir()
+    ansible_runs.install_collection(ansible_runs.build_collection(tmp, env), collections, env)
     return cfg, collections / "ansible_collections" / "gpulab" / "homelab"
 
 
@@ -61,13 +51,6 @@ def site(lab: RunningLab, cfg: Path, cwd: Path) -> subprocess.CompletedProcess[s
         [VENV_BIN / "ansible-playbook", "-i", DEMO, "gpulab.homelab.site"],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
-
-
-def recap(out: str) -> dict[str, dict[str, int]]:
-    rows = out.split("PLAY RECAP", 1)[1].strip().splitlines()
-    return {
-        row.split()[0]: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", row)} for row in rows if "=" in row
-    }
 
 
 def test_the_demo_converges_from_the_installed_collection_and_a_second_run_changes_nothing(
@@ -88,5 +71,5 @@ def test_the_demo_converges_from_the_installed_collection_and_a_second_run_chang
     assert first.returncode == 0, first.stdout[-6000:] + first.stderr
     second = site(lab, cfg, where)
     assert second.returncode == 0, second.stdout[-6000:] + second.stderr
-    counts = recap(second.stdout)
+    counts = ansible_runs.recaps(second)
     assert counts and all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts

@@ -35,7 +35,6 @@ access, two site.yml), about 170 s on this machine, most of it the first site.ym
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -49,20 +48,6 @@ from .helpers import GPULAB, REPO, VENV_BIN, RunningLab
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 VAULT_PASS = "a vault password only the user knows"
-RECAP = re.compile(
-    r"^(?P<host>\S+)\s+: ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
-    r"failed=(?P<failed>\d+)",
-    re.M,
-)
-
-
-def recaps(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, int]]:
-    found = {
-        m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
-        for m in RECAP.finditer(proc.stdout)
-    }
-    assert found, proc.stdout[-3000:] + proc.stderr
-    return found
 
 
 def playbook(inv: Path, name: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -162,14 +147,14 @@ def test_discover_then_access_then_site_from_a_bare_node_and_a_second_run_change
     args = ("--become-password-file", str(become_pass), "-e", "pve_host_reboot_allowed=true")
     first = playbook(inv, "site.yml", *args, timeout=1500)
     assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-2000:]
-    hosts = recaps(first)
+    hosts = ansible_runs.recaps(first)
     # the controller's plays (preflight, the API, the router's reservations), the node and the three VMs
     assert set(hosts) == {"localhost", info["node"], "vm-1", "vm-2", "vm-gpu"}, hosts
     assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in hosts.values()), hosts
     assert hosts["vm-gpu"]["changed"] > 0  # the driver, the toolkit, k3s: the run did the work
     second = playbook(inv, "site.yml", *args, timeout=900)
     assert second.returncode == 0, second.stdout[-6000:] + second.stderr[-2000:]
-    again = recaps(second)
+    again = ansible_runs.recaps(second)
     assert set(again) == set(hosts)
     assert {h: r["changed"] for h, r in again.items()} == dict.fromkeys(again, 0), second.stdout[-6000:]
     assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in again.values()), again

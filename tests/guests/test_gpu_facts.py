@@ -263,6 +263,77 @@ def test_diagnosis_all_clear_secure_boot_off(gpu_facts, tmp_path):
     assert "PCI passthrough: OK" in text and "nouveau: not loaded" in text and "reboot the guest" in text
 
 
+# --- recorded on a real H100 (README: recorded-h100-*) ------------------------------------------------------
+
+H100_UUID = "GPU-01485eb9-bbd8-6499-de5a-36a7a2d3bc1e"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "recorded-h100-query-nounits.csv",
+        "recorded-h100-query-units.csv",
+        "recorded-h100-query-header-units.csv",
+    ],
+)
+def test_real_h100_in_every_format_gives_the_same_card(gpu_facts, name):
+    gpus = gpu_facts.parse_gpus(sample(name))
+    assert uuids_from_list("recorded-h100-L.txt", gpu_facts) == [H100_UUID]
+    assert gpus == [
+        {
+            "index": 0,
+            "uuid": H100_UUID,
+            "name": "NVIDIA H100 80GB HBM3",
+            "memory_total_mib": 81559,
+            "driver_version": "580.159.04",
+            "pci_bus_id": "00000000:00:06.0",
+            "pci_address": "0000:00:06.0",
+        }
+    ]
+
+
+def test_real_h100_parsed_here_as_the_module_reported_it_there(gpu_facts):
+    """The module's result on the H100 itself equals what this checkout's parser makes of the recorded output."""
+    there = json.loads(sample("recorded-h100-gpu-facts-result.json"))
+    here = gpu_facts.parse_gpus(sample("recorded-h100-query-nounits.csv"))
+    assert there["gpus"] == here
+    assert there["uuids"] == [H100_UUID] and there["error"] is None
+    assert there["container_toolkit"]["runtime"] is None  # no toolkit on that machine
+
+
+def real_h100_guest(root):
+    """A guest root with the H100's sysfs attributes and /proc/modules as recorded."""
+    attrs = dict(line.split("=", 1) for line in sample("recorded-h100-sysfs.txt").splitlines())
+    dev = root / "sys/bus/pci/devices" / attrs["dev"]
+    dev.mkdir(parents=True)
+    for key in ("vendor", "device", "class"):
+        (dev / key).write_text(attrs[key] + "\n")
+    drv = root / "sys/bus/pci/drivers" / attrs["driver"]
+    drv.mkdir(parents=True)
+    (dev / "driver").symlink_to(drv)
+    (root / "proc").mkdir()
+    (root / "proc/modules").write_text(sample("recorded-h100-proc-modules.txt"))
+    return str(root)
+
+
+def test_diagnosis_of_a_real_3d_controller(gpu_facts, tmp_path):
+    """A data-centre card is PCI class 0x0302 (3D controller): it counts as the passed-through card."""
+    d = gpu_facts.diagnose(None, 0, "", "", real_h100_guest(tmp_path))
+    assert d["pci_devices"] == [
+        {
+            "address": "0000:00:06.0",
+            "device": "0x2330",
+            "class": "0x030200",
+            "display": True,
+            "driver": "nvidia",
+        }
+    ]
+    assert d["modules"] == {"nouveau": False, "nvidia": True}
+    text = " ".join(d["causes"])
+    assert "PCI passthrough: OK, the guest sees 0000:00:06.0 [0x2330] driver=nvidia" in text
+    assert "nvidia module: loaded, bound to the card." in text
+
+
 # --- the module as Ansible runs it -------------------------------------------------------------------------
 
 

@@ -123,6 +123,29 @@ def _install_media(args: argparse.Namespace) -> int:
 
     from gpulab.install import answer, media
 
+    if args.listen:
+        from gpulab.install import listener
+
+        known = Path(args.known_hosts or Path.home() / ".ssh" / "known_hosts")
+        try:
+            material = listener.load_material(Path(args.listen))
+        except OSError:
+            print(
+                f"gpulab install-media --listen: {args.listen} has no webhook material: write it first with "
+                "`gpulab install-media INVENTORY OUTDIR --webhook https://<this machine>:8443/`",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"Waiting for the installer's POST on {material.url} (certificate {material.fingerprint}) ...")
+        got = listener.serve(Path(args.listen), args.bind, known, timeout=args.timeout)
+        if got is None:
+            print(
+                f"gpulab install-media --listen: no POST with the right token within {args.timeout} s",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{got} into {known}")
+        return 0
     if args.check:
         path = Path(args.check)
         try:
@@ -166,6 +189,15 @@ def _install_media(args: argparse.Namespace) -> int:
     except (AnsibleError, Exception) as exc:  # the inventory itself does not parse
         return _unreadable(args.inventory, exc)
     outdir = Path(args.outdir)
+    if args.webhook:
+        from gpulab.install import listener
+
+        material = listener.make_material(outdir, args.webhook, found.address)
+        found.webhook = {
+            "url": args.webhook,
+            "cert-fingerprint": material.fingerprint,
+            "auth-token": material.token,
+        }
     for path in media.write(found, outdir):
         print(f"wrote {path}")
     problems = answer.check_text((outdir / "answer.toml").read_text())
@@ -268,6 +300,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="with --check: the installer's runtime description (run-env-info.json) for the rules that need it",
     )
+    media.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="with INVENTORY OUTDIR: the installer posts the new node's host keys to this URL of this machine "
+        "(https://ADDRESS:PORT/), where `--listen OUTDIR` waits; the answer pins its certificate",
+    )
+    media.add_argument(
+        "--listen",
+        metavar="OUTDIR",
+        help="wait for the installer's POST (OUTDIR written with --webhook) and write the node's host keys",
+    )
+    media.add_argument("--bind", default="0.0.0.0", help="with --listen: the address to listen on")
+    media.add_argument("--known-hosts", metavar="FILE", help="with --listen: default ~/.ssh/known_hosts")
+    media.add_argument("--timeout", type=float, default=3600, help="with --listen: seconds to wait (3600)")
     mvault = media.add_mutually_exclusive_group()
     mvault.add_argument("--vault-password-file", help="the file with the vault's password")
     mvault.add_argument("-J", "--ask-vault-pass", action="store_true", help="ask for the vault's password")

@@ -287,6 +287,19 @@ def first_boot_script(s: Settings) -> str:
 
 def instructions(s: Settings, outdir: Path) -> str:
     params = " ".join(s.cmdline)
+    if s.webhook:
+        trust = (
+            "The node's SSH host keys are new. Before you boot the ISO, start the listener on this machine; the\n"
+            f"installer posts the keys to {s.webhook['url']} once it is done (it pins the listener's certificate,\n"
+            "the listener checks the answer's token) and the listener writes them into known_hosts:\n\n"
+            f"    .venv/bin/gpulab install-media --listen {outdir}\n\nThen:"
+        )
+    else:
+        trust = (
+            "The node's SSH host keys are new. Compare the fingerprints the installer shows on the node's console\n"
+            f"with `ssh-keyscan {s.address} | ssh-keygen -lf -` before you trust them (or write the files again with\n"
+            "`--webhook https://<this machine>:8443/` and let `--listen` receive them), then:"
+        )
     return f"""# Installing Proxmox VE on {s.node} ({s.address}) without typing
 
 Written by `gpulab install-media {s.inventory} {outdir}`. The three files here:
@@ -326,8 +339,7 @@ are missing (from the next boot on: stage host reboots the node when `pve_host_r
 
 ## 3. After the install
 
-The node's SSH host keys are new. Compare the fingerprints the installer shows on the node's console with
-`ssh-keyscan {s.address} | ssh-keygen -lf -` before you trust them, then:
+{trust}
 
     ansible-playbook playbooks/access.yml -i {s.inventory} --ask-vault-pass   # moves the token's secret into the vault
     .venv/bin/gpulab plan {s.inventory}

@@ -21,9 +21,9 @@ description:
     the missing and the extra ones), when the token exists with privilege separation off, or when the token
     exists and O(kept_in_vault) is false (PVE shows a secret only once; O(rotate) replaces the token).
   - A token that exists while the vault holds no secret for it is adopted when the node holds the secret
-    in O(first_boot_secret_file), where the first-boot hook of C(gpulab install-media) wrote it when it made
-    the token: the secret is returned in RV(secret) as for a new token, and the action plugin removes the
-    file once the vault holds it.
+    in O(first_boot_file), where the first-boot hook of C(gpulab install-media) wrote it when it made
+    the token. The secret is then returned in RV(secret) as for a new token, and the action plugin removes
+    the file once the vault holds it.
   - A kept token keeps its secret. With O(rotate) the old token is removed (PVE drops its ACL entries with
     it, and its secret stops working) and a new one is made; its secret is returned in RV(secret), which the
     action plugin writes into the inventory's vault and removes from the result.
@@ -60,7 +60,7 @@ options:
         Set by the action plugin from O(vault_file); a task gives no value.
     type: bool
     default: false
-  first_boot_secret_file:
+  first_boot_file:
     description:
       - Where the first-boot hook of C(gpulab install-media) wrote the secret of the token it made (JSON
         C({"token_id", "secret"}), readable by root only).
@@ -178,7 +178,7 @@ ARGUMENT_SPEC = {
     "acl_path": {"type": "str", "default": "/"},
     "rotate": {"type": "bool", "default": False},
     "kept_in_vault": {"type": "bool", "default": False},
-    "first_boot_secret_file": {"type": "path", "default": "/root/.gpulab/pve-api-token.json"},
+    "first_boot_file": {"type": "path", "default": "/root/.gpulab/pve-api-token.json"},
     "comment": {"type": "str", "default": "gpulab automation (API token only)"},
     # the controller's part (the action plugin): not used on the node
     "vault_file": {"type": "path", "default": "{{ inventory_dir }}/group_vars/all/vault.yml"},
@@ -241,9 +241,9 @@ def main() -> None:
                     f"{user}'s privileges): rerun with -e gpulab_access_rotate=true to replace it by a separated "
                     "one. Nothing was changed."
                 )
-            adopted = first_boot_secret(p["first_boot_secret_file"], p["token_id"])
+            adopted = first_boot_secret(p["first_boot_file"], p["token_id"])
             if not p["kept_in_vault"] and adopted is not None:
-                result["adopted"] = p["first_boot_secret_file"]
+                result["adopted"] = p["first_boot_file"]
                 result["made"].append(
                     f"token {p['token_id']}: its secret from the first boot moved into the vault"
                 )

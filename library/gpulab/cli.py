@@ -1,5 +1,6 @@
 """The `gpulab` command line: `gpulab discover USER@HOST INVENTORY`, `gpulab plan INVENTORY`,
-`gpulab doctor [USER@]HOST` and `gpulab lab up|down|status`."""
+`gpulab doctor [USER@]HOST`, `gpulab install-media INVENTORY OUTDIR` (and `--check FILE`) and
+`gpulab lab up|down|status`."""
 
 from __future__ import annotations
 
@@ -116,6 +117,102 @@ def _session(args: argparse.Namespace, command: str):
         return None
 
 
+def _install_media(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from gpulab.install import answer, media
+
+    if args.listen:
+        from gpulab.install import listener
+
+        known = Path(args.known_hosts or Path.home() / ".ssh" / "known_hosts")
+        try:
+            material = listener.load_material(Path(args.listen))
+        except OSError:
+            print(
+                f"gpulab install-media --listen: {args.listen} has no webhook material: write it first with "
+                "`gpulab install-media INVENTORY OUTDIR --webhook https://<this machine>:8443/`",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"Waiting for the installer's POST on {material.url} (certificate {material.fingerprint}) ...")
+        got = listener.serve(Path(args.listen), args.bind, known, timeout=args.timeout)
+        if got is None:
+            print(
+                f"gpulab install-media --listen: no POST with the right token within {args.timeout} s",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{got} into {known}")
+        return 0
+    if args.check:
+        path = Path(args.check)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            print(f"gpulab install-media --check: cannot read {path}: {exc}", file=sys.stderr)
+            return 1
+        run_env = json.loads(Path(args.run_env).read_text()) if args.run_env else None
+        problems = answer.check_text(text, run_env)
+        if problems:
+            print(f"{path}: the Proxmox VE installer would refuse it ({len(problems)} problem(s)):")
+            for p in problems:
+                print(f"  - {p}")
+            return 1
+        checked = (
+            "with the machine's runtime description"
+            if run_env
+            else "(rules that need the machine: at install)"
+        )
+        print(f"{path}: accepted by the answer format of {answer.PINNED['pve-installer']} {checked}.")
+        return 0
+    if not args.inventory or not args.outdir:
+        print("gpulab install-media: give INVENTORY and OUTDIR, or --check FILE", file=sys.stderr)
+        return 2
+    from ansible.errors import AnsibleError
+
+    from gpulab import inventory
+    from gpulab.labdef.problems import LabDefinitionError
+
+    password = getpass.getpass("Vault password: ") if args.ask_vault_pass else None
+    try:
+        groups, hostvar, _names = inventory.load(args.inventory, args.vault_password_file, password)
+        found = media.settings(groups, hostvar, args.inventory, args.node)
+    except LabDefinitionError as exc:
+        print(
+            f"gpulab install-media: {args.inventory} cannot make an install ({len(exc.problems)} problem(s)):"
+        )
+        for p in exc.problems:
+            print(f"  - {p}")
+        return 1
+    except (AnsibleError, Exception) as exc:  # the inventory itself does not parse
+        return _unreadable(args.inventory, exc)
+    outdir = Path(args.outdir)
+    if args.webhook:
+        from gpulab.install import listener
+
+        material = listener.make_material(outdir, args.webhook, found.address)
+        found.webhook = {
+            "url": args.webhook,
+            "cert-fingerprint": material.fingerprint,
+            "auth-token": material.token,
+        }
+    for path in media.write(found, outdir):
+        print(f"wrote {path}")
+    problems = answer.check_text((outdir / "answer.toml").read_text())
+    if problems:
+        print(
+            "\nThe answer file still has values to fill in (CHANGE-ME lines), or the installer would refuse it:"
+        )
+        for p in problems:
+            print(f"  - {p}")
+        return 1
+    print(f"\nanswer.toml is accepted by the answer format of {answer.PINNED['pve-installer']}.")
+    print(f"Next: {outdir / 'README-install.md'} (prepare the ISO, boot it, then access.yml and site.yml).")
+    return 0
+
+
 def _unreadable(inventory: str, exc: Exception) -> int:
     hint = ""
     if "vault" in str(exc).lower():
@@ -179,6 +276,48 @@ def main(argv: list[str] | None = None) -> int:
     )
     _ssh_options(doc)
     doc.set_defaults(func=_doctor)
+    media = sub.add_parser(
+        "install-media",
+        help="write the Proxmox VE automated install of the node (answer.toml, first-boot hook), or check one",
+        description="From the inventory site.yml reads, write OUTDIR/answer.toml (the Proxmox VE automated "
+        "installer's answers: the node's address, the router as gateway and DNS, the root password hashed, your "
+        "SSH keys, ZFS by default), OUTDIR/first-boot.sh (repositories, the kernel command line and blacklist of "
+        "stage host, gpulab's API role, user and token) and OUTDIR/README-install.md (the exact commands). "
+        "With --check FILE, check any answer file against the installer's rules instead.",
+    )
+    media.add_argument(
+        "inventory", nargs="?", metavar="INVENTORY", help="inventory folder, e.g. inventory/mylab"
+    )
+    media.add_argument("outdir", nargs="?", metavar="OUTDIR", help="the folder to write the files into")
+    media.add_argument(
+        "--node", metavar="HOST", help="the node's inventory host, when group proxmox has several"
+    )
+    media.add_argument(
+        "--check", metavar="FILE", help="check an answer file (any, not only gpulab's) and exit"
+    )
+    media.add_argument(
+        "--run-env",
+        metavar="JSON",
+        help="with --check: the installer's runtime description (run-env-info.json) for the rules that need it",
+    )
+    media.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="with INVENTORY OUTDIR: the installer posts the new node's host keys to this URL of this machine "
+        "(https://ADDRESS:PORT/), where `--listen OUTDIR` waits; the answer pins its certificate",
+    )
+    media.add_argument(
+        "--listen",
+        metavar="OUTDIR",
+        help="wait for the installer's POST (OUTDIR written with --webhook) and write the node's host keys",
+    )
+    media.add_argument("--bind", default="0.0.0.0", help="with --listen: the address to listen on")
+    media.add_argument("--known-hosts", metavar="FILE", help="with --listen: default ~/.ssh/known_hosts")
+    media.add_argument("--timeout", type=float, default=3600, help="with --listen: seconds to wait (3600)")
+    mvault = media.add_mutually_exclusive_group()
+    mvault.add_argument("--vault-password-file", help="the file with the vault's password")
+    mvault.add_argument("-J", "--ask-vault-pass", action="store_true", help="ask for the vault's password")
+    media.set_defaults(func=_install_media)
     sub.add_parser("lab", help="the simulated lab: gpulab lab up|down|status [--state DIR] [--fixture FILE]")
     args = parser.parse_args(argv)
     return args.func(args)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -155,6 +156,13 @@ class ActionModule(ActionBase):
                 writes.append(
                     str(vault_file) + ("" if was_encrypted or plain is None else " (now encrypted)")
                 )
+                if result.get("adopted"):  # the vault holds it now: the node's copy goes
+                    removed = self._low_level_execute_command(f"rm -f {shlex.quote(result['adopted'])}")
+                    if removed.get("rc") != 0:
+                        result.setdefault("warnings", []).append(
+                            f"could not remove {result['adopted']} on the node ({removed.get('stderr', '').strip()}); "
+                            "remove it by hand: the vault holds the secret now"
+                        )
         fingerprint = result.get("fingerprint")
         if fingerprint and not result.get("failed"):
             text = vars_file.read_text() if vars_file.exists() else "---\n"

@@ -20,6 +20,10 @@ description:
   - Reads everything first and refuses before any write when the role exists with other privileges (naming
     the missing and the extra ones), when the token exists with privilege separation off, or when the token
     exists and O(kept_in_vault) is false (PVE shows a secret only once; O(rotate) replaces the token).
+  - A token that exists while the vault holds no secret for it is adopted when the node holds the secret
+    in O(first_boot_file), where the first-boot hook of C(gpulab install-media) wrote it when it made
+    the token. The secret is then returned in RV(secret) as for a new token, and the action plugin removes
+    the file once the vault holds it.
   - A kept token keeps its secret. With O(rotate) the old token is removed (PVE drops its ACL entries with
     it, and its secret stops working) and a new one is made; its secret is returned in RV(secret), which the
     action plugin writes into the inventory's vault and removes from the result.
@@ -56,6 +60,12 @@ options:
         Set by the action plugin from O(vault_file); a task gives no value.
     type: bool
     default: false
+  first_boot_file:
+    description:
+      - Where the first-boot hook of C(gpulab install-media) wrote the secret of the token it made (JSON
+        C({"token_id", "secret"}), readable by root only).
+    type: path
+    default: /root/.gpulab/pve-api-token.json
   vault_file:
     description: The vault the new token's secret goes into (controller), key C(vault_pve_api_token_secret).
     type: path
@@ -102,9 +112,13 @@ removed:
   elements: str
   returned: always
 secret:
-  description: The new token's secret (only when a token was made, not in check mode); the action plugin removes it from the result.
+  description: The new token's secret (only when a token was made or adopted, not in check mode); the action plugin removes it from the result.
   type: str
-  returned: when a token was made
+  returned: when a token was made or adopted
+adopted:
+  description: The node's first-boot secret file whose secret was adopted (the action plugin removes the file).
+  type: str
+  returned: when the first-boot hook's token was adopted
 fingerprint:
   description: SHA-256 fingerprint of the certificate the node's API presents (pveproxy-ssl.pem, else pve-ssl.pem).
   type: str
@@ -145,6 +159,18 @@ class Node:
         return rc == 0
 
 
+def first_boot_secret(path: str, token_id: str) -> str | None:
+    """The secret the first-boot hook wrote for ``token_id``, when its file is there and names that token."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("token_id") == token_id and data.get("secret"):
+        return str(data["secret"])
+    return None
+
+
 ARGUMENT_SPEC = {
     "role": {"type": "str", "required": True},
     "privileges": {"type": "list", "elements": "str", "default": []},
@@ -152,6 +178,7 @@ ARGUMENT_SPEC = {
     "acl_path": {"type": "str", "default": "/"},
     "rotate": {"type": "bool", "default": False},
     "kept_in_vault": {"type": "bool", "default": False},
+    "first_boot_file": {"type": "path", "default": "/root/.gpulab/pve-api-token.json"},
     "comment": {"type": "str", "default": "gpulab automation (API token only)"},
     # the controller's part (the action plugin): not used on the node
     "vault_file": {"type": "path", "default": "{{ inventory_dir }}/group_vars/all/vault.yml"},
@@ -214,7 +241,15 @@ def main() -> None:
                     f"{user}'s privileges): rerun with -e gpulab_access_rotate=true to replace it by a separated "
                     "one. Nothing was changed."
                 )
-            if not p["kept_in_vault"]:
+            adopted = first_boot_secret(p["first_boot_file"], p["token_id"])
+            if not p["kept_in_vault"] and adopted is not None:
+                result["adopted"] = p["first_boot_file"]
+                result["made"].append(
+                    f"token {p['token_id']}: its secret from the first boot moved into the vault"
+                )
+                if not module.check_mode:
+                    result["secret"] = adopted
+            elif not p["kept_in_vault"]:
                 raise Refused(
                     f"token {p['token_id']} exists on the node, but the inventory's vault holds no secret for it, "
                     "and PVE shows a secret only when the token is made: rerun with -e gpulab_access_rotate=true "
@@ -257,8 +292,8 @@ def main() -> None:
                 ["pveum", "acl", "modify", path, "--roles", p["role"], "--tokens", p["token_id"]],
             )
         )
-    result["made"] = [step[0] for step in steps if step[0]]
-    result["changed"] = bool(steps)
+    result["made"] = result["made"] + [step[0] for step in steps if step[0]]
+    result["changed"] = bool(result["made"] or steps)
     result["diff"] = {
         "before": "".join(f"{x}\n" for x in result["removed"]),
         "after": "".join(f"{x}\n" for x in result["made"]),

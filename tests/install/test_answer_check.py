@@ -1,0 +1,167 @@
+"""`gpulab install-media --check`: upstream's own answer-parsing test files (pve-installer 9.2.7,
+tests/install/upstream) pass or are refused as upstream expects, each refusal for upstream's reason; the
+spellings and types the answer format allows; and the command line's exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpulab.install import answer
+
+UPSTREAM = Path(__file__).parent / "upstream"
+BASE_ENV = json.loads((UPSTREAM / "run-env-info.json").read_text())
+
+# upstream's failing answer -> the key gpulab names (upstream's expected message in the .json beside it)
+REFUSED_FOR = {
+    "both_password_and_hashed_set": "global.root-password",
+    "btrfs_raid_single_disk": "disk-setup.disk-list",
+    "duplicate_disk": "disk-setup.disk-list",
+    "fqdn_from_dhcp_no_default_domain": "global.fqdn.domain",
+    "fqdn_hostname_only": "global.fqdn",
+    "ipv4_and_subnet_mask_33": "network.cidr",
+    "lvm_swapsize_greater_than_hdsize": "disk-setup.lvm.swapsize",
+    "network_interface_pinning_overlong_interface_name": (
+        "network.interface-name-pinning.mapping.ab:cd:ef:12:34:56"
+    ),
+    "no_fqdn_from_dhcp": "global.fqdn.source",
+    "no_root_password_set": "global.root-password-hashed",
+    "short_password": "global.root-password",
+    "zfs_raid_single_disk": "disk-setup.disk-list",
+}
+
+
+def run_env(folder: str, name: str) -> dict:
+    """The runtime description upstream's test reads the answer in: its own, else the default one."""
+    own = UPSTREAM / folder / f"{name}.run-env.json"
+    return json.loads(own.read_text()) if own.exists() else BASE_ENV
+
+
+def names(folder: str) -> list[str]:
+    return sorted(p.stem for p in (UPSTREAM / folder).glob("*.toml"))
+
+
+def test_every_upstream_file_is_covered() -> None:
+    assert len(names("parse_answer")) == 19
+    assert names("parse_answer_fail") == sorted(REFUSED_FOR)
+
+
+@pytest.mark.parametrize("name", names("parse_answer"))
+def test_upstream_accepted_answers_pass(name: str) -> None:
+    text = (UPSTREAM / "parse_answer" / f"{name}.toml").read_text()
+    assert answer.check_text(text, run_env("parse_answer", name)) == []
+
+
+@pytest.mark.parametrize("name", names("parse_answer_fail"))
+def test_upstream_refused_answers_are_refused_for_upstream_s_reason(name: str) -> None:
+    text = (UPSTREAM / "parse_answer_fail" / f"{name}.toml").read_text()
+    problems = answer.check_text(text, run_env("parse_answer_fail", name))
+    assert [p.key for p in problems][:1] == [REFUSED_FOR[name]], [str(p) for p in problems]
+    expected = json.loads((UPSTREAM / "parse_answer_fail" / f"{name}.json").read_text())
+    assert expected.get("error") or expected.get("parse-error")  # upstream refuses it too
+
+
+def minimal(**changes: str) -> str:
+    text = (UPSTREAM / "parse_answer" / "minimal.toml").read_text()
+    for old, new in changes.items():
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def keys(text: str, env: dict | None = None) -> list[str]:
+    return [p.key for p in answer.check_text(text, env)]
+
+
+def test_older_snake_case_spellings_are_read_and_both_spellings_at_once_are_refused() -> None:
+    snake = minimal(**{'disk-list = ["sda"]': 'disk_list = ["sda"]', "root-password": "root_password"})
+    assert keys(snake) == []
+    both = minimal(**{'disk-list = ["sda"]': 'disk-list = ["sda"]\ndisk_list = ["sda"]'})
+    problems = answer.check_text(both)
+    assert [p.key for p in problems] == ["disk-setup.disk-list"] and "given twice" in problems[0].why
+
+
+def test_unknown_keys_and_sections_are_refused_with_the_known_names() -> None:
+    problems = answer.check_text(
+        minimal(**{"[network]": "[network]\nsorce = 1", "[global]": "[globals]\n[global]"})
+    )
+    shown = {p.key: str(p) for p in problems}
+    assert "network.sorce" in shown and "source, cidr" not in shown["network.sorce"]
+    assert "globals" in shown and "disk-setup" in shown["globals"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "why"),
+    [
+        ('keyboard = "de"', 'keyboard = "german"', "global.keyboard", "not one of"),
+        ('country = "at"', 'country = "AT"', "global.country", "two-letter"),
+        ('timezone = "Europe/Vienna"', 'timezone = "Europe/Atlantis"', "global.timezone", "time zone"),
+        ('mailto = "mail@no.invalid"', 'mailto = "mail@example.invalid"', "global.mailto", "placeholder"),
+        ('mailto = "mail@no.invalid"', 'mailto = "nobody"', "global.mailto", "mail address"),
+        ('filesystem = "ext4"', 'filesystem = "ntfs"', "disk-setup.filesystem", "not one of"),
+        ('source = "from-dhcp"', 'source = "dhcp"', "network.source", "from-dhcp"),
+        ('disk-list = ["sda"]', 'disk-list = "sda"', "disk-setup.disk-list", "list of strings"),
+        ('disk-list = ["sda"]', 'disk-list = ["sda", "sdb"]', "disk-setup.disk-list", "one disk"),
+        (
+            'disk-list = ["sda"]',
+            'disk-list = ["sda"]\nzfs.raid = "raid1"',
+            "disk-setup.zfs",
+            "another file system",
+        ),
+        ('fqdn = "pveauto.testinstall"', 'fqdn = "123.testinstall"', "global.fqdn", "only digits"),
+    ],
+)
+def test_values_the_installer_refuses(old: str, new: str, key: str, why: str) -> None:
+    problems = answer.check_text(minimal(**{old: new}))
+    assert [p.key for p in problems] == [key], [str(p) for p in problems]
+    assert why in problems[0].why
+
+
+def test_raid_levels_count_their_disks() -> None:
+    zfs = '[disk-setup]\nfilesystem = "zfs"\nzfs.raid = "{raid}"\ndisk-list = {disks}'
+    base = minimal().split("[disk-setup]")[0]
+    assert keys(base + zfs.format(raid="raidz-2", disks='["a", "b", "c", "d"]')) == []
+    assert keys(base + zfs.format(raid="RAIDZ-3", disks='["a", "b", "c", "d"]')) == ["disk-setup.disk-list"]
+    assert keys(base + zfs.format(raid="raid10", disks='["a", "b", "c", "d", "e"]')) == [
+        "disk-setup.disk-list"
+    ]
+    assert keys(base + '[disk-setup]\nfilesystem = "zfs"\ndisk-list = ["a"]') == ["disk-setup.zfs.raid"]
+    assert keys(base + zfs.format(raid="raid5", disks='["a"]')) == ["disk-setup.zfs.raid"]
+
+
+def test_disks_of_the_machine_are_checked_only_with_its_runtime_description() -> None:
+    text = minimal(**{'disk-list = ["sda"]': 'disk-list = ["nvme9n1"]'})
+    assert keys(text) == []
+    assert keys(text, BASE_ENV) == ["disk-setup.disk-list"]
+
+
+def test_a_syntax_error_names_the_file() -> None:
+    problems = answer.check_text("[global\nkeyboard = ")
+    assert [p.key for p in problems] == ["(file)"] and "not valid TOML" in problems[0].why
+
+
+def gpulab(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpulab.cli", *args], capture_output=True, text=True, env=env, check=False
+    )
+
+
+def test_the_command_line_check_exit_codes_and_messages(tmp_path: Path) -> None:
+    good = gpulab("install-media", "--check", str(UPSTREAM / "parse_answer" / "zfs.toml"))
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "accepted by the answer format of proxmox/pve-installer 9.2.7" in good.stdout
+    bad = gpulab(
+        "install-media",
+        "--check",
+        str(UPSTREAM / "parse_answer_fail" / "no_fqdn_from_dhcp.toml"),
+        "--run-env",
+        str(UPSTREAM / "parse_answer_fail" / "no_fqdn_from_dhcp.run-env.json"),
+    )
+    assert bad.returncode == 1
+    assert "global.fqdn.source='from-dhcp': the DHCP server did not provide a host name. Fix:" in bad.stdout
+    missing = gpulab("install-media", "--check", str(tmp_path / "nope.toml"))
+    assert missing.returncode == 1 and "cannot read" in missing.stderr

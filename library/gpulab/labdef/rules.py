@@ -103,6 +103,9 @@ DOWNLOAD_URL = matching(
     "give the whole http(s) URL, or leave the variable out for the role's default",
 )
 
+# An HTTP proxy that fetches https:// URLs itself (gpulab.downloads asks it in absolute form, in plain HTTP).
+PROXY_URL_RE = re.compile(r"^http://[^/\s:]+(:\d{1,5})?/?$")
+
 # variable -> its rules, checked in order; the first that fails is reported.
 RULES: dict[str, tuple[Rule, ...]] = {
     # --- the Proxmox API ---
@@ -137,8 +140,8 @@ RULES: dict[str, tuple[Rule, ...]] = {
     ),
     "gpulab_download_check_proxy": (
         matching(
-            DOWNLOAD_URL_RE,
-            "not an http(s) URL of a proxy",
+            PROXY_URL_RE,
+            "not the http:// URL of a proxy (host and port; the check asks it in plain HTTP)",
             "write it like http://proxy.example:3128, or leave it out (the environment's https_proxy)",
             empty_ok=True,
         ),

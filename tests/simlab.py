@@ -26,9 +26,14 @@ CLI = [sys.executable, "-m", "labsim"]
 
 @contextlib.contextmanager
 def running_lab(
-    prefix: str, tools: Iterable[str], ready: Callable[[dict[str, Any]], bool], what: str
+    prefix: str,
+    tools: Iterable[str],
+    ready: Callable[[dict[str, Any]], bool],
+    what: str,
+    fixture: str | None = None,
 ) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Yields (state dir, lab.json) once the lab's network is up and `ready(lab.json)` holds."""
+    """Yields (state dir, lab.json) once the lab's network is up and `ready(lab.json)` holds (on `fixture`, a
+    name or path for `gpulab lab up --fixture`; default the reference machine)."""
     if os.geteuid() != 0:
         pytest.skip("needs root: the lab's hosts live in network namespaces")
     missing = [t for t in tools if not shutil.which(t)]
@@ -36,8 +41,9 @@ def running_lab(
         pytest.skip(f"missing {', '.join(missing)}")
     state = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        up = subprocess.run([*CLI, "up", "--state", str(state)], capture_output=True, text=True, timeout=300,
-                            check=False, cwd=ROOT)  # fmt: skip
+        chosen = ["--fixture", fixture] if fixture else []
+        up = subprocess.run([*CLI, "up", "--state", str(state), *chosen], capture_output=True, text=True,
+                            timeout=300, check=False, cwd=ROOT)  # fmt: skip
         desc = json.loads((state / "lab.json").read_text()) if (state / "lab.json").exists() else {}
         if up.returncode != 0 or desc.get("network") != "up":
             # as root with the lab's programs present, a lab that cannot start is a failure, not a skip

@@ -8,6 +8,7 @@ import argparse
 import getpass
 import os
 import sys
+from typing import Any
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -31,7 +32,33 @@ def _plan(args: argparse.Namespace) -> int:
         for p in problems:
             print(f"  - {p}")
         return 1
+    if getattr(args, "online", False):
+        return _plan_online(definition)
     print("\nThe lab definition is valid.")
+    return 0
+
+
+def _plan_online(definition: Any) -> int:
+    """`gpulab plan --online`: preflight's download check (gpulab.reach.download_problems) of the image every
+    VM's install uses. Preflight checks only files a node does not hold yet; plan cannot ask the nodes."""
+    from gpulab import reach, vmspec
+
+    images = [
+        (reach.IMAGE_VARS[p["image"]["content"]], p["image"]) for p in vmspec.resolve(definition).values()
+    ]
+    problems = reach.download_problems(definition.globals, images)
+    if problems:
+        print(
+            f"\nThe lab definition is valid, but {len(problems)} download(s) would fail; nothing would be changed:"
+        )
+        for p in problems:
+            print(f"  - {p}")
+        return 1
+    if not reach.download_check_on(definition.globals):
+        print("\nThe lab definition is valid (gpulab_download_check: false, so no download was checked).")
+        return 0
+    checked = sorted({img["url"] for _, img in images})
+    print(f"\nThe lab definition is valid; checked online: {', '.join(checked) or 'no download'}.")
     return 0
 
 
@@ -250,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         "--ask-vault-pass",
         action="store_true",
         help="to read an encrypted vault.yml: ask for its password",
+    )
+    plan.add_argument(
+        "--online",
+        action="store_true",
+        help="also check, from here, each OS image's URL and its pinned checksum against the folder's "
+        "SHA256SUMS (preflight's check; gpulab_download_check: false skips it)",
     )
     plan.set_defaults(func=_plan)
     disc = sub.add_parser(

@@ -920,6 +920,32 @@ def _storage_with(found: Found, content: str, prefer: str | None = None) -> str 
     return max(have, key=lambda s: found.storages[s].get("size_gb", 0)) if have else None
 
 
+def _snippet_lines(found: Found, image_storage: str) -> list[str]:
+    """gpulab_snippet_storage when the node's `local` (the default) keeps no snippets: another storage that
+    does, else a CHANGE-ME saying how to add them (pvesm set) or to go without the snippet."""
+    if "snippets" in (found.storages.get("local") or {}).get("content", []):
+        return []
+    other = _storage_with(found, "snippets")
+    if other is not None:
+        return [
+            *_comment(
+                f"The guest-agent snippet of cloud-image VMs: `local` keeps no snippets here, {other} does (give "
+                f"pve_vms_snippets_dir too: {other}'s path on the node followed by /snippets)."
+            ),
+            f"gpulab_snippet_storage: {scalar(other)}",
+        ]
+    store = image_storage if image_storage != PLACEHOLDER else "local"
+    have = ",".join((found.storages.get(store) or {}).get("content", [])) or "..."
+    return [
+        *_comment(
+            f"CHANGE-ME: no enabled storage of the node keeps snippets (the guest-agent snippet of cloud-image VMs "
+            f"goes there): run `pvesm set {store} --content {have},snippets` on the node and name it here, or set "
+            "gpulab_guest_agent_snippet: false."
+        ),
+        f"gpulab_snippet_storage: {PLACEHOLDER}",
+    ]
+
+
 def _flavour_lines(found: Found) -> list[str]:
     """nvidia_driver_flavour as gpulab picks it for the node's cards (gpulab.cards), with a comment saying why;
     left unset (gpulab then picks per GPU VM) when the cards need different kernel modules."""
@@ -1045,8 +1071,10 @@ def render(found: Found) -> dict[str, str]:
     image = _image(ref, "gpulab_os_image", _storage_with(found, "import", "local"))
     if install == "cloud_image" or any(v.get("vm_os_install") == "cloud_image" for v in found.vms):
         lines += _comment(
-            'Unattended install (vm_os_install: cloud_image): the reference lab\'s cloud image. "current" '
-            "moves: update url and checksum together from the folder's SHA256SUMS."
+            "Unattended install (vm_os_install: cloud_image): the reference lab's cloud image, from a dated "
+            "release folder that never changes (noble/current/ is rebuilt every few days). To move on, copy url "
+            "and checksum together from a newer folder's SHA256SUMS and give filename a new name; preflight "
+            "checks both online (gpulab_download_check)."
         )
         if image.get("storage") is None:
             lines += _comment(
@@ -1055,6 +1083,7 @@ def render(found: Found) -> dict[str, str]:
             )
             image["storage"] = PLACEHOLDER
         lines += _block("gpulab_os_image", image)
+        lines += _snippet_lines(found, image["storage"])
     lines += [
         "",
         "# Memory kept for Proxmox itself and the ZFS ARC when summing the VMs' pinned memory.",

@@ -1,7 +1,10 @@
 """Preflight's second half: reach the APIs the selected stages will use, read-only, before any change.
 
 A wrong token, a pinned fingerprint that no longer matches or a node that is down then stops the run
-before stage host has touched the node, with the same kind of message as a lab definition problem.
+before stage host has touched the node, with the same kind of message as a lab definition problem. So do
+what stage vms would meet only after stage host: a storage it needs that is disabled, missing or lacks the
+content type (one GET /nodes/{node}/storage per node, :func:`storage_problems`), and a download that has
+moved, vanished or changed under its URL (:func:`node_problems`, gpulab.downloads).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpulab import downloads
 from gpulab.labdef import Problem
 from gpulab.pve import connection
 from gpulab.pve.client import PveAuthError, PveConnectionError, PveError
@@ -122,3 +126,146 @@ def existing_vm_problems(settings: Mapping[str, Any], vms: Mapping[str, Mapping[
                 )
             )
     return out
+
+
+# ------------------------------------------------------------------------------------- storages and downloads
+# The variable that picks each storage a run needs, by what it stores there.
+IMAGE_VARS = {"import": "gpulab_os_image", "iso": "gpulab_os_iso"}
+SNIPPET_VAR = "gpulab_snippet_storage"
+# What PVE refuses, word for word (pve-storage Status.pm download_url; Storage.pm storage_check_enabled).
+_NOT_CONFIGURED = "storage '{sid}' is not configured for content-type '{content}'"
+_DISABLED = "storage '{sid}' is disabled"
+
+
+def storage_needs(
+    plans: Mapping[str, Mapping[str, Any]],
+) -> dict[str, dict[tuple[str, str], tuple[str, str]]]:
+    """node -> (storage, content) -> (host, the variable that picks it), for every VM's disk, image and
+    snippet (the first VM that needs it names it)."""
+    needs: dict[str, dict[tuple[str, str], tuple[str, str]]] = {}
+    for plan in plans.values():
+        mine = needs.setdefault(str(plan["node"]), {})
+        disks = (plan.get("spec") or {}).get("disks") or []
+        if disks and disks[0].get("storage"):
+            mine.setdefault((disks[0]["storage"], "images"), (plan["host"], "vm_storage"))
+        image = plan.get("image")
+        if image:
+            var = f"{IMAGE_VARS[image['content']]}.storage"
+            mine.setdefault((image["storage"], image["content"]), ("all", var))
+        snippet = plan.get("snippet")
+        if snippet:
+            mine.setdefault((snippet["storage"], "snippets"), ("all", SNIPPET_VAR))
+    return needs
+
+
+def _content(entry: Mapping[str, Any]) -> list[str]:
+    return [c for c in str(entry.get("content") or "").split(",") if c]
+
+
+def _enabled(entry: Mapping[str, Any]) -> bool:
+    return str(entry.get("enabled", 1)) not in ("0", "False", "false")
+
+
+def storage_problem(
+    node: str, sid: str, content: str, where: tuple[str, str], storages: Mapping[str, Mapping[str, Any]]
+) -> Problem | None:
+    """What PVE would refuse of storage ``sid`` for ``content`` on ``node`` (``storages``: its GET
+    /nodes/{node}/storage by id), or None. ``where``: the host and variable that picked it."""
+    host, var = where
+    holders = sorted(s for s, e in storages.items() if _enabled(e) and content in _content(e))
+    if holders:
+        other = f"set {var} to {' or '.join(holders)} (what node {node} has with content {content})"
+    else:
+        other = f"set {var} to a storage of node {node} that holds content {content}"
+    entry = storages.get(sid)
+    if entry is None:
+        why = (
+            f"node {node} has no storage '{sid}' (it has {', '.join(sorted(storages)) or 'none'}; a storage the "
+            "API token may not audit is not listed either)"
+        )
+        return Problem(host, var, sid, why, other)
+    if not _enabled(entry):
+        why = f"storage '{sid}' of node {node} is disabled, and PVE refuses it ({_DISABLED.format(sid=sid)})"
+        fix = f"{other}, or enable it on the node: `pvesm set {sid} --disable 0`"
+        return Problem(host, var, sid, why, fix)
+    have = _content(entry)
+    if content not in have:
+        why = (
+            f"storage '{sid}' of node {node} holds content {','.join(have) or 'none'} but not {content}, and PVE "
+            f"refuses it ({_NOT_CONFIGURED.format(sid=sid, content=content)})"
+        )
+        fix = f"run on the node `pvesm set {sid} --content {','.join([*have, content])}`, or {other}"
+        return Problem(host, var, sid, why, fix)
+    return None
+
+
+def storage_problems(client: Any, plans: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """Every storage the VMs need, read with one GET /nodes/{node}/storage per node: disabled, missing or
+    without the content type it must hold. What stage vms would meet only after stage host has run."""
+    out: list[Problem] = []
+    for node, needs in storage_needs(plans).items():
+        storages = {str(e.get("storage")): e for e in client.get(f"nodes/{node}/storage") or []}
+        for (sid, content), where in needs.items():
+            problem = storage_problem(node, sid, content, where, storages)
+            if problem is not None and problem not in out:
+                out.append(problem)
+    return out
+
+
+def needed_downloads(client: Any, plans: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(variable, image) of each image some node lacks: what stage vms will have that node download (a file
+    already on its storage is not downloaded again, gpulab.pve.download). One content list per node,
+    storage and content type."""
+    listings: dict[tuple[str, str, str], set[str]] = {}
+    out: list[tuple[str, dict[str, Any]]] = []
+    for plan in plans.values():
+        image = plan.get("image")
+        if not image:
+            continue
+        key = (str(plan["node"]), image["storage"], image["content"])
+        if key not in listings:
+            items = client.get(f"nodes/{key[0]}/storage/{key[1]}/content", content=key[2]) or []
+            listings[key] = {str(i.get("volid")) for i in items}
+        if image["volume"] not in listings[key]:
+            out.append((IMAGE_VARS[image["content"]], dict(image)))
+    return out
+
+
+def _client(settings: Mapping[str, Any]) -> Any:
+    params = connection.params_from_inventory(settings) | {"api_timeout": TIMEOUT_S, "api_retries": RETRIES}
+    return connection.connect(params)
+
+
+def download_check_on(settings: Mapping[str, Any]) -> bool:
+    """gpulab_download_check as given (default true; ``-e gpulab_download_check=false`` is a string)."""
+    value = settings.get("gpulab_download_check")
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return True if value is None else bool(value)
+
+
+def node_problems(
+    settings: Mapping[str, Any], plans: Mapping[str, Mapping[str, Any]], fetch: Any = None
+) -> list[Problem]:
+    """Stage vms' storages (storage_problems), then, when they are fine, the downloads it will start
+    (gpulab.downloads, from the controller; ``gpulab_download_check: false`` skips it)."""
+    try:
+        client = _client(settings)
+        found = storage_problems(client, plans)
+        if found:
+            return found
+        needed = needed_downloads(client, plans)
+    except (PveError, ValueError):
+        return []  # reach_pve has just read /version; a failure here is left to stage vms to report
+    return download_problems(settings, needed, fetch)
+
+
+def download_problems(
+    settings: Mapping[str, Any], needed: Iterable[tuple[str, Mapping[str, Any]]], fetch: Any = None
+) -> list[Problem]:
+    """The online check of ``needed`` (variable, image), unless ``gpulab_download_check`` is false."""
+    if not download_check_on(settings):
+        return []
+    if fetch is None:
+        fetch = downloads.http_fetch(settings.get("gpulab_download_check_proxy") or None)
+    return downloads.check_images(needed, fetch)

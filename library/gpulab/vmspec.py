@@ -26,8 +26,8 @@ OSTYPE = "l26"
 SCSIHW = "virtio-scsi-single"
 # Options a VM installed from the ISO gets only when gpulab creates it (gpulab_pve_vm's create_only).
 ISO_CREATE_ONLY = ("cdrom", "boot_order", "agent", "ostype", "scsihw")
-# The cloud image has no QEMU guest agent: a cloud-init vendor snippet on the node installs it.
-SNIPPET_STORAGE = "local"
+# The cloud image has no QEMU guest agent: a cloud-init vendor snippet on the node installs it, kept on the
+# storage gpulab_snippet_storage names (default `local`, as the catalogue says).
 SNIPPET_NAME = "gpulab-vendor.yaml"
 # The PVE tag that marks a VM gpulab created, and nothing else does: it is set in the create call only
 # (gpulab_pve_vm's create_only), so a VM gpulab adopts never gets it, and teardown destroys only VMs that
@@ -170,8 +170,9 @@ def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
             "upgrade": False,
         }
         if g["gpulab_guest_agent_snippet"]:
-            snippet = {"storage": SNIPPET_STORAGE, "name": SNIPPET_NAME}
-            spec["extra_config"] = {"cicustom": f"vendor={SNIPPET_STORAGE}:snippets/{SNIPPET_NAME}"}
+            store = g.get("gpulab_snippet_storage") or "local"
+            snippet = {"storage": store, "name": SNIPPET_NAME}
+            spec["extra_config"] = {"cicustom": f"vendor={store}:snippets/{SNIPPET_NAME}"}
     else:
         spec["cdrom"] = image["volume"]
     return {

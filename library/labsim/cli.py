@@ -78,6 +78,7 @@ CORE_KEYS = (
     "token_name",
     "token_secret",
     "fingerprint",
+    "internet_proxy",
     "state_dir",
     "fixture",
     "pid",

@@ -9,8 +9,8 @@ Keys (see fixtures/reference.yml, the default):
   subnet's .5, .6, ... in list order when not given), ``cpu`` (``model``, ``sockets``, ``cores``,
   ``threads``), ``memory`` (``total``, ``host_used`` bytes), ``rootfs_total``, ``boot`` (``mode``
   efi|legacy-bios, ``secureboot``, ``loader``), ``kernel``, ``storages`` (``name``, ``type``
-  dir|zfspool|lvmthin, ``content`` list, ``total`` bytes, ``path`` for dir; local to the node, as no
-  storage is shared), ``bridges``, ``pci`` (items shaped like PVE's hardware/pci answer, plus
+  dir|btrfs|zfspool|lvmthin, ``content`` list, ``total`` bytes, ``path`` for dir and btrfs, ``disable``: true
+  for a storage storage.cfg marks disabled; local to the node, as no storage is shared), ``bridges``, ``pci`` (items shaped like PVE's hardware/pci answer, plus
   ``boot_vga``, and for the node's own /sys (labsim.sysfs_tree.node_pci_tree): ``reset_method`` (the kernel's
   list, e.g. ``flr bus``; empty: no reset; default ``flr bus`` on an NVIDIA function), ``bars`` (BAR sizes in
   lspci's notation, BAR order, null for unused), ``memory_mib`` (what the guest's nvidia-smi reports) and
@@ -21,7 +21,8 @@ Keys (see fixtures/reference.yml, the default):
   ``qmdestroy``, ``resize``), ``download_rate`` (bytes/s), ``download_max_s``, ``download_progress_s``,
   ``agent_delay`` (seconds after start before the guest agent answers).
 - ``downloads``: what download-url can fetch: ``url``, ``size``, optional ``virtual_size``, ``format``,
-  and hex digests per algorithm (``sha256``, ``sha512``, ...).
+  and hex digests per algorithm (``sha256``, ``sha512``, ...); the lab's internet (labsim.internet) serves the
+  same table to the controller, each folder with its SHA256SUMS.
 - ``network`` (optional; used by the network lab and by the API-only hooks): ``router`` (dnsmasq|kea|huawei_ont),
   ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``).
 - ``extends`` (optional): a fixture this one builds on (a name such as ``reference``, or a path relative to
@@ -39,7 +40,8 @@ Keys (see fixtures/reference.yml, the default):
 
 ``--fixture`` takes a path or the name of a fixture in ``fixtures/`` (``reference``, ``homelab``,
 ``homelab-blacklisted``, ``homelab-running``, ``cluster``, ``two-gpus``, and one per card case: ``gtx1080``,
-``rtx2080``, ``rtx5090``, ``rtx5090-narrow-iommu``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``): :func:`resolve_fixture`.
+``rtx2080``, ``rtx5090``, ``rtx5090-narrow-iommu``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``, and one per
+storage.cfg as installed: ``pve8-storage``, ``btrfs``): :func:`resolve_fixture`.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from labsim.internet import Internet
 from labsim.pve_access import AccessHandlers
 from labsim.pve_auth import PermissionDenied, Principal
 from labsim.pve_common import ApiError
@@ -73,6 +74,8 @@ class PveApiSim(QemuHandlers, NodeHandlers, StorageHandlers, MappingHandlers, Ta
         self.tasks = TaskManager(d["tasks"], self.lock, self.state.mark)
         self.timings = fixture["timings"]
         self.downloads = {e["url"]: e for e in fixture.get("downloads", [])}
+        # what download-url fetches: the fixture's downloads as the lab's internet has them now (labsim.internet)
+        self.internet = Internet(self.state_dir, fixture.get("downloads", []))
 
     def call(self, method: str, path: str, params: dict[str, Any], who: Principal | None) -> tuple[Any, dict]:
         """Run one call; return (data, extra envelope keys)."""

@@ -5,7 +5,9 @@
 description) on stdout and then writes its own output to ``STATE/server.log``. `labsim.cli` starts
 it in the background. Every API request is appended to ``STATE/pve-requests.jsonl``.
 
-Served besides the API: ``GET|PUT /_lab/faults`` (root@pam ticket only), the fault injection settings.
+Served besides the API: ``GET|PUT /_lab/faults`` (root@pam ticket only), the fault injection settings; and,
+on a port of its own, the lab's internet for the controller (labsim.internet; ``internet_proxy`` in the lab
+description).
 
 The node's own tools (``pvesh``, ``pveum``, ``pvenode`` of the lab's node host, which real PVE runs
 in-process as root) reach the same API through ``STATE/node-api/api.sock`` (plain HTTP on a Unix socket,
@@ -43,6 +45,7 @@ from urllib.parse import parse_qsl, urlsplit
 from labsim import seed
 from labsim.certs import ensure_certificate, fingerprint
 from labsim.fixture import load_fixture
+from labsim.internet import InternetProxy
 from labsim.pve_api import PveApiSim
 from labsim.pve_auth import Access, AuthError, PermissionDenied, new_credentials
 from labsim.pve_common import ApiError
@@ -96,6 +99,9 @@ class PveApiServer(ThreadingHTTPServer):
     def server_close(self) -> None:
         super().server_close()
         self._log_fh.close()
+        internet = getattr(self, "internet", None)
+        if internet is not None:
+            internet.stop()
 
 
 class _NoFaults:
@@ -480,7 +486,10 @@ def build(state_dir: Path, fixture_path: str | None, port: int = 0, api_only: bo
     server.ssl_context = ctx
     server.node_api = node_api(state_dir, server, creds)
     server.node_proxy = ProxyApiServer(state_dir / NODE_API_DIR / NODE_PROXY_SOCKET, server)
+    # the controller's way to the lab's internet (labsim.internet): what preflight's download check asks
+    server.internet = InternetProxy(lab.internet).start()
     desc = lab_description(state_dir, server.server_address[1], fixture, creds, fp)
+    desc["internet_proxy"] = server.internet.url
     token = lab.token_record(desc["token_id"])
     if token is None:
         # a bare node (fixture access.bootstrap false): the lab's token is not there; the flow makes its own

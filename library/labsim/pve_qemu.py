@@ -812,6 +812,21 @@ class QemuHandlers:
                 used.append(d["id"])
         return used
 
+    def _snippet_checks(self, node: str, cfg: dict) -> None:
+        """The cloud-init snippets of ``cicustom``, read when the start builds the cloud-init drive: each one's
+        storage is activated first, and a disabled one ends the start (qemu-server
+        src/PVE/QemuServer/Cloudinit.pm@e6352be6, read_cloudinit_snippets_file; pve-storage
+        src/PVE/Storage.pm@0c56bad8, abs_filesystem_path -> activate_volumes -> activate_storage ->
+        storage_check_enabled). qemu-server does not check the storage's `snippets` content type."""
+        if not cfg.get("cicustom") or not any("cloudinit" in str(v) for v in cfg.values()):
+            return
+        for part in str(cfg["cicustom"]).split(","):
+            volid = part.split("=", 1)[-1]
+            if ":" in volid:
+                storeid = volid.split(":", 1)[0]
+                if self._storage(node, storeid).get("disable"):
+                    raise TaskFailed(f"storage '{storeid}' is disabled")
+
     @staticmethod
     def _refuse_start(vm: dict, vmid: int, skiplock: bool) -> None:
         """What a start task checks first, with the VM's config locked (qemu-server
@@ -828,6 +843,7 @@ class QemuHandlers:
             self._refuse_start(vm, vmid, skiplock)
             self._apply_pending(vm, vmid, only_live=False)
             pci = self._start_checks(node, vmid, vm)
+            self._snippet_checks(node, vm["config"])
             need = vm_memory_mib(vm["config"]) * 2**20
             if need > self._node_mem(node)["available"]:
                 if pci:

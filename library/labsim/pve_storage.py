@@ -1,6 +1,7 @@
 """The PVE API simulator's storage room: a node's storages and their volumes (kept per node and storage: no
 storage is shared), ``/nodes/{node}/storage/...`` and download-url with the fixture's ``downloads`` table for
-the internet, ``query-url-metadata``.
+the internet (as labsim.internet has it now), ``query-url-metadata``. A storage the fixture marks ``disable``
+is listed with ``enabled`` and ``active`` 0 and refused by download-url, as pve-storage does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class StorageHandlers:
 
     state: Any
     downloads: dict[str, dict]
+    internet: Any
     timings: dict[str, Any]
 
     def _storage(self, node: str, storeid: str) -> dict:
@@ -55,6 +57,16 @@ class StorageHandlers:
 
     # ------------------------------------------------------------------------------------ endpoints
     def _storage_entry(self, node: str, s: dict) -> dict:
+        if s.get("disable"):
+            # pve-storage Storage.pm storage_info: a disabled storage is listed, never activated or measured
+            entry = {"total": 0, "used": 0, "avail": 0, "active": 0, "enabled": 0}
+            return {
+                "storage": s["name"],
+                "type": s["type"],
+                "content": ",".join(s["content"]),
+                "shared": 0,
+                **entry,
+            }
         used = self._storage_used(node, s["name"])
         total = int(s["total"])
         return {
@@ -70,12 +82,20 @@ class StorageHandlers:
             "used_fraction": used / total if total else 0,
         }
 
+    def _check_enabled(self, storeid: str, s: dict) -> None:
+        """pve-storage Storage.pm storage_check_enabled: a disabled storage is refused."""
+        if s.get("disable"):
+            raise ApiError(500, f"storage '{storeid}' is disabled")
+
     def h_get_nodes_node_storage(self, args, who):
         out = []
         for s in self._node(args["node"])["storages"]:
             if not who.has(f"/storage/{s['name']}", ["Datastore.Audit", "Datastore.AllocateSpace"], True):
                 continue
             if "storage" in args and s["name"] != args["storage"]:
+                continue
+            # with a content filter, storage_info leaves out disabled storages; `enabled` does too
+            if s.get("disable") and ("content" in args or args.get("enabled")):
                 continue
             if "content" in args and not set(re.split(r"[,;\s]+", args["content"])) & set(s["content"]):
                 continue
@@ -101,7 +121,7 @@ class StorageHandlers:
         return sorted(out, key=lambda i: i["volid"])
 
     def h_get_nodes_node_query_url_metadata(self, args, who):
-        entry = self.downloads.get(args["url"])
+        entry = self.internet.lookup(args["url"])
         if entry is None:
             host = re.sub(r"^https?://([^/:]+).*$", r"\1", args["url"])
             raise ApiError(
@@ -115,6 +135,7 @@ class StorageHandlers:
     def h_post_nodes_node_storage_storage_download_url(self, args, who):
         node, storeid, content = args["node"], args["storage"], args["content"]
         s = self._storage(node, storeid)
+        self._check_enabled(storeid, s)
         if s["type"] not in ("dir", "nfs", "cifs", "cephfs", "btrfs"):
             raise ApiError(500, f"can't upload to storage type '{s['type']}', not a file based storage!")
         if content not in s["content"]:
@@ -153,7 +174,7 @@ class StorageHandlers:
                     "calculating checksum of existing file...OK, got correct file already, no need to download"
                 )
                 return
-            entry = self.downloads.get(url)
+            entry = self.internet.lookup(url)
             host = re.sub(r"^https?://([^/:]+).*$", r"\1", url)
             if entry is None:
                 time.sleep(min(0.2, float(self.timings["download_max_s"])))

@@ -9,7 +9,10 @@ is valid it resolves each VM (gpulab.vmspec) and the router with every VM's rese
 with the run's router_dhcp settings); and when a selected stage talks to the Proxmox VE API (vms, network,
 verify), it reads GET /version
 with the inventory's API settings (gpulab.reach): a refused token or a node that is down stops the run
-before any stage has changed anything.
+before any stage has changed anything. With stage vms in the run it also reads each node's storages (one
+GET /nodes/{node}/storage per node) and checks, from the controller, every file a node will download
+(gpulab.downloads: the URL answers, the pinned checksum is the one its folder's SHA256SUMS lists; skipped
+with gpulab_download_check: false).
 """
 
 from __future__ import annotations
@@ -93,13 +96,20 @@ class ActionModule(ActionBase):
             result["msg"] = f"The lab definition is valid; reached the {reached}."
             found = reach.existing_vm_problems(definition.globals, definition.vms) if "vms" in stages else []
             if found:
-                result["problems"] = [str(p) for p in found]
-                result["failed"] = True
-                result["msg"] = (
-                    "The lab definition does not fit the VMs that exist; nothing was changed:\n"
-                    + "\n".join(f"- {p}" for p in found)
-                )
-                return result
+                return self._refused(result, "the VMs that exist", found)
+            # The storages stage vms writes to, and the files it will have a node download (from here, online).
+            found = reach.node_problems(definition.globals, result["vms"]) if "vms" in stages else []
+            if found:
+                return self._refused(result, "the nodes' storages or the downloads", found)
+        return result
+
+    @staticmethod
+    def _refused(result, what, found):
+        result["problems"] = [str(p) for p in found]
+        result["failed"] = True
+        result["msg"] = f"The lab definition does not fit {what}; nothing was changed:\n" + "\n".join(
+            f"- {p}" for p in found
+        )
         return result
 
     def _sudo_problems(self, definition, hostvar):

@@ -13,6 +13,12 @@ description:
   - When the definition is valid and the run's tags select a stage that uses the Proxmox VE API (vms,
     network, verify), reads C(GET /version) with the inventory's C(pve_api_*) settings (10 s timeout, one
     retry) and fails the same way when the API cannot be reached or refuses the credentials.
+  - With stage vms in the run it also reads each node's storages (one C(GET /nodes/{node}/storage) per node)
+    and fails when a storage the VMs need is missing, disabled or lacks the content type (C(images) for
+    vm_storage, C(import) or C(iso) for the image, C(snippets) for gpulab_snippet_storage), naming the
+    C(pvesm set) command or the variable to change; then, unless gpulab_download_check is false, it asks
+    from the controller every URL a node will download (a file not on its storage yet) and fails on a 404,
+    a web page, or a pinned checksum the folder's C(SHA256SUMS) no longer lists (C(gpulab.downloads)).
   - When the definition is valid, returns C(vms), each VM resolved once (C(gpulab.vmspec)) into the whole spec
     stage vms sends, with every default and decision made, C(router), the router and each VM's reservation
     resolved once (C(gpulab.routerspec)) for stage network, and C(stages), the stages the run's tags select.

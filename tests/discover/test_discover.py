@@ -21,7 +21,7 @@ import yaml
 from gpulab import cli, discover, discover_ssh, vmspec
 from gpulab.pve import vmoptions
 
-from .conftest import Node, sysfs
+from .conftest import Node, fixture_sim, sysfs
 from .filling import fill, placeholders, plan
 
 # the simulator's certificate is self-signed: its requests go unverified, on purpose
@@ -461,3 +461,24 @@ def test_the_sysfs_walk_reads_what_the_kernel_shows(tmp_path):
     shutil.rmtree(root / "sys" / "kernel" / "iommu_groups")
     _, groups, has_dir = discover.parse_sysfs(node.run(discover.SYSFS_SCRIPT)[1])
     assert groups == {} and not has_dir
+
+
+@pytest.fixture(scope="module")
+def btrfs_sim(tmp_path_factory):
+    yield from fixture_sim(tmp_path_factory, "btrfs")
+
+
+def test_a_btrfs_node_gets_local_btrfs_and_a_snippet_storage_to_fill(btrfs_sim, tmp_path):
+    """A BTRFS install: `local` disabled, local-btrfs without snippets (fixtures/btrfs.yml)."""
+    found = discover.analyse(discover.collect(Node(btrfs_sim, sysfs(tmp_path)).run, "192.168.100.5", "root"))
+    files = discover.render(found)
+    main = yaml.safe_load(files["group_vars/all/main.yml"])
+    assert main["gpulab_os_image"]["storage"] == "local-btrfs"
+    assert main["gpulab_os_image"]["url"].startswith(
+        "https://cloud-images.ubuntu.com/releases/noble/release-"
+    )
+    assert main["gpulab_snippet_storage"] == "CHANGE-ME"
+    assert (
+        "run `pvesm set local-btrfs --content iso,vztmpl,backup,images,rootdir,import,snippets` on the node"
+        in " ".join(line.strip("# ") for line in files["group_vars/all/main.yml"].splitlines())
+    )

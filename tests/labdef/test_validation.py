@@ -397,6 +397,18 @@ BAD = [
         {"gpulab_os_image": {**_IMAGE, "filename": "images/noble.qcow2"}},
         "all: gpulab_os_image.filename='images/noble.qcow2': PVE keeps only letters, digits",
     ),
+    (
+        "snippet-storage-id",
+        "all",
+        {"gpulab_snippet_storage": "Local Btrfs"},
+        "all: gpulab_snippet_storage='Local Btrfs': not a PVE storage ID",
+    ),
+    (
+        "download-check-proxy-https",
+        "all",
+        {"gpulab_download_check_proxy": "https://proxy.example:3128"},
+        "all: gpulab_download_check_proxy='https://proxy.example:3128': not the http:// URL of a proxy",
+    ),
 ]
 
 

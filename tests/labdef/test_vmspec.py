@@ -153,3 +153,10 @@ def test_no_snippet_when_it_is_turned_off(inv):
     inv.globals["gpulab_guest_agent_snippet"] = False
     plan = plans(inv)["vm-1"]
     assert plan["snippet"] is None and "extra_config" not in plan["spec"]
+
+
+def test_the_snippet_goes_to_gpulab_snippet_storage(inv):
+    inv.globals["gpulab_snippet_storage"] = "local-btrfs"
+    plan = plans(inv)["vm-1"]
+    assert plan["snippet"] == {"storage": "local-btrfs", "name": "gpulab-vendor.yaml"}
+    assert plan["spec"]["extra_config"] == {"cicustom": "vendor=local-btrfs:snippets/gpulab-vendor.yaml"}

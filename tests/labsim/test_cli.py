@@ -172,3 +172,39 @@ def test_a_failed_up_stops_the_simulator_it_started(tmp_path, monkeypatch, capsy
     while _servers_of(state_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _servers_of(state_dir) == [] and not (state_dir / "server.pid").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "local"), [("pve8-storage", (1, "iso,vztmpl,backup")), ("btrfs", (0, "iso,vztmpl,backup"))]
+)
+def test_up_takes_the_storage_fixtures_by_name(name, local, tmp_path, monkeypatch, capsys):
+    """`gpulab lab up --fixture pve8-storage|btrfs`: the node's storages as those installs leave them, and the
+    lab's internet (internet_proxy) answering the controller."""
+    import http.client
+    import urllib.parse
+
+    monkeypatch.setenv(cli.API_ONLY_ENV, "1")
+    state_dir = tmp_path / "state"
+    try:
+        rc, out, err = run_cli(capsys, "up", "--state", str(state_dir), "--fixture", name)
+        assert rc == 0, err
+        desc = json.loads(out)
+        assert desc["fixture"].endswith(f"/fixtures/{name}.yml")
+        api = Api(
+            desc["pve_url"],
+            headers={"Authorization": f"PVEAPIToken={desc['token_id']}={desc['token_secret']}"},
+        )
+        storages = {s["storage"]: s for s in api.data("GET", "/nodes/pve/storage")}
+        assert (storages["local"]["enabled"], storages["local"]["content"]) == local
+        # the controller asks the proxy in absolute form, and gets the dated folder's SHA256SUMS
+        where = urllib.parse.urlsplit(desc["internet_proxy"])
+        conn = http.client.HTTPConnection(where.hostname, where.port, timeout=10)
+        conn.request("GET", "https://cloud-images.ubuntu.com/releases/noble/release-20260926/SHA256SUMS")
+        answer = conn.getresponse()
+        assert answer.status == 200
+        assert answer.read().decode() == (
+            "6a81c37564db9b1ee84e141922625e1d7c5b389b99bb3c572e0243607d5bb4d2 *ubuntu-24.04-server-cloudimg-amd64.img\n"
+        )
+        conn.close()
+    finally:
+        cli.down(state_dir)

@@ -434,3 +434,38 @@ def test_pve_start_locked(api):
     assert api.wait(upid)["exitstatus"] == "VM is locked (create)"
     assert api.wait(create)["exitstatus"] == "OK"
     assert api.data("GET", "/nodes/pve/qemu/364/status/current")["status"] == "stopped"
+
+
+@pytest.fixture(scope="module")
+def btrfs_api(tmp_path_factory):
+    """fixtures/btrfs.yml (`local` disabled) in a lab of its own, as root@pam."""
+    from conftest import InProcessPveSim, start_lab, stop_lab
+
+    from labsim.fixture import resolve_fixture
+
+    root = tmp_path_factory.mktemp("btrfs")
+    server, desc, thread = start_lab(root / "state", resolve_fixture("btrfs"))
+    yield InProcessPveSim(server, desc, root / "state").root_api()
+    stop_lab(server, thread)
+
+
+def test_pve_start_snippet_storage_disabled(btrfs_api):
+    """A cloud-init VM whose vendor snippet is on a disabled storage: the config is written (qemu-server checks
+    no storage there), the start task fails with "storage 'local' is disabled" and the VM stays stopped; the
+    same snippet on an enabled storage starts."""
+    api = btrfs_api
+    api.run(
+        "POST",
+        "/nodes/pve/qemu",
+        vmid=370,
+        memory="1024",
+        scsi0="local-btrfs:4",
+        ide2="local-btrfs:cloudinit",
+        cicustom="vendor=local:snippets/gpulab-vendor.yaml",
+    )
+    st = api.run("POST", "/nodes/pve/qemu/370/status/start")
+    assert st["exitstatus"] == "storage 'local' is disabled"
+    assert api.data("GET", "/nodes/pve/qemu/370/status/current")["status"] == "stopped"
+    api.data("POST", "/nodes/pve/qemu/370/config", cicustom="vendor=local-btrfs:snippets/gpulab-vendor.yaml")
+    assert api.run("POST", "/nodes/pve/qemu/370/status/start")["exitstatus"] == "OK"
+    api.run("POST", "/nodes/pve/qemu/370/status/stop")

@@ -181,3 +181,69 @@ def test_pve_vzdump_archive_kept(api):
     )
     r = auditor.post("/nodes/pve/vzdump", vmid="321", storage="local")
     assert r.status_code == 403 and "Datastore.AllocateSpace" in r.text
+
+
+@pytest.fixture(scope="module")
+def storage_labs(tmp_path_factory):
+    """fixtures/pve8-storage.yml and fixtures/btrfs.yml, each in a lab of its own: name -> its token's Api."""
+    from labsim.fixture import resolve_fixture
+
+    labs, out = [], {}
+    for name in ("pve8-storage", "btrfs"):
+        root = tmp_path_factory.mktemp(name)
+        server, desc, thread = start_lab(root / "state", resolve_fixture(name))
+        labs.append((server, thread))
+        out[name] = InProcessPveSim(server, desc, root / "state").token_api()
+    yield out
+    for server, thread in labs:
+        stop_lab(server, thread)
+
+
+def test_pve_download_url_content_type(storage_labs):
+    api = storage_labs["pve8-storage"]
+    r = api.request(
+        "POST", "/nodes/pve/storage/local/download-url", content="import", filename="n.qcow2", url=NOBLE
+    )
+    assert r.status_code == 500
+    assert r.json()["message"] == "storage 'local' is not configured for content-type 'import'\n"
+    assert api.data("GET", "/nodes/pve/storage/local/content") == []
+    # the content it has is fine
+    st = api.wait(
+        api.data(
+            "POST",
+            "/nodes/pve/storage/local/download-url",
+            content="iso",
+            filename="u.iso",
+            url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
+        )
+    )
+    assert st["exitstatus"] == "OK"
+
+
+def test_pve_storage_disabled(storage_labs):
+    api = storage_labs["btrfs"]
+    listed = {s["storage"]: s for s in api.data("GET", "/nodes/pve/storage")}
+    assert (listed["local"]["enabled"], listed["local"]["active"]) == (0, 0)
+    assert listed["local"]["content"] == "iso,vztmpl,backup"
+    assert (listed["local-btrfs"]["enabled"], listed["local-btrfs"]["active"]) == (1, 1)
+    # a content filter (or enabled=1) leaves the disabled storage out
+    assert [s["storage"] for s in api.data("GET", "/nodes/pve/storage", content="iso")] == ["local-btrfs"]
+    assert [s["storage"] for s in api.data("GET", "/nodes/pve/storage", enabled=1)] == ["local-btrfs"]
+    r = api.request(
+        "POST",
+        "/nodes/pve/storage/local/download-url",
+        content="iso",
+        filename="u.iso",
+        url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
+    )
+    assert r.status_code == 500 and r.json()["message"] == "storage 'local' is disabled\n"
+    st = api.wait(
+        api.data(
+            "POST",
+            "/nodes/pve/storage/local-btrfs/download-url",
+            content="import",
+            filename="n.qcow2",
+            url=NOBLE,
+        )
+    )
+    assert st["exitstatus"] == "OK"

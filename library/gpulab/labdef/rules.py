@@ -28,6 +28,7 @@ from gpulab.labdef.catalogue import (
     NVIDIA_BRANCH_MAX,
     NVIDIA_BRANCH_MIN,
     OS_INSTALLS,
+    STORAGE_ID_RE,
     TOKEN_ID_RE,
     URL_RE,
     USER_RE,
@@ -102,6 +103,9 @@ DOWNLOAD_URL = matching(
     "give the whole http(s) URL, or leave the variable out for the role's default",
 )
 
+# An HTTP proxy that fetches https:// URLs itself (gpulab.downloads asks it in absolute form, in plain HTTP).
+PROXY_URL_RE = re.compile(r"^http://[^/\s:]+(:\d{1,5})?/?$")
+
 # variable -> its rules, checked in order; the first that fails is reported.
 RULES: dict[str, tuple[Rule, ...]] = {
     # --- the Proxmox API ---
@@ -125,6 +129,21 @@ RULES: dict[str, tuple[Rule, ...]] = {
             FINGERPRINT_RE,
             "not a SHA-256 fingerprint (32 hex bytes with colons)",
             "copy it from the node's Certificates page or `openssl x509 -fingerprint -sha256`",
+        ),
+    ),
+    "gpulab_snippet_storage": (
+        matching(
+            STORAGE_ID_RE,
+            "not a PVE storage ID",
+            "name a storage of the node (Datacenter > Storage), e.g. local or local-btrfs",
+        ),
+    ),
+    "gpulab_download_check_proxy": (
+        matching(
+            PROXY_URL_RE,
+            "not the http:// URL of a proxy (host and port; the check asks it in plain HTTP)",
+            "write it like http://proxy.example:3128, or leave it out (the environment's https_proxy)",
+            empty_ok=True,
         ),
     ),
     # --- what the run installs, and where it downloads it from ---

@@ -35,7 +35,8 @@ PRIVILEGES: dict[str, str] = {
     "VM.PowerMgmt": "start, shut down and restart the VMs",
     "Datastore.AllocateSpace": "allocate the VMs' disks",
     "Datastore.AllocateTemplate": "download-url: the OS image and ISO",
-    "Datastore.Audit": "list a storage's content (is the image there yet?)",
+    "Datastore.Audit": "list a storage's content (is the image there yet?) and, in preflight, each node's "
+    "storages with their content types and whether they are enabled (GET /nodes/{node}/storage)",
     "Sys.AccessNetwork": "download-url from the internet (instead of Sys.Modify on /)",
     "Sys.Audit": "node status, PCI devices and IOMMU groups, task logs",
     "SDN.Use": "attach a NIC to the bridge (vmbr0)",

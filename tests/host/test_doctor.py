@@ -169,7 +169,9 @@ def test_no_narrowing_where_the_iommu_maps_all_the_cpu_addresses(tmp_path):
 def test_the_reference_card_alone_as_the_boot_display_keeps_nomodeset(tmp_path):
     report = doctor.analyse(read(tmp_path, "reference", "pve"))
     [finding] = [f for f in report.node if f.check == "nomodeset"]
-    assert finding.level == "ok" and finding.text.startswith("stage host adds nomodeset: the passed-through card")
+    assert finding.level == "ok" and finding.text.startswith(
+        "stage host adds nomodeset: the passed-through card"
+    )
 
 
 def test_an_igpu_as_the_boot_display_is_named_and_keeps_its_driver(tmp_path):
@@ -178,7 +180,9 @@ def test_an_igpu_as_the_boot_display_is_named_and_keeps_its_driver(tmp_path):
     report = doctor.analyse(read(tmp_path, "igpu-boot-vga", "pve", state="stock"))
     [finding] = [f for f in report.node if f.check == "nomodeset"]
     assert finding.level == "ok", report.text()
-    assert "leaves out nomodeset: no passed-through card is the boot display (0000:00:02.0 is)" in finding.text
+    assert (
+        "leaves out nomodeset: no passed-through card is the boot display (0000:00:02.0 is)" in finding.text
+    )
     assert "pve_host_nomodeset: true would take the driver off 0000:00:02.0 (8086:9bc5, i915 holds it)" in (
         finding.text
     )
@@ -203,7 +207,9 @@ def test_nomodeset_decision_keeps_the_owners_choice_and_names_the_igpu():
     assert doctor.nomodeset_decision([igpu, card], ["0000:02:00"], "false")["on"] is False
     assert doctor.nomodeset_decision([igpu, card], ["0000:02:00"])["on"] is False
     # the card as the boot display with the iGPU still there: off, the iGPU can drive a screen
-    both = doctor.nomodeset_decision([{**igpu, "boot_vga": False}, {**card, "boot_vga": True}], ["02:00"], "auto")
+    both = doctor.nomodeset_decision(
+        [{**igpu, "boot_vga": False}, {**card, "boot_vga": True}], ["02:00"], "auto"
+    )
     assert both["on"] is False and "can drive the host's screen" in both["why"]
     # the card alone: on
     assert doctor.nomodeset_decision([{**card, "boot_vga": True}], ["0000:02:00"], "auto")["on"] is True
@@ -217,12 +223,18 @@ def test_a_stray_kernel_cmdline_on_a_grub_node_is_named(tmp_path):
     (root / "boot/grub").mkdir(parents=True)
     (root / "boot/grub/grub.cfg").write_text("# generated\n")
     env = {**os.environ, "GPULAB_SYSFS_ROOT": str(root)}
-    text = subprocess.run(["sh", "-c", doctor.SCRIPT], env=env, capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ["sh", "-c", doctor.SCRIPT], env=env, capture_output=True, text=True, check=True
+    ).stdout
     [finding] = [f for f in doctor.analyse(text).node if f.check == "boot loader"]
     assert finding.level == "warn"
-    assert "/etc/kernel/cmdline exists but no ESP is registered" in finding.text and "UEFI boot" in finding.text
+    assert (
+        "/etc/kernel/cmdline exists but no ESP is registered" in finding.text and "UEFI boot" in finding.text
+    )
     assert "remove the stray /etc/kernel/cmdline" in finding.fix
     (root / "etc/kernel/proxmox-boot-uuids").write_text("9A3B-1C2D\n")
-    text = subprocess.run(["sh", "-c", doctor.SCRIPT], env=env, capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ["sh", "-c", doctor.SCRIPT], env=env, capture_output=True, text=True, check=True
+    ).stdout
     [finding] = [f for f in doctor.analyse(text).node if f.check == "boot loader"]
     assert finding.level == "ok" and "proxmox-boot-tool keeps 1 ESP(s)" in finding.text

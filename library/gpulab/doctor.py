@@ -421,21 +421,19 @@ def _slot(value: str) -> str:
     return slot.rsplit(".", 1)[0] if re.search(r"\.[0-7]$", slot) else slot
 
 
-def _setting(value: object) -> bool | None:
-    """pve_host_nomodeset: True or False as the owner set it, None for auto."""
-    if isinstance(value, bool):
+def nomodeset_setting(value: object) -> bool | str | None:
+    """pve_host_nomodeset as stage host reads it: None for auto (unset too), True or False for the owner's choice,
+    the value itself (a string) when it is none of these (preflight refuses it)."""
+    if value is None or isinstance(value, bool):
         return value
     text = str(value).strip().lower()
-    return {
-        "true": True,
-        "yes": True,
-        "on": True,
-        "1": True,
-        "false": False,
-        "no": False,
-        "off": False,
-        "0": False,
-    }.get(text)
+    if text == "auto":
+        return None
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    return str(value)
 
 
 def _name(adapter: dict) -> str:
@@ -470,7 +468,7 @@ def nomodeset_decision(adapters: list[dict], slots: list[str], setting: object =
             others.append(_name(a))
     boot = [a for a in passed if a.get("boot_vga")]
     boot_elsewhere = [a.get("address") for a in adapters if a.get("boot_vga") and a not in passed]
-    forced = _setting(setting)
+    forced = nomodeset_setting(setting)
     lose = f"; {', '.join(others)} would lose its DRM driver under it (/dev/dri goes)" if others else ""
     if forced is True:
         return {"on": True, "why": f"pve_host_nomodeset is true (the owner's choice){lose}", "others": others}

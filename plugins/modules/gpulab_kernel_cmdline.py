@@ -56,7 +56,7 @@ options:
     description:
       - C(systemd-boot) edits O(cmdline_file); C(grub) edits O(grub_file).
       - C(auto) decides from what the node boots. With ESPs registered in O(boot_uuids_file) (what
-        C(proxmox-boot-tool init) writes), C(proxmox-boot-tool status) says how each is set up: one configured
+        C(proxmox-boot-tool init) writes), C(proxmox-boot-tool status) says how each is set up. One configured
         with C(uefi) means systemd-boot, C(grub) only means GRUB on the ESP (Secure Boot, legacy BIOS); when it
         tells nothing, a UEFI boot (O(efi_dir) exists) means systemd-boot and a legacy BIOS one GRUB, as
         C(proxmox-boot-tool init) installs them.

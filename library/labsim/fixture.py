@@ -159,7 +159,9 @@ def _read_fixture(src: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
                     f"lab fixture {src}: pci_set names {', '.join(sorted(set(changes) - known))}, not a device of "
                     f"node {node.get('name')!r}"
                 )
-            node["pci"] = [{**d, **(changes.get(str(d.get("id", "")).lower()) or {})} for d in node.get("pci") or []]
+            node["pci"] = [
+                {**d, **(changes.get(str(d.get("id", "")).lower()) or {})} for d in node.get("pci") or []
+            ]
         if isinstance(node, dict) and "pci_add" in node:
             node = dict(node)
             added = node.pop("pci_add") or []

@@ -350,7 +350,14 @@ def test_module_check_mode_and_diff_change_nothing(node):
     assert result["changed"] is True and result["boot_loader"] == "systemd-boot"
     assert result["diff"]["before"] == INSTALLER_LINE and result["diff"]["after"] == REFERENCE_LINE
     assert (node / "cmdline").read_text() == INSTALLER_LINE
-    assert sorted(p.name for p in node.iterdir()) == ["bin", "cmdline", "efi", "grub", "proc_cmdline", "uuids"]
+    assert sorted(p.name for p in node.iterdir()) == [
+        "bin",
+        "cmdline",
+        "efi",
+        "grub",
+        "proc_cmdline",
+        "uuids",
+    ]
 
 
 def test_module_writes_backup_and_is_idempotent(node):
@@ -472,7 +479,14 @@ def test_stray_kernel_cmdline_on_a_grub_node_is_refused_before_any_write(node):
     assert f"the node boots GRUB ({node / 'grub.cfg'} exists" in msg and "on a UEFI boot" in msg
     assert f"remove the stray {node / 'cmdline'}" in msg and "proxmox-boot-tool init <ESP partition>" in msg
     assert (node / "cmdline").read_text() == INSTALLER_LINE and (node / "grub").read_text() == GRUB_DEFAULT
-    assert sorted(p.name for p in node.iterdir()) == ["bin", "cmdline", "efi", "grub", "grub.cfg", "proc_cmdline"]
+    assert sorted(p.name for p in node.iterdir()) == [
+        "bin",
+        "cmdline",
+        "efi",
+        "grub",
+        "grub.cfg",
+        "proc_cmdline",
+    ]
 
 
 def test_stray_kernel_cmdline_is_left_alone_when_the_owner_names_grub(node):

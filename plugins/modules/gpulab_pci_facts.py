@@ -161,7 +161,9 @@ ansible_facts:
           type: str
           sample: /proc/modules
         slots:
-          description: Per requested slot, its functions and what shares their IOMMU groups.
+          description: >-
+            Per requested slot, its functions and what shares their IOMMU groups; C(builtin_drivers) names the
+            functions on a built-in driver (with its module), C(display_functions) the display controllers.
           type: dict
           sample:
             "0000:02:00":
@@ -170,6 +172,8 @@ ansible_facts:
               functions: ["0000:02:00.0", "0000:02:00.1"]
               vendor_devices: ["10de:2204", "10de:1aef"]
               drivers: {"0000:02:00.0": vfio-pci, "0000:02:00.1": vfio-pci}
+              builtin_drivers: {}
+              display_functions: ["0000:02:00.0"]
               modules: [nvidiafb, nouveau, nova_core, snd_hda_intel]
               iommu_groups: [13]
               other_devices: []

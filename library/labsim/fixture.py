@@ -33,7 +33,8 @@ Keys (see fixtures/reference.yml, the default):
   ``pci_set`` (a mapping of a device's ``id`` to the keys laid over it; fixtures/igpu-boot-vga.yml moves
   ``boot_vga`` so). A node's ``kernel_builtin`` lists the modules built into its kernel (its
   ``modules.builtin``, e.g. ``[xhci_pci]``: fixtures/turing-usbc.yml): their drivers bind at boot before any
-  module loads (labsim.sysfs_tree.boot_drivers).
+  module loads (labsim.sysfs_tree.boot_drivers). These two and ``grub-stray-cmdline`` (a GRUB node with a leftover
+  /etc/kernel/cmdline in ``seed.node.files``) are the hardware as users have it (issue 43).
 - ``cluster`` (optional): ``name`` of the PVE cluster the nodes form (GET /cluster/status); a fixture with
   several nodes is a cluster (named ``lab`` when no name is given), one node with no name is a lone node.
 - ``seed`` (optional): the lab as its user built it before gpulab ran (fixtures/homelab.yml;
@@ -43,8 +44,7 @@ Keys (see fixtures/reference.yml, the default):
 
 ``--fixture`` takes a path or the name of a fixture in ``fixtures/`` (``reference``, ``homelab``,
 ``homelab-blacklisted``, ``homelab-running``, ``cluster``, ``two-gpus``, and one per card case: ``gtx1080``,
-``rtx2080``, ``rtx5090``, ``rtx5090-narrow-iommu``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``, and the
-hardware as users have it: ``igpu-boot-vga``, ``turing-usbc``, ``grub-stray-cmdline``): :func:`resolve_fixture`.
+``rtx2080``, ``rtx5090``, ``rtx5090-narrow-iommu``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``): :func:`resolve_fixture`.
 """
 
 from __future__ import annotations

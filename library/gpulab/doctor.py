@@ -50,6 +50,20 @@ echo "== iomem"; grep -i -e bootfb -e efifb -e simple "$R/proc/iomem" 2>/dev/nul
 echo "== dpkg"
 awk '/^Package: /{p=$2} /^Version: /{if (p=="qemu-server"||p=="pve-manager"||p=="proxmox-ve") print p, $2}' \
   "$R/var/lib/dpkg/status" 2>/dev/null
+echo "== display"
+for d in "$R"/sys/bus/pci/devices/*; do
+  c=$(cat "$d/class" 2>/dev/null); case "$c" in 0x03*) ;; *) continue ;; esac
+  drv=$(readlink "$d/driver" 2>/dev/null)
+  printf 'display %s %s:%s %s %s %s\n' "${d##*/}" "$(cat "$d/vendor")" "$(cat "$d/device")" "$c" \
+    "$(cat "$d/boot_vga" 2>/dev/null || echo -)" "${drv##*/}"
+done
+echo "== boot"
+if [ -d "$R/etc" ]; then
+  for f in etc/kernel/cmdline etc/kernel/proxmox-boot-uuids boot/grub/grub.cfg sys/firmware/efi; do
+    [ -e "$R/$f" ] && printf 'boot /%s\n' "$f"
+  done
+  grep -c -E '^[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}$' "$R/etc/kernel/proxmox-boot-uuids" 2>/dev/null | sed 's/^/esps /'
+fi
 echo "== devices"
 for d in "$R"/sys/bus/pci/devices/*; do
   [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue
@@ -101,6 +115,12 @@ FIXES = {
     "cpu-host": "vm_cpu: host (its address width is the host CPU's); a qemu64/kvm64 CPU model needs +pdpe1gb, or "
     "OVMF caps the guest at 40 bits (qemu-server 9.1.7's warning)",
 }
+
+
+#: The modules of an NVIDIA display function (kept off by stage host's blacklist, whatever nomodeset says).
+NVIDIA_MODULES = ("nouveau", "nvidia", "nova_core", "nova_drm", "nova", "nvidiafb", "nvidia_drm")
+#: The DRM driver of another vendor's display adapter, for a read without the modules' aliases (the doctor's).
+DRM_BY_VENDOR = {"8086": "i915", "1002": "amdgpu", "1a03": "ast", "102b": "mgag200"}
 
 
 @dataclass(frozen=True)
@@ -188,6 +208,79 @@ def _iommu_bits(caps: list[str]) -> int | None:
     return min(widths) if widths else None
 
 
+def display_adapters(lines: list[str]) -> list[dict]:
+    """The read's `display` lines as gpulab_pci_facts' display_adapters (modules guessed by vendor)."""
+    out = []
+    for line in lines:
+        words = line.split()
+        if words[0] != "display" or len(words) < 5:
+            continue
+        vendor, _sep, device = words[2].partition(":")
+        vendor, device = vendor.removeprefix("0x"), device.removeprefix("0x")
+        guess = "nouveau" if vendor == "10de" else DRM_BY_VENDOR.get(vendor)
+        out.append(
+            {
+                "address": words[1],
+                "vendor_device": f"{vendor}:{device}",
+                "class": words[3],
+                "boot_vga": words[4] == "1",
+                "driver": words[5] if len(words) > 5 else None,
+                "modules": [guess] if guess else [],
+            }
+        )
+    return out
+
+
+def _display_findings(lines: list[str], cmdline: str) -> list[Finding]:
+    """What stage host does about nomodeset on its own (auto), and what forcing it would cost: the NVIDIA
+    cards count as passed through (the doctor does not read the inventory)."""
+    adapters = display_adapters(lines)
+    if not adapters:
+        return []
+    nvidia_slots = [a["address"] for a in adapters if a["vendor_device"].startswith("10de:")]
+    decision = nomodeset_decision(adapters, nvidia_slots)
+    text = f"stage host {'adds' if decision['on'] else 'leaves out'} nomodeset: {decision['why']}"
+    if decision["others"] and not decision["on"]:
+        text += f"; pve_host_nomodeset: true would take the driver off {', '.join(decision['others'])}"
+    out = [Finding(OK, "nomodeset", text)]
+    running = any(w.split("=", 1)[0].startswith("nomodeset") for w in cmdline.split())
+    idle = [
+        a for a in adapters if not a["vendor_device"].startswith("10de:") and not a["driver"] and a["modules"]
+    ]
+    if running and idle:
+        names = ", ".join(f"{a['address']} ({a['vendor_device']}, {a['modules'][0]})" for a in idle)
+        why = f"nomodeset is on the running command line and keeps {names} off its driver (no /dev/dri)"
+        fix = (
+            "let stage host decide (pve_host_nomodeset: auto, the default) and run it, or take nomodeset off the "
+            "kernel command line yourself, refresh the boot loader and reboot"
+        )
+        out.append(Finding(WARN, "nomodeset", why, fix))
+    return out
+
+
+def _boot_findings(lines: list[str]) -> list[Finding]:
+    """The boot loader the node boots, and a leftover /etc/kernel/cmdline nothing reads (stage host refuses it)."""
+    present = {line.split(None, 1)[1] for line in lines if line.startswith("boot ")}
+    esps = next((int(line.split()[1]) for line in lines if line.startswith("esps ")), 0)
+    if not lines:
+        return []  # a read of a hardware view without the node's /etc (stage host's own read)
+    efi = "UEFI" if "/sys/firmware/efi" in present else "legacy BIOS"
+    if esps:
+        return [Finding(OK, "boot loader", f"proxmox-boot-tool keeps {esps} ESP(s) ({efi} boot)")]
+    if "/etc/kernel/cmdline" in present:
+        why = (
+            "/etc/kernel/cmdline exists but no ESP is registered with proxmox-boot-tool (/etc/kernel/proxmox-boot-uuids "
+            f"{'lists none' if '/etc/kernel/proxmox-boot-uuids' in present else 'does not exist'}): the node boots GRUB "
+            f"({efi} boot) and nothing reads that file; stage host stops before any write"
+        )
+        fix = (
+            "remove the stray /etc/kernel/cmdline (GRUB takes its parameters from /etc/default/grub), or run "
+            "`proxmox-boot-tool init <ESP partition>` if the node should boot systemd-boot"
+        )
+        return [Finding(WARN, "boot loader", why, fix)]
+    return [Finding(OK, "boot loader", f"GRUB from /boot/grub/grub.cfg ({efi} boot, no ESP registered)")]
+
+
 def analyse(text: str) -> Report:
     s = _sections(text)
     node: list[Finding] = []
@@ -226,6 +319,8 @@ def analyse(text: str) -> Report:
     if fb_holder is None and any("bootfb" in x.lower() for x in s.get("iomem", [])):
         fb_holder = "BOOTFB (firmware framebuffer)"
 
+    node += _display_findings(s.get("display", []), cmdline)
+    node += _boot_findings(s.get("boot", []))
     devs: dict[str, list[str]] = {}
     bars: dict[str, list[int]] = {}
     members: dict[str, list[tuple[str, str, str]]] = {}
@@ -318,6 +413,83 @@ def analyse(text: str) -> Report:
         elif big:
             f.append(Finding(OK, "BAR size", f"largest BAR {big >> 20} MiB fits OVMF's default window"))
     return Report(node, cards, qemu_server, cpu_bits, iommu_bits)
+
+
+def _slot(value: str) -> str:
+    slot = str(value).strip().lower()
+    slot = "0000:" + slot if re.match(r"^[0-9a-f]{2}:[0-9a-f]{2}", slot) else slot
+    return slot.rsplit(".", 1)[0] if re.search(r"\.[0-7]$", slot) else slot
+
+
+def nomodeset_setting(value: object) -> bool | str | None:
+    """pve_host_nomodeset as stage host reads it: None for auto (unset too), True or False for the owner's choice,
+    the value itself (a string) when it is none of these (preflight refuses it)."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text == "auto":
+        return None
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    return str(value)
+
+
+def _name(adapter: dict) -> str:
+    drivers = [adapter.get("driver")] if adapter.get("driver") else list(adapter.get("modules") or [])
+    held = (
+        f"{adapter.get('driver')} holds it"
+        if adapter.get("driver")
+        else f"driver {', '.join(drivers) or '?'}"
+    )
+    return f"{adapter.get('address')} ({adapter.get('vendor_device')}, {held})"
+
+
+def nomodeset_decision(adapters: list[dict], slots: list[str], setting: object = "auto") -> dict:
+    """Whether stage host puts `nomodeset` on the kernel command line, and why.
+
+    ``adapters``: the node's display controllers (class 0x03xx) as {address, vendor_device, boot_vga, driver,
+    modules} (gpulab_pci_facts' display_adapters); ``slots``: the passed-through cards (pve_gpus[].pci);
+    ``setting``: pve_host_nomodeset (auto, or the owner's true/false, which stays). `nomodeset` makes every
+    DRM driver refuse to load (Linux drivers/video/nomodeset.c video_firmware_drivers_only(); i915's
+    i915_check_nomodeset, amdgpu and xe alike), so on auto it is on only when a passed-through card is the
+    boot display and no other display adapter could drive a screen; elsewhere blacklisting the NVIDIA
+    drivers keeps them off the card. Returns {on, why, others}: ``others`` names the adapters that lose their
+    driver under nomodeset."""
+    wanted = {_slot(s) for s in slots}
+    passed = [a for a in adapters if _slot(a.get("address", "")) in wanted]
+    others = []
+    for a in adapters:
+        if _slot(a.get("address", "")) in wanted:
+            continue
+        usable = [d for d in [a.get("driver"), *(a.get("modules") or [])] if d and d not in NVIDIA_MODULES]
+        if usable:
+            others.append(_name(a))
+    boot = [a for a in passed if a.get("boot_vga")]
+    boot_elsewhere = [a.get("address") for a in adapters if a.get("boot_vga") and a not in passed]
+    forced = nomodeset_setting(setting)
+    lose = f"; {', '.join(others)} would lose its DRM driver under it (/dev/dri goes)" if others else ""
+    if forced is True:
+        return {"on": True, "why": f"pve_host_nomodeset is true (the owner's choice){lose}", "others": others}
+    if forced is False:
+        return {"on": False, "why": "pve_host_nomodeset is false (the owner's choice)", "others": others}
+    if boot and not others:
+        why = (
+            f"the passed-through card {_slot(boot[0]['address'])} is the host's boot display and no other display "
+            "adapter could drive a screen: nomodeset keeps every DRM driver off it, the firmware framebuffer stays"
+        )
+        return {"on": True, "why": why, "others": others}
+    if boot:
+        why = (
+            f"the passed-through card {_slot(boot[0]['address'])} is the boot display, but {', '.join(others)} can "
+            "drive the host's screen; nomodeset would take that driver away, so the NVIDIA drivers are only "
+            "blacklisted"
+        )
+    else:
+        shown = f" ({', '.join(boot_elsewhere)} is)" if boot_elsewhere else ""
+        why = f"no passed-through card is the boot display{shown}: blacklisting the NVIDIA drivers is enough{lose}"
+    return {"on": False, "why": why, "others": others}
 
 
 def large_bar_cards(report: Report) -> list[str]:

@@ -285,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         help="lab fixture: a YAML file or a name in labsim/fixtures (reference, the default; homelab: "
         "the user's lab before gpulab ran; homelab-blacklisted: the same with the GPU blacklist on "
         "the node's kernel command line; homelab-running: the user's lab as it runs, behind its Huawei ONT; cluster: the reference node and a second PC with an RTX 4090, "
-        "each a node host of its own; two-gpus: the reference node with an RTX 3060 next to its RTX 3090)",
+        "each a node host of its own; two-gpus: the reference node with an RTX 3060 next to its RTX 3090; "
+        "igpu-boot-vga: the reference node with its Intel UHD 630 iGPU on i915 as the boot display; "
+        "turing-usbc: an RTX 2080 with its USB-C functions, xhci_pci built into the kernel; "
+        "grub-stray-cmdline: a GRUB node with a leftover /etc/kernel/cmdline and no ESP registered)",
     )
     parser.add_argument(
         "--api-only",

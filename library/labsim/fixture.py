@@ -30,7 +30,12 @@ Keys (see fixtures/reference.yml, the default):
   of ``nodes`` may name ``extends: NODE`` too: that node of the fixture it builds on, with the entry's keys
   merged over it (fixtures/cluster.yml keeps the reference node so). Such an entry may add PCI devices
   to that node's ``pci`` with ``pci_add`` (same items; the list is kept in address order) instead of
-  repeating the whole list (fixtures/two-gpus.yml adds a second card so).
+  repeating the whole list (fixtures/two-gpus.yml adds a second card so), and change keys of its devices with
+  ``pci_set`` (a mapping of a device's ``id`` to the keys laid over it; fixtures/igpu-boot-vga.yml moves
+  ``boot_vga`` so). A node's ``kernel_builtin`` lists the modules built into its kernel (its
+  ``modules.builtin``, e.g. ``[xhci_pci]``: fixtures/turing-usbc.yml): their drivers bind at boot before any
+  module loads (labsim.sysfs_tree.boot_drivers). These two and ``grub-stray-cmdline`` (a GRUB node with a leftover
+  /etc/kernel/cmdline in ``seed.node.files``) are the hardware as users have it (issue 43).
 - ``cluster`` (optional): ``name`` of the PVE cluster the nodes form (GET /cluster/status); a fixture with
   several nodes is a cluster (named ``lab`` when no name is given), one node with no name is a lone node.
 - ``seed`` (optional): the lab as its user built it before gpulab ran (fixtures/homelab.yml;
@@ -147,6 +152,18 @@ def _read_fixture(src: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
                     f"lab fixture {src}: a node extends node {name!r}, which is not one of {known}"
                 )
             node = _merge(base_nodes[name], node)
+        if isinstance(node, dict) and "pci_set" in node:
+            node = dict(node)
+            changes = {str(k).lower(): v for k, v in (node.pop("pci_set") or {}).items()}
+            known = {str(d.get("id", "")).lower() for d in node.get("pci") or []}
+            if set(changes) - known:
+                raise FixtureError(
+                    f"lab fixture {src}: pci_set names {', '.join(sorted(set(changes) - known))}, not a device of "
+                    f"node {node.get('name')!r}"
+                )
+            node["pci"] = [
+                {**d, **(changes.get(str(d.get("id", "")).lower()) or {})} for d in node.get("pci") or []
+            ]
         if isinstance(node, dict) and "pci_add" in node:
             node = dict(node)
             added = node.pop("pci_add") or []

@@ -250,6 +250,8 @@ def build_tree(
     pci: list[dict] | None = None,
     card_states: dict[str, str] | None = None,
     hardware: dict | None = None,
+    bindings: dict[str, str | None] | None = None,
+    builtin: list[str] | None = None,
 ) -> Tree:
     """The tree for `state`, with the test variants applied.
 
@@ -260,10 +262,13 @@ def build_tree(
     `cmdline`: the running kernel command line for /proc/cmdline (a newline is added when missing).
     `hardware`: a fixture node's ``hardware`` (:func:`hardware_files`: interrupt remapping, address widths, the
     boot framebuffer), always applied with its defaults.
+    `bindings`: with `pci`, the driver each card function reached at boot (:func:`boot_drivers`), over its
+    card state's default. `builtin`: modules built into the kernel (``modules.builtin``; a fixture node's
+    ``kernel_builtin``).
     """
     tree = _base_tree(state)
     if pci:
-        tree = node_pci_tree(tree, state, pci, card_states)
+        tree = node_pci_tree(tree, state, pci, card_states, bindings, builtin, cmdline)
     else:
         tree.update(REFERENCE_RESET)
     tree.update(hardware_files(hardware or {}, iommu))
@@ -278,7 +283,8 @@ def build_tree(
 
 def materialise(root: Path, state: str, **variants: Any) -> Path:
     """Write the tree for `state` under `root` (replacing an earlier one there) and return `root`;
-    `variants` are build_tree's keywords (iommu, share_group_with, cmdline, pci, card_states, hardware).
+    `variants` are build_tree's keywords (iommu, share_group_with, cmdline, pci, card_states, hardware,
+    bindings, builtin).
 
     `root/sys`, `root/proc` and `root/lib/modules` are removed first, so calling it again at each
     simulated boot leaves exactly the new state. `root` must not be the machine's own root.
@@ -330,6 +336,30 @@ GPU_STATE_DRIVERS = {
     "blacklisted": (None, "snd_hda_intel"),
     "vfio": ("vfio-pci", "vfio-pci"),
 }
+#: The DRM driver of another vendor's display controller (an iGPU beside the card): Intel's i915 (its xe only
+#: from Lunar Lake on), AMD's amdgpu.
+DISPLAY_DRIVERS = {"8086": "i915", "1002": "amdgpu"}
+#: The module a driver's name comes from where they differ (drivers/usb/host/xhci-pci.c registers "xhci_hcd",
+#: drivers/i2c/busses/i2c-nvidia-gpu.c "nvidia-gpu", drivers/vfio/pci/vfio_pci.c "vfio-pci").
+DRIVER_MODULES = {"xhci_hcd": "xhci_pci", "nvidia-gpu": "i2c_nvidia_gpu", "vfio-pci": "vfio_pci"}
+MODULE_DRIVERS = {module: driver for driver, module in DRIVER_MODULES.items()}
+#: Where these modules sit under /lib/modules/<release> (modules.builtin lists the paths of built-in ones).
+MODULE_PATHS = {
+    "xhci_pci": "kernel/drivers/usb/host/xhci-pci.ko",
+    "xhci_hcd": "kernel/drivers/usb/host/xhci-hcd.ko",
+    "i2c_nvidia_gpu": "kernel/drivers/i2c/busses/i2c-nvidia-gpu.ko",
+    "i915": "kernel/drivers/gpu/drm/i915/i915.ko",
+    "amdgpu": "kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko",
+}
+#: Aliases the recorded modules.alias lacks, from each driver's id table at v6.17 (constructed):
+#: xhci-pci.c PCI_DEVICE_CLASS(PCI_CLASS_SERIAL_USB_XHCI, ~0); i2c-nvidia-gpu.c NVIDIA with class
+#: PCI_CLASS_SERIAL_UNKNOWN (the Turing cards' UCSI function); i915_pciids.h INTEL_VGA_DEVICE for the Comet Lake
+#: UHD 630 (0x9bc5, class mask on the base class only).
+MORE_ALIASES = (
+    ("pci:v*d*sv*sd*bc0Csc03i30*", "xhci_pci"),
+    ("pci:v000010DEd*sv*sd*bc0Csc80i*", "i2c_nvidia_gpu"),
+    ("pci:v00008086d00009BC5sv*sd*bc03sc*i*", "i915"),
+)
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _PCI_PREFIXES = ("/sys/devices/pci0000:00/", "/sys/bus/pci/devices/", "/sys/kernel/iommu_groups/")
 
@@ -373,13 +403,27 @@ def _config_space(vendor: int, device: int, cls: int, sub_vendor: int, sub_devic
     return head + b"\0" * (256 - len(head))
 
 
-def node_pci_tree(tree: Tree, state: str, pci: list[dict], card_states: dict[str, str] | None = None) -> Tree:
+def node_pci_tree(
+    tree: Tree,
+    state: str,
+    pci: list[dict],
+    card_states: dict[str, str] | None = None,
+    bindings: dict[str, str | None] | None = None,
+    builtin: list[str] | None = None,
+    cmdline: str | None = None,
+) -> Tree:
     """`tree` with its PCI devices, IOMMU groups and driver bindings replaced by those of ``pci`` (a fixture
     node's list: ``id``, ``class``, ``vendor``, ``device``, ``subsystem_vendor``, ``subsystem_device``,
     ``iommugroup``, ``boot_vga``), every device directly on the root bus. Each NVIDIA card
     (:func:`gpu_cards_of`) binds the drivers of its own state (``card_states``, by the card's first
     address; ``state`` for a card it does not name); other devices their class's driver
-    (:data:`CLASS_DRIVERS`) where the reference tree has it."""
+    (:data:`CLASS_DRIVERS`) where the reference tree has it, a display controller of another vendor its DRM
+    driver (:data:`DISPLAY_DRIVERS`) unless ``nomodeset`` is on ``cmdline``. ``bindings`` (a function's driver
+    after the boot, :func:`boot_drivers`) overrides a card function's; ``builtin`` lists the modules built into
+    the kernel (``modules.builtin``, their aliases in ``modules.builtin.alias``); a loaded module's driver is
+    in ``/proc/modules``."""
+    builtin_set = {_norm(m) for m in builtin or []}
+    kms_off = nomodeset_on(cmdline or "")
     group_type = tree.get("/sys/kernel/iommu_groups/0/type", Entry("file", b"DMA-FQ\n"))
     out: Tree = {}
     for path, entry in tree.items():
@@ -406,9 +450,16 @@ def node_pci_tree(tree: Tree, state: str, pci: list[dict], card_states: dict[str
         if addr in card_of:
             card_state, is_display = card_of[addr]
             driver = GPU_STATE_DRIVERS[card_state][0 if is_display else 1]
+            if bindings and addr in bindings:
+                driver = bindings[addr]
             if driver and driver not in drivers:  # a card in another state than the node's first one
-                for name in sorted(_WRITE_ONLY):
-                    out[f"/sys/bus/pci/drivers/{driver}/{name}"] = Entry("file", b"")
+                _add_driver(out, driver)
+                drivers.add(driver)
+        elif cls >> 16 == 0x03 and f"{vendor:04x}" in DISPLAY_DRIVERS:
+            # drivers/video/nomodeset.c: every DRM driver refuses to load under nomodeset (i915_check_nomodeset)
+            driver = None if kms_off else DISPLAY_DRIVERS[f"{vendor:04x}"]
+            if driver and driver not in drivers:
+                _add_driver(out, driver)
                 drivers.add(driver)
         else:
             driver = CLASS_DRIVERS.get(f"0x{cls >> 8:04x}")
@@ -455,7 +506,45 @@ def node_pci_tree(tree: Tree, state: str, pci: list[dict], card_states: dict[str
                 "symlink", f"../../../../devices/pci0000:00/{addr}"
             )
             out[f"/sys/kernel/iommu_groups/{group}/type"] = group_type
+    _module_files(out, builtin_set)
     return out
+
+
+def _add_driver(out: Tree, driver: str) -> None:
+    """A PCI driver's directory: its write-only files and its `module` link into /sys/module."""
+    for name in sorted(_WRITE_ONLY):
+        out[f"/sys/bus/pci/drivers/{driver}/{name}"] = Entry("file", b"")
+    module = DRIVER_MODULES.get(driver, driver.replace("-", "_"))
+    out[f"/sys/bus/pci/drivers/{driver}/module"] = Entry("symlink", f"../../../../module/{module}")
+    out.setdefault(f"/sys/module/{module}/", Entry("dir"))
+
+
+def _module_files(out: Tree, builtin: set[str]) -> None:
+    """modules.builtin and the aliases of the modules :data:`MORE_ALIASES` adds (built-in ones in
+    modules.builtin.alias, as depmod splits them), and a /proc/modules line for each loaded module a PCI driver
+    of the tree comes from."""
+    moddir = f"/lib/modules/{KERNEL_RELEASE}"
+    paths = [MODULE_PATHS.get(m, f"kernel/{m}.ko") for m in sorted(builtin)]
+    out[f"{moddir}/modules.builtin"] = Entry("file", "".join(f"{p}\n" for p in paths).encode())
+    alias = out[f"{moddir}/modules.alias"].data
+    assert isinstance(alias, bytes)
+    extra = "".join(f"alias {pat} {mod}\n" for pat, mod in MORE_ALIASES if mod not in builtin)
+    out[f"{moddir}/modules.alias"] = Entry("file", alias + extra.encode())
+    inside = "".join(f"alias {pat} {mod}\n" for pat, mod in MORE_ALIASES if mod in builtin)
+    out[f"{moddir}/modules.builtin.alias"] = Entry("file", inside.encode())
+    proc = out["/proc/modules"].data
+    assert isinstance(proc, bytes)
+    loaded = {line.split()[0] for line in proc.decode().splitlines() if line.split()}
+    bound = {
+        str(e.data).rsplit("/", 1)[-1]
+        for p, e in out.items()
+        if p.startswith("/sys/devices/pci0000:00/") and p.endswith("/driver") and e.kind == "symlink"
+    }
+    for driver in sorted(bound):
+        module = DRIVER_MODULES.get(driver, driver.replace("-", "_"))
+        if module in MODULE_PATHS and module not in builtin and module not in loaded:
+            proc += f"{module} 16384 0 - Live 0x0000000000000000\n".encode()
+    out["/proc/modules"] = Entry("file", proc)
 
 
 _SIZE = re.compile(r"^(\d+)([KMGT]?)$")
@@ -599,11 +688,95 @@ def _vfio_ids(options: list[str]) -> set[str]:
     return ids
 
 
+def nomodeset_on(cmdline: str) -> bool:
+    """Whether the kernel reads ``nomodeset`` from this command line: the kernel matches a __setup() name as a
+    prefix of the word and ignores the rest, so nomodeset=0 is nomodeset too (init/main.c obsolete_checksetup,
+    drivers/video/nomodeset.c)."""
+    return any(_norm(word.partition("=")[0]).startswith("nomodeset") for word in split_cmdline(cmdline))
+
+
+def _function_modules(cls: str | None, display: bool) -> list[str]:
+    """The modules that could bind a card function at boot, in modules.order: by its class where the node's
+    list gives it (xHCI 0x0c03, the UCSI function 0x0c80), else the display's or the HD audio's."""
+    if display:
+        return ["nvidiafb", "nouveau", "nova_core"]
+    code = str(cls or "").lower()
+    if code.startswith("0x0c03"):
+        return ["xhci_pci"]
+    if code.startswith("0x0c80"):
+        return ["i2c_nvidia_gpu"]
+    return ["snd_hda_intel"]
+
+
+def boot_drivers(
+    cmdline: str,
+    modprobe_d: dict[str, str],
+    modules_load: str = "",
+    gpu_functions: dict[str, str] | None = None,
+    classes: dict[str, str] | None = None,
+    builtin: list[str] | None = None,
+) -> dict[str, str | None]:
+    """The driver each function of the card holds after a boot (None: no driver); see :func:`boot_state`.
+
+    `classes` ({address: "0x0c0330"}) picks each non-display function's candidate modules
+    (:func:`_function_modules`); `builtin` lists the modules built into the kernel: a built-in driver registers
+    at its initcall, before the initramfs loads any module, so it binds its function whatever modprobe.d,
+    ``modprobe.blacklist=`` or a softdep say (kmod applies them to loadable modules only), and vfio-pci, a
+    module, cannot take the function from it at boot.
+    """
+    functions = gpu_functions or GPU_FUNCTIONS
+    display, *others = sorted(functions)
+    inside = {_norm(m) for m in builtin or []}
+    cfg = _parse_modprobe_d(modprobe_d)
+    kernel_blacklist: set[str] = set()
+    nomodeset = nomodeset_on(cmdline)
+    for word in split_cmdline(cmdline):
+        name, _sep, value = word.partition("=")
+        value = value.strip('"')
+        if name in ("modprobe.blacklist", "module_blacklist"):
+            kernel_blacklist.update(_norm(m) for m in value.split(",") if m.strip())
+        elif name in ("vfio-pci.ids", "vfio_pci.ids"):
+            cfg.options.setdefault("vfio_pci", []).append(f"ids={value}")
+
+    def kept_off(module: str) -> bool:
+        module = _norm(module)
+        if nomodeset and module in ("nouveau", "nvidiafb"):
+            return True
+        if module in inside:
+            return False
+        return module in cfg.blacklist or module in kernel_blacklist or module in cfg.blocked
+
+    candidates = {
+        address: _function_modules((classes or {}).get(address), address == display) for address in functions
+    }
+    # Modules that load at boot through some device's alias (snd_hda_intel also drives the board audio).
+    loading = {m for mods in candidates.values() for m in mods if not kept_off(m) and m not in inside}
+    listed = {_norm(line.split()[0]) for line in modules_load.splitlines() if line.split() and line[0] != "#"}
+    vfio_loads = not kept_off("vfio_pci") and (
+        "vfio_pci" in listed or any("vfio_pci" in cfg.softdep_pre.get(m, []) for m in loading)
+    )
+    ids = _vfio_ids(cfg.options.get("vfio_pci", []))
+
+    def driver_of(address: str) -> str | None:
+        native = [m for m in candidates[address] if not kept_off(m)]
+        held = [m for m in native if m in inside]
+        if held:
+            return MODULE_DRIVERS.get(held[0], held[0])
+        wins = not native or any("vfio_pci" in cfg.softdep_pre.get(m, []) for m in native)
+        if vfio_loads and functions[address] in ids and wins:
+            return "vfio-pci"
+        return MODULE_DRIVERS.get(native[0], native[0]) if native else None
+
+    return {address: driver_of(address) for address in [display, *others]}
+
+
 def boot_state(
     cmdline: str,
     modprobe_d: dict[str, str],
     modules_load: str = "",
     gpu_functions: dict[str, str] | None = None,
+    classes: dict[str, str] | None = None,
+    builtin: list[str] | None = None,
 ) -> str:
     """Which state ("stock", "blacklisted" or "vfio") the node reaches when it boots.
 
@@ -620,54 +793,20 @@ def boot_state(
       <mod> pre: vfio-pci` of a module that does load) and its `ids=` (modprobe.d `options vfio-pci` or
       `vfio-pci.ids=` on the command line) name the function's vendor:device; it wins over a host driver
       that is not kept off only through that driver's own softdep (otherwise the host driver, loaded
-      from the initramfs, binds first).
-    The result is "vfio" when vfio-pci holds both functions; "stock" when a host driver holds 02:00.0;
-    otherwise "blacklisted" (02:00.0 on no driver).
+      from the initramfs, binds first);
+    - a driver built into the kernel (`builtin`) keeps its function (:func:`boot_drivers`).
+    The result is "vfio" when vfio-pci holds the display function and every other function is on vfio-pci or
+    on a built-in driver (Proxmox VE rebinds those when the VM starts); "stock" when a host driver holds the
+    display function; otherwise "blacklisted" (the display function on no driver).
     `gpu_functions` ({address: vendor:device}, one of :func:`gpu_cards_of`): another node's card instead of
-    the reference's 02:00 (its first function is the display controller, the others its audio).
+    the reference's 02:00 (its first function is the display controller, the others its audio, or by
+    `classes` its USB functions).
     """
-    functions = gpu_functions or GPU_FUNCTIONS
-    display, *others = sorted(functions)
-    cfg = _parse_modprobe_d(modprobe_d)
-    words = split_cmdline(cmdline)
-    kernel_blacklist: set[str] = set()
-    nomodeset = False
-    for word in words:
-        name, _sep, value = word.partition("=")
-        value = value.strip('"')
-        if name in ("modprobe.blacklist", "module_blacklist"):
-            kernel_blacklist.update(_norm(m) for m in value.split(",") if m.strip())
-        elif _norm(name).startswith("nomodeset"):
-            # the kernel matches a __setup() name as a prefix of the word and ignores the rest: nomodeset=0
-            # is nomodeset too (init/main.c obsolete_checksetup, drivers/video/nomodeset.c)
-            nomodeset = True
-        elif name in ("vfio-pci.ids", "vfio_pci.ids"):
-            cfg.options.setdefault("vfio_pci", []).append(f"ids={value}")
-
-    def kept_off(module: str) -> bool:
-        module = _norm(module)
-        if module in cfg.blacklist or module in kernel_blacklist or module in cfg.blocked:
-            return True
-        return nomodeset and module in ("nouveau", "nvidiafb")
-
-    candidates = {display: ["nvidiafb", "nouveau", "nova_core"], **{a: ["snd_hda_intel"] for a in others}}
-    # Modules that load at boot through some device's alias (snd_hda_intel also drives the board audio).
-    loading = {m for mods in candidates.values() for m in mods if not kept_off(m)}
-    listed = {_norm(line.split()[0]) for line in modules_load.splitlines() if line.split() and line[0] != "#"}
-    vfio_loads = not kept_off("vfio_pci") and (
-        "vfio_pci" in listed or any("vfio_pci" in cfg.softdep_pre.get(m, []) for m in loading)
-    )
-    ids = _vfio_ids(cfg.options.get("vfio_pci", []))
-
-    def driver_of(address: str) -> str | None:
-        native = [m for m in candidates[address] if not kept_off(m)]
-        wins = not native or any("vfio_pci" in cfg.softdep_pre.get(m, []) for m in native)
-        if vfio_loads and functions[address] in ids and wins:
-            return "vfio-pci"
-        return native[0] if native else None
-
-    gpu, audio = driver_of(display), [driver_of(a) for a in others]
-    if gpu == "vfio-pci" and all(a == "vfio-pci" for a in audio):
+    drivers = boot_drivers(cmdline, modprobe_d, modules_load, gpu_functions, classes, builtin)
+    display, *others = drivers
+    inside = {MODULE_DRIVERS.get(_norm(m), _norm(m)) for m in builtin or []}
+    gpu = drivers[display]
+    if gpu == "vfio-pci" and all(drivers[a] == "vfio-pci" or drivers[a] in inside for a in others):
         return "vfio"
     if gpu is not None and gpu != "vfio-pci":
         return "stock"

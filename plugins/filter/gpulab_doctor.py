@@ -4,7 +4,8 @@
 largest BAR, and the report's text); `read.stdout | gpulab_doctor_problems(pve_gpus, vms)` lists what stops stage
 host for the node's inventory cards (gpulab.doctor.stage_host_problems); `read.stdout | gpulab_doctor_vm_cpu(cpu,
 slots)` is a VM's cpu option with the guest address width its large-BAR cards need, and why (gpulab.doctor.vm_cpu;
-stage vms). `'' | gpulab_doctor_script` is the read
+stage vms). `gpulab_pci.display_adapters | gpulab_nomodeset(slots, setting)` is whether stage host puts nomodeset on
+the kernel command line, and why (gpulab.doctor.nomodeset_decision). `'' | gpulab_doctor_script` is the read
 itself (one read-only shell script), so the role and the command run the same one.
 """
 
@@ -32,6 +33,10 @@ def gpulab_doctor_vm_cpu(text, cpu, slots):
     return doctor.vm_cpu(doctor.analyse(text), str(cpu), list(slots or []))
 
 
+def gpulab_nomodeset(adapters, slots, setting="auto"):
+    return doctor.nomodeset_decision(list(adapters or []), [str(s) for s in slots or []], setting)
+
+
 def gpulab_doctor_script(_unused=""):
     return doctor.SCRIPT
 
@@ -43,4 +48,5 @@ class FilterModule:
             "gpulab_doctor_problems": gpulab_doctor_problems,
             "gpulab_doctor_script": gpulab_doctor_script,
             "gpulab_doctor_vm_cpu": gpulab_doctor_vm_cpu,
+            "gpulab_nomodeset": gpulab_nomodeset,
         }

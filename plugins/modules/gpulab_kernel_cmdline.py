@@ -55,10 +55,15 @@ options:
   boot_loader:
     description:
       - C(systemd-boot) edits O(cmdline_file); C(grub) edits O(grub_file).
-      - C(auto) picks C(grub) when O(cmdline_file) does not exist (ext4/xfs installs); otherwise it reads
-        C(proxmox-boot-tool status) (an ESP configured with C(uefi) means systemd-boot, one configured with
-        C(grub) only means GRUB on the ESP, as with Secure Boot or legacy BIOS) and, when that tells
-        nothing, takes systemd-boot, the loader of ZFS and btrfs UEFI installs.
+      - C(auto) decides from what the node boots. With ESPs registered in O(boot_uuids_file) (what
+        C(proxmox-boot-tool init) writes), C(proxmox-boot-tool status) says how each is set up. One configured
+        with C(uefi) means systemd-boot, C(grub) only means GRUB on the ESP (Secure Boot, legacy BIOS); when it
+        tells nothing, a UEFI boot (O(efi_dir) exists) means systemd-boot and a legacy BIOS one GRUB, as
+        C(proxmox-boot-tool init) installs them.
+      - Without registered ESPs proxmox-boot-tool copies nothing to an ESP (its C(status) exits 2), so the node
+        boots GRUB from O(grub_cfg), made from O(grub_file). If O(cmdline_file) exists all the same (guides tell
+        users to create it), the signals disagree and the module refuses before writing anything, naming the
+        files and the fix (remove the stray file, or C(proxmox-boot-tool init) the ESP).
     type: str
     choices: [auto, systemd-boot, grub]
     default: auto
@@ -74,6 +79,14 @@ options:
     description: C(proxmox-boot-tool)'s list of ESPs; when it exists, GRUB is refreshed through C(proxmox-boot-tool).
     type: path
     default: /etc/kernel/proxmox-boot-uuids
+  efi_dir:
+    description: Exists when the node booted with UEFI (C(/sys/firmware/efi)); read by O(boot_loader=auto).
+    type: path
+    default: /sys/firmware/efi
+  grub_cfg:
+    description: The configuration GRUB boots from; named in RV(signals) and in the refusal.
+    type: path
+    default: /boot/grub/grub.cfg
   proc_cmdline:
     description: The running kernel command line, compared with the wanted state for RV(reboot_needed).
     type: path
@@ -119,6 +132,12 @@ detected_by:
   returned: always
   type: str
   sample: "proxmox-boot-tool status: ESP 9A3B-1C2D configured with uefi"
+signals:
+  description: What the boot loader was decided from (O(boot_loader=auto)), one line each.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/etc/kernel/proxmox-boot-uuids: ESP 9A3B-1C2D", "UEFI boot (/sys/firmware/efi exists)"]
 file:
   description: The file edited.
   returned: always
@@ -452,25 +471,65 @@ def edit_cmdline_file(text: str, **wanted) -> tuple[str, str, str, list[str]]:
 # --- the module ------------------------------------------------------------------------------------------
 
 
-def detect(module, params) -> tuple[str, str]:
-    cmdline_file = params["cmdline_file"]
+_VFAT_UUID = re.compile(r"^[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}$")
+
+
+def registered_esps(path: str) -> list[str]:
+    """The ESPs proxmox-boot-tool keeps in sync: the VFAT UUIDs of its list (one a line; what `init` adds)."""
+    return [line.strip() for line in _read(path).splitlines() if _VFAT_UUID.match(line.strip())]
+
+
+def detect(module, params) -> tuple[str, str, list[str]]:
+    """(boot loader, why, the signals read). Raises CmdlineError when the signals disagree.
+
+    proxmox-kernel-helper's proxmox-boot-tool (jiangcuo/proxmox-kernel-helper@7007b33 src/bin/proxmox-boot-tool):
+    `status` exits 2 when /etc/kernel/proxmox-boot-uuids does not exist, else prints "<uuid> is configured
+    with: uefi (...)" for an ESP with systemd-boot's loader.conf and "grub (...)" for one with a grub/ folder;
+    `init` installs systemd-boot on a UEFI boot (/sys/firmware/efi) and GRUB otherwise; only ESPs of the list
+    get the kernels and the first line of /etc/kernel/cmdline (zz-proxmox-boot)."""
+    cmdline_file, uuids_file = params["cmdline_file"], params["boot_uuids_file"]
+    efi = os.path.isdir(params["efi_dir"])
+    esps = registered_esps(uuids_file)
+    signals = [
+        f"{uuids_file}: " + (f"ESP {', '.join(esps)}" if esps else "no ESP registered"),
+        f"{'UEFI' if efi else 'legacy BIOS'} boot ({params['efi_dir']} {'exists' if efi else 'does not exist'})",
+        f"{cmdline_file} {'exists' if os.path.exists(cmdline_file) else 'does not exist'}",
+        f"{params['grub_cfg']} {'exists' if os.path.exists(params['grub_cfg']) else 'does not exist'}",
+    ]
     if params["boot_loader"] != "auto":
-        return params["boot_loader"], "boot_loader option"
+        return params["boot_loader"], "boot_loader option", signals
+    if esps:
+        tool = module.get_bin_path("proxmox-boot-tool")
+        rc, out = (module.run_command([tool, "status"])[:2]) if tool else (None, "")
+        kinds = re.findall(r"^(\S+) is configured with: (.*)$", out, re.MULTILINE) if rc == 0 else []
+        signals.append(
+            "proxmox-boot-tool status: "
+            + ("not installed" if tool is None else f"exit {rc}" + "".join(f"; {u} {k}" for u, k in kinds))
+        )
+        if any("uefi" in k for _u, k in kinds):
+            uuid = next(u for u, k in kinds if "uefi" in k)
+            return "systemd-boot", f"proxmox-boot-tool status: ESP {uuid} configured with uefi", signals
+        if kinds:
+            return "grub", f"proxmox-boot-tool status: ESP {kinds[0][0]} configured with grub only", signals
+        if efi and os.path.exists(cmdline_file):
+            why = f"ESP {esps[0]} registered, UEFI boot and {cmdline_file} exists (proxmox-boot-tool init: systemd-boot)"
+            return "systemd-boot", why, signals
+        why = f"ESP {esps[0]} registered on a legacy BIOS boot (proxmox-boot-tool init: GRUB on the ESP)"
+        return "grub", why, signals
     if not os.path.exists(cmdline_file):
-        return "grub", f"{cmdline_file} does not exist (GRUB install)"
-    tool = module.get_bin_path("proxmox-boot-tool")
-    if tool:
-        rc, out, _err = module.run_command([tool, "status"])
-        if rc == 0:
-            kinds = re.findall(r"^(\S+) is configured with: (.*)$", out, re.MULTILINE)
-            if any("uefi" in k for _u, k in kinds):
-                uuid = next(u for u, k in kinds if "uefi" in k)
-                return "systemd-boot", f"proxmox-boot-tool status: ESP {uuid} configured with uefi"
-            if kinds:
-                return "grub", f"proxmox-boot-tool status: ESP {kinds[0][0]} configured with grub only"
-    return (
-        "systemd-boot",
-        f"{cmdline_file} exists (ZFS/btrfs install); proxmox-boot-tool status told nothing more",
+        return "grub", f"{cmdline_file} does not exist and no ESP is registered (GRUB install)", signals
+    raise CmdlineError(
+        f"the boot loader signals disagree: {cmdline_file} exists (systemd-boot's command line), but no ESP is "
+        f"registered with proxmox-boot-tool ({uuids_file} "
+        + ("does not exist" if not os.path.exists(uuids_file) else "lists none")
+        + ", so `proxmox-boot-tool status` fails and nothing copies that file into a boot entry); the node boots "
+        f"GRUB ({params['grub_cfg']}"
+        + (" exists" if os.path.exists(params["grub_cfg"]) else "")
+        + f", made from {params['grub_file']}) on a {'UEFI' if efi else 'legacy BIOS'} boot. An edit of "
+        f"{cmdline_file} would change nothing the node boots with. Fix: if the node boots GRUB (ext4/xfs "
+        f"install), remove the stray {cmdline_file} (its parameters belong in GRUB_CMDLINE_LINUX_DEFAULT of "
+        f"{params['grub_file']}), or set pve_host_boot_loader: grub; if it should boot systemd-boot from an ESP, "
+        "run `proxmox-boot-tool init <ESP partition>` so proxmox-boot-tool registers and refreshes it"
     )
 
 
@@ -500,7 +559,7 @@ def run(module) -> dict:
     p = module.params
     wanted = {k: p[k] for k in ("present", "absent", "blacklist", "blacklist_absent")}
     validate(**wanted)
-    loader, detected_by = detect(module, p)
+    loader, detected_by, signals = detect(module, p)
     path = p["cmdline_file"] if loader == "systemd-boot" else p["grub_file"]
     if loader == "systemd-boot" and not os.path.exists(path):
         raise CmdlineError(f"{path} does not exist; systemd-boot hosts keep their command line there")
@@ -509,7 +568,7 @@ def run(module) -> dict:
     new_text, before, after, changes = editor(text, **wanted)
     changed = new_text != text
 
-    if loader == "systemd-boot" or os.path.exists(p["boot_uuids_file"]):
+    if loader == "systemd-boot" or registered_esps(p["boot_uuids_file"]):
         refresh = ["proxmox-boot-tool", "refresh"]
     else:
         refresh = ["update-grub"]
@@ -537,6 +596,7 @@ def run(module) -> dict:
         "changed": changed,
         "boot_loader": loader,
         "detected_by": detected_by,
+        "signals": signals,
         "file": path,
         "before": before,
         "after": after,
@@ -566,6 +626,8 @@ ARGUMENT_SPEC = {
     "cmdline_file": {"type": "path", "default": "/etc/kernel/cmdline"},
     "grub_file": {"type": "path", "default": "/etc/default/grub"},
     "boot_uuids_file": {"type": "path", "default": "/etc/kernel/proxmox-boot-uuids"},
+    "efi_dir": {"type": "path", "default": "/sys/firmware/efi"},
+    "grub_cfg": {"type": "path", "default": "/boot/grub/grub.cfg"},
     "proc_cmdline": {"type": "path", "default": "/proc/cmdline"},
     "backup": {"type": "bool", "default": True},
 }

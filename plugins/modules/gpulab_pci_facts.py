@@ -40,9 +40,22 @@ options:
       - Drivers the functions of O(slots) may be bound to; a function on any other driver is listed in
         RV(ansible_facts.gpulab_pci.binding_problems). A function on no driver is always accepted.
       - Empty (the default) checks nothing.
+      - With O(builtin_rebind) a function that is not a display controller and whose driver is built into
+        the kernel is listed in RV(ansible_facts.gpulab_pci.rebind_at_start) instead.
     type: list
     elements: str
     default: []
+  builtin_rebind:
+    description:
+      - Accept a function of O(slots) held by a driver built into the kernel (its module in
+        C(/lib/modules/<release>/modules.builtin)), when O(allowed_drivers) names C(vfio-pci) and the function
+        is not the card's display controller (class C(0x03xx)). A built-in driver binds before any module
+        loads, so no softdep can put vfio-pci first; Proxmox VE unbinds every function of the card's IOMMU
+        group and binds it to vfio-pci when the VM starts (qemu-server C(PVE::QemuServer::PCI)
+        C(prepare_pci_device), pve-common C(PVE::SysFSTools::pci_dev_group_bind_to_vfio)).
+      - The display function stays strict: its host driver also holds the console and the framebuffer.
+    type: bool
+    default: true
   forbidden_modules:
     description:
       - Modules that must not be loaded; those loaded are listed in
@@ -124,6 +137,19 @@ ansible_facts:
               modules: [nvidiafb, nouveau, nova_core]
               iommu_group: 13
               boot_vga: true
+              driver_module: vfio_pci
+              driver_builtin: false
+        builtin_modules:
+          description: The modules built into the running kernel (C(modules.builtin)), C(-) as C(_).
+          type: list
+          elements: str
+          sample: [xhci_hcd, xhci_pci]
+        display_adapters:
+          description: >-
+            Every display controller (class C(0x03xx)), whichever vendor: address, vendor_device, class,
+            boot_vga, driver and modules (as under RV(ansible_facts.gpulab_pci.devices)).
+          type: list
+          elements: dict
         modules_loaded:
           description: >-
             Names of the loaded modules, in C(/proc/modules) order; without C(/proc/modules) (a kernel or
@@ -135,7 +161,9 @@ ansible_facts:
           type: str
           sample: /proc/modules
         slots:
-          description: Per requested slot, its functions and what shares their IOMMU groups.
+          description: >-
+            Per requested slot, its functions and what shares their IOMMU groups; C(builtin_drivers) names the
+            functions on a built-in driver (with its module), C(display_functions) the display controllers.
           type: dict
           sample:
             "0000:02:00":
@@ -144,6 +172,8 @@ ansible_facts:
               functions: ["0000:02:00.0", "0000:02:00.1"]
               vendor_devices: ["10de:2204", "10de:1aef"]
               drivers: {"0000:02:00.0": vfio-pci, "0000:02:00.1": vfio-pci}
+              builtin_drivers: {}
+              display_functions: ["0000:02:00.0"]
               modules: [nvidiafb, nouveau, nova_core, snd_hda_intel]
               iommu_groups: [13]
               other_devices: []
@@ -153,6 +183,14 @@ ansible_facts:
           type: list
           elements: str
           sample: ["0000:02:00.0 (slot 0000:02:00) is bound to nouveau, not vfio-pci"]
+        rebind_at_start:
+          description: >-
+            Functions of O(slots) on a built-in driver that Proxmox VE rebinds to vfio-pci when the VM starts
+            (O(builtin_rebind)), one line each.
+          type: list
+          elements: str
+          sample: ["0000:05:00.2 (slot 0000:05:00) is held by xhci_hcd, built into the kernel (xhci_pci in
+            modules.builtin): ..."]
         module_problems:
           description: Loaded modules out of O(forbidden_modules), one line each.
           type: list
@@ -237,7 +275,26 @@ def modules_for(modalias, aliases):
     return out
 
 
-def read_device(root, address, aliases):
+def driver_module(root, driver):
+    """The module a PCI driver comes from (its `module` link in sysfs), `-` as `_`; the driver's name without one."""
+    if not driver:
+        return None
+    name = _link_name(os.path.join(root, "sys", "bus", "pci", "drivers", driver, "module"))
+    return (name or driver).replace("-", "_")
+
+
+def load_builtin(root, release):
+    """The modules built into the kernel: the names of modules.builtin's paths (kernel/.../xhci-pci.ko)."""
+    text = _read(os.path.join(root, "lib", "modules", release, "modules.builtin")) or ""
+    names = []
+    for line in text.splitlines():
+        name = os.path.basename(line.strip())
+        if name.endswith(".ko"):
+            names.append(name[:-3].replace("-", "_"))
+    return sorted(set(names))
+
+
+def read_device(root, address, aliases, builtin=()):
     devdir = os.path.join(root, "sys", "bus", "pci", "devices", address)
     cls = _hex_attr(devdir, "class") or ""
     vendor, device = _hex_attr(devdir, "vendor"), _hex_attr(devdir, "device")
@@ -245,6 +302,8 @@ def read_device(root, address, aliases):
     group = _link_name(os.path.join(devdir, "iommu_group"))
     boot_vga = _read(os.path.join(devdir, "boot_vga"))
     modalias = (_read(os.path.join(devdir, "modalias")) or "").strip()
+    driver = _link_name(os.path.join(devdir, "driver"))
+    module = driver_module(root, driver)
     return {
         "address": address,
         "slot": address.rsplit(".", 1)[0],
@@ -254,7 +313,9 @@ def read_device(root, address, aliases):
         "vendor_device": f"{vendor}:{device}" if vendor and device else None,
         "subsystem": f"{sub_vendor}:{sub_device}" if sub_vendor and sub_device else None,
         "revision": _hex_attr(devdir, "revision"),
-        "driver": _link_name(os.path.join(devdir, "driver")),
+        "driver": driver,
+        "driver_module": module,
+        "driver_builtin": bool(module) and module in builtin,
         "modules": modules_for(modalias, aliases),
         "iommu_group": int(group) if group and group.isdigit() else None,
         "boot_vga": None if boot_vga is None else boot_vga.strip() == "1",
@@ -303,6 +364,10 @@ def summarise_slot(given, devices, groups):
         "functions": functions,
         "vendor_devices": [devices[a]["vendor_device"] for a in functions],
         "drivers": {a: devices[a]["driver"] for a in functions},
+        "builtin_drivers": {
+            a: devices[a]["driver_module"] for a in functions if devices[a]["driver_builtin"]
+        },
+        "display_functions": [a for a in functions if (devices[a]["class_code"] or "").startswith("03")],
         "modules": modules,
         "iommu_groups": group_ids,
         "other_devices": others,
@@ -310,20 +375,31 @@ def summarise_slot(given, devices, groups):
     }
 
 
-def check(facts, allowed_drivers=(), forbidden_modules=()):
-    """Binding and module problems against the wanted state: (binding_problems, module_problems)."""
-    binding = []
+def check(facts, allowed_drivers=(), forbidden_modules=(), builtin_rebind=False):
+    """Binding and module problems against the wanted state: (binding_problems, module_problems,
+    rebind_at_start)."""
+    binding, rebind = [], []
     if allowed_drivers:
         wanted = " or ".join(allowed_drivers)
         for slot, summary in facts["slots"].items():
             if not summary["found"]:
                 binding.append(f"{slot} is not on this node")
             for address, drv in summary["drivers"].items():
-                if drv is not None and drv not in allowed_drivers:
-                    binding.append(f"{address} (slot {slot}) is bound to {drv}, not {wanted}")
+                if drv is None or drv in allowed_drivers:
+                    continue
+                module = summary["builtin_drivers"].get(address)
+                display = address in summary["display_functions"]
+                if builtin_rebind and module and not display and "vfio-pci" in allowed_drivers:
+                    rebind.append(
+                        f"{address} (slot {slot}) is held by {drv}, built into the kernel ({module} in "
+                        "modules.builtin), so no softdep can load vfio-pci before it: accepted, as Proxmox VE "
+                        "unbinds it and binds vfio-pci when the VM starts (qemu-server prepare_pci_device)"
+                    )
+                    continue
+                binding.append(f"{address} (slot {slot}) is bound to {drv}, not {wanted}")
     loaded = {m.replace("-", "_") for m in facts["modules_loaded"]}
     modules = [f"{m} is loaded" for m in forbidden_modules if m.replace("-", "_") in loaded]
-    return binding, modules
+    return binding, modules, rebind
 
 
 def gather(root="/", slots=()):
@@ -332,13 +408,14 @@ def gather(root="/", slots=()):
     release = (_read(os.path.join(root, "proc", "sys", "kernel", "osrelease")) or "").strip()
     release = release or os.uname().release
     aliases = load_aliases(root, release, warnings)
+    builtin = load_builtin(root, release)
     devroot = os.path.join(root, "sys", "bus", "pci", "devices")
     try:
         addresses = sorted(a for a in os.listdir(devroot) if _ADDRESS.match(a))
     except OSError as exc:
         addresses = []
         warnings.append(f"cannot list PCI devices in {devroot}: {exc.strerror}")
-    devices = {a: read_device(root, a, aliases) for a in addresses}
+    devices = {a: read_device(root, a, aliases, builtin) for a in addresses}
 
     groups = {}
     groot = os.path.join(root, "sys", "kernel", "iommu_groups")
@@ -377,6 +454,12 @@ def gather(root="/", slots=()):
         "efi": os.path.isdir(os.path.join(root, "sys", "firmware", "efi")),
         "iommu": {"enabled": bool(groups), "groups": groups},
         "devices": devices,
+        "builtin_modules": builtin,
+        "display_adapters": [
+            {k: d[k] for k in ("address", "vendor_device", "class", "boot_vga", "driver", "modules")}
+            for d in devices.values()
+            if (d["class_code"] or "").startswith("03")
+        ],
         "modules_loaded": loaded,
         "modules_source": modules_source,
         "slots": dict(summarise_slot(s, devices, groups) for s in slots),
@@ -389,6 +472,7 @@ ARGUMENT_SPEC = {
     "root": {"type": "path", "default": "/"},
     "slots": {"type": "list", "elements": "str", "default": []},
     "allowed_drivers": {"type": "list", "elements": "str", "default": []},
+    "builtin_rebind": {"type": "bool", "default": True},
     "forbidden_modules": {"type": "list", "elements": "str", "default": []},
 }
 
@@ -405,8 +489,11 @@ def main():
             "give the root that holds the sys and proc trees (option root)"
         )
     facts = gather(root, module.params["slots"])
-    facts["binding_problems"], facts["module_problems"] = check(
-        facts, module.params["allowed_drivers"], module.params["forbidden_modules"]
+    facts["binding_problems"], facts["module_problems"], facts["rebind_at_start"] = check(
+        facts,
+        module.params["allowed_drivers"],
+        module.params["forbidden_modules"],
+        module.params["builtin_rebind"],
     )
     module.exit_json(changed=False, ansible_facts={"gpulab_pci": facts})
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from ansible_modules import run_json
 
+from labsim.fixture import load_fixture
 from labsim.net import node_host
 from labsim.net.loopback_node import LoopbackNodeHost
 
@@ -75,9 +76,21 @@ class PlaybookNode:
     "COMMAND ARGS" and "boot STATE" lines.
     """
 
-    def __init__(self, base: pathlib.Path, *, loader: str = "systemd-boot", variant: dict | None = None):
+    def __init__(
+        self,
+        base: pathlib.Path,
+        *,
+        loader: str = "systemd-boot",
+        variant: dict | None = None,
+        fixture: str | None = None,
+        gpus: list[dict] | None = None,
+    ):
         self.base = pathlib.Path(base)
-        self.host = LoopbackNodeHost(self.base, {"boot": {"loader": loader}, "lab": variant or {}})
+        node = {"boot": {"loader": loader}, "lab": variant or {}}
+        if fixture:  # a lab fixture's first node (its PCI devices, kernel, boot loader and seeded files)
+            node = load_fixture(fixture)["nodes"][0]
+        self.gpus = gpus or [REFERENCE_GPU]
+        self.host = LoopbackNodeHost(self.base, node)
         self.etc = self.host.upper / "etc"  # the node's own files (what the role wrote)
         self.sysroot = self.host.hardware_view
 
@@ -108,7 +121,7 @@ class PlaybookNode:
             "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
             "ansible_python_interpreter": "/usr/bin/python3",
             "pve_node": "pve",
-            "pve_gpus": [REFERENCE_GPU],
+            "pve_gpus": self.gpus,
             "pve_host_sysfs_root": node_host.HW_ROOT,
         }
         path = self.base / "inventory.json"

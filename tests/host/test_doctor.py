@@ -161,3 +161,80 @@ def test_no_narrowing_where_the_iommu_maps_all_the_cpu_addresses(tmp_path):
     report = doctor.analyse(read(tmp_path, "rtx5090", "pve"))
     assert (report.cpu_bits, report.iommu_bits) == (39, 39)
     assert doctor.vm_cpu(report, "host", [SLOT_5090]) == {"cpu": "host", "why": ""}
+
+
+# --- issue 43: the display adapters and nomodeset, the boot loader ---------------------------------------------
+
+
+def test_the_reference_card_alone_as_the_boot_display_keeps_nomodeset(tmp_path):
+    report = doctor.analyse(read(tmp_path, "reference", "pve"))
+    [finding] = [f for f in report.node if f.check == "nomodeset"]
+    assert finding.level == "ok" and finding.text.startswith(
+        "stage host adds nomodeset: the passed-through card"
+    )
+
+
+def test_an_igpu_as_the_boot_display_is_named_and_keeps_its_driver(tmp_path):
+    """igpu-boot-vga: the UHD 630 on i915 drives the screen; stage host leaves nomodeset out and the doctor says
+    what forcing it would take away."""
+    report = doctor.analyse(read(tmp_path, "igpu-boot-vga", "pve", state="stock"))
+    [finding] = [f for f in report.node if f.check == "nomodeset"]
+    assert finding.level == "ok", report.text()
+    assert (
+        "leaves out nomodeset: no passed-through card is the boot display (0000:00:02.0 is)" in finding.text
+    )
+    assert "pve_host_nomodeset: true would take the driver off 0000:00:02.0 (8086:9bc5, i915 holds it)" in (
+        finding.text
+    )
+
+
+def test_nomodeset_on_the_running_line_keeping_the_igpu_off_is_a_warning(tmp_path):
+    cmdline = "initrd=\\EFI\\proxmox\\x\\initrd.img-x root=ZFS=rpool/ROOT/pve-1 boot=zfs nomodeset"
+    report = doctor.analyse(read(tmp_path, "igpu-boot-vga", "pve", state="stock", cmdline=cmdline))
+    [warn] = [f for f in report.node if f.check == "nomodeset" and f.level == "warn"]
+    assert "keeps 0000:00:02.0 (8086:9bc5, i915) off its driver (no /dev/dri)" in warn.text
+    assert "pve_host_nomodeset: auto" in warn.fix
+
+
+def test_nomodeset_decision_keeps_the_owners_choice_and_names_the_igpu():
+    igpu = {"address": "0000:00:02.0", "vendor_device": "8086:9bc5", "boot_vga": True, "driver": "i915",
+            "modules": ["i915"]}  # fmt: skip
+    card = {"address": "0000:02:00.0", "vendor_device": "10de:2204", "boot_vga": False, "driver": "vfio-pci",
+            "modules": ["nvidiafb", "nouveau", "nova_core"]}  # fmt: skip
+    forced = doctor.nomodeset_decision([igpu, card], ["0000:02:00"], True)
+    assert forced["on"] is True
+    assert "0000:00:02.0 (8086:9bc5, i915 holds it) would lose its DRM driver under it" in forced["why"]
+    assert doctor.nomodeset_decision([igpu, card], ["0000:02:00"], "false")["on"] is False
+    assert doctor.nomodeset_decision([igpu, card], ["0000:02:00"])["on"] is False
+    # the card as the boot display with the iGPU still there: off, the iGPU can drive a screen
+    both = doctor.nomodeset_decision(
+        [{**igpu, "boot_vga": False}, {**card, "boot_vga": True}], ["02:00"], "auto"
+    )
+    assert both["on"] is False and "can drive the host's screen" in both["why"]
+    # the card alone: on
+    assert doctor.nomodeset_decision([{**card, "boot_vga": True}], ["0000:02:00"], "auto")["on"] is True
+
+
+def test_a_stray_kernel_cmdline_on_a_grub_node_is_named(tmp_path):
+    text = read(tmp_path, "grub-stray-cmdline", "pve")
+    root = tmp_path / "root"
+    (root / "etc/kernel").mkdir(parents=True)
+    (root / "etc/kernel/cmdline").write_text("root=/dev/mapper/pve-root ro quiet intel_iommu=on iommu=pt\n")
+    (root / "boot/grub").mkdir(parents=True)
+    (root / "boot/grub/grub.cfg").write_text("# generated\n")
+    env = {**os.environ, "GPULAB_SYSFS_ROOT": str(root)}
+    text = subprocess.run(
+        ["sh", "-c", doctor.SCRIPT], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    [finding] = [f for f in doctor.analyse(text).node if f.check == "boot loader"]
+    assert finding.level == "warn"
+    assert (
+        "/etc/kernel/cmdline exists but no ESP is registered" in finding.text and "UEFI boot" in finding.text
+    )
+    assert "remove the stray /etc/kernel/cmdline" in finding.fix
+    (root / "etc/kernel/proxmox-boot-uuids").write_text("9A3B-1C2D\n")
+    text = subprocess.run(
+        ["sh", "-c", doctor.SCRIPT], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    [finding] = [f for f in doctor.analyse(text).node if f.check == "boot loader"]
+    assert finding.level == "ok" and "proxmox-boot-tool keeps 1 ESP(s)" in finding.text

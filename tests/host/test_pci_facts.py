@@ -197,3 +197,53 @@ def test_loaded_modules_without_proc_modules(facts_mod, tmp_path, state):
     assert facts["modules_source"] == "/sys/module"
     assert facts["modules_loaded"] == expected
     assert "loaded modules read from" in facts["warnings"][0]
+
+
+# --- functions held by a driver built into the kernel (issue 43, fixture turing-usbc) ---------------------------
+
+
+def _turing_tree(tmp_path, builtin, drivers):
+    from labsim import sysfs_tree
+    from labsim.fixture import load_fixture
+
+    pci = load_fixture("turing-usbc")["nodes"][0]["pci"]
+    return sysfs_tree.materialise(tmp_path / "t", "vfio", pci=pci, bindings=drivers, builtin=builtin)
+
+
+AFTER_BOOT = {
+    "0000:05:00.0": "vfio-pci",
+    "0000:05:00.1": "vfio-pci",
+    "0000:05:00.2": "xhci_hcd",
+    "0000:05:00.3": "vfio-pci",
+}
+
+
+def test_a_builtin_driver_on_a_usb_function_is_accepted_and_named(facts_mod, tmp_path):
+    root = _turing_tree(tmp_path, ["xhci_hcd", "xhci_pci"], AFTER_BOOT)
+    facts = facts_mod.gather(str(root), ["0000:05:00"])
+    assert facts["builtin_modules"] == ["xhci_hcd", "xhci_pci"]
+    assert facts["devices"]["0000:05:00.2"]["driver_module"] == "xhci_pci"
+    binding, modules, rebind = facts_mod.check(facts, ["vfio-pci"], ["nouveau"], True)
+    assert binding == [] and modules == []
+    assert rebind == [
+        "0000:05:00.2 (slot 0000:05:00) is held by xhci_hcd, built into the kernel (xhci_pci in modules.builtin), "
+        "so no softdep can load vfio-pci before it: accepted, as Proxmox VE unbinds it and binds vfio-pci when the "
+        "VM starts (qemu-server prepare_pci_device)"
+    ]
+    # without the option, the strict check of before
+    assert facts_mod.check(facts, ["vfio-pci"], [], False)[0] == [
+        "0000:05:00.2 (slot 0000:05:00) is bound to xhci_hcd, not vfio-pci"
+    ]
+
+
+def test_a_module_driver_and_the_display_function_stay_strict(facts_mod, tmp_path):
+    # xhci_pci as a module: a softdep could have put vfio-pci first, so the binding is a problem
+    facts = facts_mod.gather(str(_turing_tree(tmp_path, [], AFTER_BOOT)), ["0000:05:00"])
+    binding, _modules, rebind = facts_mod.check(facts, ["vfio-pci"], [], True)
+    assert binding == ["0000:05:00.2 (slot 0000:05:00) is bound to xhci_hcd, not vfio-pci"] and rebind == []
+    # a display function is never accepted, even on a built-in driver
+    held = {**AFTER_BOOT, "0000:05:00.0": "nouveau"}
+    facts = facts_mod.gather(str(_turing_tree(tmp_path / "d", ["nouveau", "xhci_pci"], held)), ["0000:05:00"])
+    binding, _modules, rebind = facts_mod.check(facts, ["vfio-pci"], [], True)
+    assert binding == ["0000:05:00.0 (slot 0000:05:00) is bound to nouveau, not vfio-pci"]
+    assert [r.split(" ")[0] for r in rebind] == ["0000:05:00.2"]

@@ -121,3 +121,61 @@ def test_sysfs_iommu_groups():
         k for k in off if k.startswith("/sys/kernel/iommu_groups/") and k != "/sys/kernel/iommu_groups/"
     ]
     assert not [k for k in off if k.endswith("/iommu_group")]
+
+
+#: The RTX 2080 of fixture turing-usbc: VGA, HD audio, USB 3.1 xHCI, USB Type-C UCSI
+TURING = {
+    "0000:05:00.0": "10de:1e82",
+    "0000:05:00.1": "10de:10f8",
+    "0000:05:00.2": "10de:1ad8",
+    "0000:05:00.3": "10de:1ad9",
+}
+TURING_CLASSES = {
+    "0000:05:00.0": "0x030000",
+    "0000:05:00.1": "0x040300",
+    "0000:05:00.2": "0x0c0330",
+    "0000:05:00.3": "0x0c8000",
+}
+TURING_VFIO = {
+    "vfio.conf": "options vfio-pci ids=10de:1e82,10de:10f8,10de:1ad8,10de:1ad9\nsoftdep nouveau pre: vfio-pci\n"
+    "softdep snd_hda_intel pre: vfio-pci\nsoftdep xhci_pci pre: vfio-pci\nsoftdep i2c_nvidia_gpu pre: vfio-pci\n"
+}
+
+
+def test_sysfs_builtin_driver():
+    # a driver built into the kernel binds its function at its initcall, before the initramfs loads any module:
+    # the softdep and vfio-pci's ids change nothing for it; the same driver as a module loses to vfio-pci
+    line = "root=ZFS=rpool/ROOT/pve-1 nomodeset modprobe.blacklist=nova_core"
+    args = (line, TURING_VFIO, MODULES, TURING, TURING_CLASSES)
+    assert st.boot_drivers(*args, ["xhci_pci"]) == {
+        "0000:05:00.0": "vfio-pci",
+        "0000:05:00.1": "vfio-pci",
+        "0000:05:00.2": "xhci_hcd",
+        "0000:05:00.3": "vfio-pci",
+    }
+    assert set(st.boot_drivers(*args, []).values()) == {"vfio-pci"}
+    # a blacklist does not apply to a built-in driver either (kmod reads it for modules only)
+    line += " modprobe.blacklist=xhci_pci"
+    assert st.boot_drivers(line, TURING_VFIO, MODULES, TURING, TURING_CLASSES, ["xhci_pci"])[
+        "0000:05:00.2"
+    ] == ("xhci_hcd")
+    # without vfio-pci the UCSI function is i2c_nvidia_gpu's ("nvidia-gpu")
+    assert st.boot_drivers("root=/dev/sda1", {}, "", TURING, TURING_CLASSES, ["xhci_pci"])[
+        "0000:05:00.3"
+    ] == ("nvidia-gpu")
+
+
+def test_sysfs_nomodeset_igpu(tmp_path):
+    # nomodeset keeps every DRM driver off, another vendor's too: the Intel iGPU loses i915 (i915_check_nomodeset)
+    from labsim.fixture import load_fixture
+
+    pci = load_fixture("igpu-boot-vga")["nodes"][0]["pci"]
+    for line, driver in (
+        ("root=/dev/sda1", "../../../bus/pci/drivers/i915"),
+        ("root=/dev/sda1 nomodeset", None),
+    ):
+        root = st.materialise(tmp_path / str(bool(driver)), "stock", cmdline=line, pci=pci)
+        link = root / "sys/devices/pci0000:00/0000:00:02.0/driver"
+        assert (str(link.readlink()) if link.is_symlink() else None) == driver
+        assert ("i915 " in (root / "proc/modules").read_text()) is bool(driver)
+        assert (root / "sys/devices/pci0000:00/0000:00:02.0/boot_vga").read_text() == "1\n"

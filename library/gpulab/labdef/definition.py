@@ -45,6 +45,8 @@ class LabDefinition:
     other_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Each node host's pve_host_reboot_allowed as the run sees it (extra vars too); None when not set.
     node_reboot_allowed: dict[str, Any] = field(default_factory=dict)
+    # Each node host's pve_host_nomodeset as the run sees it (extra vars too); None when not set (auto).
+    node_nomodeset: dict[str, Any] = field(default_factory=dict)
 
     def node_by_name(self, pve_node: str) -> tuple[str, dict[str, Any]] | None:
         for host, node in self.nodes.items():
@@ -152,6 +154,16 @@ def load(
         for h in everyone
     }
     reboots = {h: hostvar(h, "pve_host_reboot_allowed") for h in groups["proxmox"]}
+    nomodeset = {h: hostvar(h, "pve_host_nomodeset") for h in groups["proxmox"]}
     return LabDefinition(
-        glob, nodes, vms, router, groups["k3s_server"], groups["k3s_agent"], problems, other_vars, reboots
+        glob,
+        nodes,
+        vms,
+        router,
+        groups["k3s_server"],
+        groups["k3s_agent"],
+        problems,
+        other_vars,
+        reboots,
+        nomodeset,
     )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpulab.doctor import nomodeset_setting
+
 if TYPE_CHECKING:
     from gpulab.labdef.definition import LabDefinition
     from gpulab.labdef.problems import Problems
@@ -109,6 +111,19 @@ def check_reboots(d: LabDefinition, out: Problems) -> None:
         out.add(host, "pve_host_reboot_allowed", True, why, fix)
 
 
+def check_nomodeset(d: LabDefinition, out: Problems) -> None:
+    """pve_host_nomodeset is auto, true or false."""
+    for host, value in d.node_nomodeset.items():
+        if isinstance(nomodeset_setting(value), str):
+            why = "stage host reads auto (decide from the node's display adapters), true or false"
+            fix = (
+                "leave pve_host_nomodeset unset (auto: on only where the passed-through card is the boot display "
+                "and no other display adapter could drive a screen), or set true or false"
+            )
+            out.add(host, "pve_host_nomodeset", value, why, fix)
+
+
 def check_cluster(d: LabDefinition, out: Problems) -> None:
     check_mapping_ids(d, out)
     check_reboots(d, out)
+    check_nomodeset(d, out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpulab import cards as nvidia
 from gpulab import routerspec
+from gpulab.doctor import nomodeset_setting
 from gpulab.labdef.definition import LabDefinition, gpu_ids, pinned_mib
 from gpulab.labdef.hami_values import image_lines
 from gpulab.routers.kinds import KINDS
@@ -64,6 +65,7 @@ def plan_text(definition: LabDefinition) -> str:
                 f"  GPU {gpu.get('id')} {gpu.get('pci')} ({gpu.get('vendor_device', '?')}, "
                 f"IOMMU group {gpu.get('iommu_group', '?')}{disp}) -> {', '.join(users) or 'unused'}"
             )
+        lines.append(f"  {nomodeset_line(node, definition.node_nomodeset.get(host))}")
     lines += driver_lines(definition)
     if definition.router:
         rh, r = definition.router
@@ -121,3 +123,24 @@ def driver_lines(definition: LabDefinition) -> list[str]:
             f"{how}; flavour {drv.flavour or '(desktop)'}, {pick})"
         )
     return lines
+
+
+def nomodeset_line(node: dict, value: object) -> str:
+    """What stage host does about nomodeset on this node, from the inventory (the node's read decides auto)."""
+    setting = nomodeset_setting(value)
+    if setting is True:
+        return (
+            "nomodeset: on (pve_host_nomodeset: true; any other display adapter of the node loses its driver)"
+        )
+    if setting is False:
+        return "nomodeset: off (pve_host_nomodeset: false)"
+    gpus = [g for g in node.get("pve_gpus") or [] if isinstance(g, dict)]
+    boot = [str(g.get("id")) for g in gpus if g.get("boot_display")]
+    if not boot:
+        return (
+            "nomodeset: off (auto: no card of pve_gpus is the boot display; the NVIDIA blacklist is enough)"
+        )
+    return (
+        f"nomodeset: auto, on if {boot[0]} (the boot display) is the node's only display adapter; off where another "
+        "(an iGPU) could drive a screen, which the run reads from the node"
+    )

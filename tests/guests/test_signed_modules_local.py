@@ -75,9 +75,7 @@ def test_a_kernel_without_signed_modules_is_refused_with_the_fix(tmp_path):
     rc, out = lab.play([_role_task("kernel", kvm)])
     assert rc != 0
     msg = " ".join(lab.failures(out)[0].split())
-    assert msg.startswith(
-        "vm-1 runs kernel 6.8.0-1020-kvm (series kvm, linux-image-kvm), and apt has no "
-    )
+    assert msg.startswith("vm-1 runs kernel 6.8.0-1020-kvm (series kvm, linux-image-kvm), and apt has no ")
     assert "linux-modules-nvidia-580-server-open-kvm: Ubuntu ships no Canonical-signed NVIDIA modules" in msg
     assert "(1) turn Secure Boot off for this VM (vm_efi_pre_enrolled_keys false, then the DKMS build)" in msg
     assert "the GA kernel (sudo apt install linux-generic, reboot into it)" in msg

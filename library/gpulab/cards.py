@@ -110,9 +110,7 @@ class Driver:
         }
 
 
-def packages(
-    branch: Any, flavour: str, signed: bool, kernel_flavour: str = ""
-) -> tuple[str, ...]:
+def packages(branch: Any, flavour: str, signed: bool, kernel_flavour: str = "") -> tuple[str, ...]:
     """The packages: the `nvidia-driver-*` metapackage (its DKMS module), or with Secure Boot the
     Canonical-signed precompiled modules with the driver's user space and no DKMS (what `ubuntu-drivers install
     --gpgpu` picks: `nvidia-headless-no-dkms-*` and `linux-modules-nvidia-*-<kernel flavour>`, plus the utils)."""

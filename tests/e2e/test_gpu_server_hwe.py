@@ -94,7 +94,12 @@ def test_an_hwe_guest_with_secure_boot_gets_the_hwe_signed_modules_and_nvidia_sm
         "TASK [gpulab.homelab.nvidia_driver : Prove the signed NVIDIA module loads with Secure Boot on]", 1
     )
     assert len(proof) == 2 and "ok: [vm-gpu]" in proof[1].split("TASK [", 1)[0], run.stdout[-3000:]
-    assert "Canonical Ltd. Kernel Module Signing 2025 Kmod" in proof[1].split("TASK [", 1)[0]
+    # the proof held with the module the HWE package brought: built for the HWE kernel, signed with the 2025 key
+    marker = (lab.state / UPPER / "usr/lib/gpulab-sim/nvidia-module-installed").read_text().splitlines()
+    assert marker[:2] == [
+        "proprietary signed 580.173.02 6.17.0-14-generic",
+        "signer: Canonical Ltd. Kernel Module Signing 2025 Kmod",
+    ]
     rows = {r["vm"]: r for r in json.loads((lab.state / "lab-table.json").read_text())}
     assert "NVIDIA GeForce RTX 3090" in rows["vm-gpu"]["driver"], rows["vm-gpu"]
 
@@ -108,9 +113,13 @@ def test_the_gpu_server_is_labelled_in_its_config_and_hami_offers_its_card(hwe_s
     node = _kubectl_node(lab, inv, tmp_path)
     assert node["metadata"]["labels"]["gpu"] == "on"
     assert int(node["status"]["allocatable"]["nvidia.com/gpu"]) == 10  # hami_device_split_count x 1 card
-    # HAMi's proof ran on the server's card
-    shown = run.stdout.split("TASK [gpulab.homelab.hami : Show what the proof saw]", 1)
-    assert len(shown) == 2 and "vm-gpu" in shown[1].split("TASK [", 1)[0], run.stdout[-3000:]
+    assert "HAMi 2.10.0: 1 card(s) x 10 = 10 nvidia.com/gpu on vm-gpu" in run.stdout
+    # HAMi's proof (opt-in) shares the server's card
+    proof = run_playbook(lab, inv, "--tags", "hami-proof", timeout=600)
+    assert proof.returncode == 0, proof.stdout[-6000:]
+    assert re.search(r"HAMi shares card GPU-[0-9a-f-]+ on vm-gpu", " ".join(proof.stdout.split())), (
+        proof.stdout[-3000:]
+    )
 
 
 def test_a_toolkit_that_comes_after_k3s_restarts_the_server_unit(hwe_server, tmp_path):

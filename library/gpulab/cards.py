@@ -24,12 +24,16 @@ from typing import Any
 FLAVOURS = {"server": False, "server-open": True, "": False, "open": True}
 #: What gpulab picks when nvidia_driver_flavour is unset: the server branch, open or proprietary.
 AUTO = {True: "server-open", False: "server"}
-#: Ubuntu kernel flavours with Canonical-signed precompiled NVIDIA modules (linux-restricted-modules'
-#: `linux-modules-nvidia-<branch>[-server][-open]-<kernel flavour>`; shared/reference/guest-stack.md 2.1 names
-#: generic, generic-hwe-24.04 and gcp). The noble cloud image and the live-server ISO boot `generic`.
+#: Ubuntu kernel series with Canonical-signed precompiled NVIDIA modules (linux-restricted-modules'
+#: `linux-modules-nvidia-<branch>[-server][-open]-<kernel series>`; shared/reference/guest-stack.md 2.1 names
+#: generic, generic-hwe-24.04 and gcp). The noble cloud image and the live-server ISO boot `generic`; newer
+#: point-release media install `generic-hwe-24.04`. Unset, roles/nvidia_driver reads the series on the guest.
 SIGNED_KERNEL_FLAVOURS = ("generic", "generic-hwe-24.04", "gcp")
-KERNEL_FLAVOUR = "generic"
-#: The module's signer that `modinfo -F signer nvidia` prints for Canonical's precompiled modules.
+#: What the plan shows for the series when nvidia_driver_kernel_flavour is unset (the guest's running kernel's).
+KERNEL_FLAVOUR = "<series of the running kernel>"
+#: The start of the signer that `modinfo -F signer nvidia` prints for Canonical's precompiled modules: each of
+#: Canonical's module-signing keys is named so (`Canonical Ltd. Kernel Module Signing`, and later ones such as
+#: `Canonical Ltd. Kernel Module Signing 2025 Kmod` that newer kernels also trust).
 CANONICAL_SIGNER = "Canonical Ltd. Kernel Module Signing"
 
 
@@ -87,7 +91,7 @@ class Driver:
     reason: str
     packages: tuple[str, ...]
     modules: str  # dkms | signed
-    kernel_flavour: str
+    kernel_flavour: str  # "" : the series of the kernel the guest runs (read on the guest)
 
     @property
     def open(self) -> bool:
@@ -106,9 +110,7 @@ class Driver:
         }
 
 
-def packages(
-    branch: Any, flavour: str, signed: bool, kernel_flavour: str = KERNEL_FLAVOUR
-) -> tuple[str, ...]:
+def packages(branch: Any, flavour: str, signed: bool, kernel_flavour: str = "") -> tuple[str, ...]:
     """The packages: the `nvidia-driver-*` metapackage (its DKMS module), or with Secure Boot the
     Canonical-signed precompiled modules with the driver's user space and no DKMS (what `ubuntu-drivers install
     --gpgpu` picks: `nvidia-headless-no-dkms-*` and `linux-modules-nvidia-*-<kernel flavour>`, plus the utils)."""
@@ -117,7 +119,7 @@ def packages(
         return (f"nvidia-driver-{suffix}",)
     utils = suffix.removesuffix("-open")  # the user space tools are one package for both kernel modules
     return (
-        f"linux-modules-nvidia-{suffix}-{kernel_flavour}",
+        f"linux-modules-nvidia-{suffix}-{kernel_flavour or KERNEL_FLAVOUR}",
         f"nvidia-headless-no-dkms-{suffix}",
         f"nvidia-utils-{utils}",
     )
@@ -165,7 +167,7 @@ def driver_for(
 ) -> Driver:
     """The driver of a GPU VM with these cards. `flavour` None: open (server-open) when every card that
     states a need wants open and at least one recommends it, else proprietary (server)."""
-    kflavour = kernel_flavour or KERNEL_FLAVOUR
+    kflavour = kernel_flavour or ""
     if flavour is None:
         # a card that cannot run the open modules keeps the proprietary ones (flavour_problems refuses a
         # mix with a card that needs the open ones)

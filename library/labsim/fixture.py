@@ -25,6 +25,9 @@ Keys (see fixtures/reference.yml, the default):
   same table to the controller, each folder with its SHA256SUMS.
 - ``network`` (optional; used by the network lab and by the API-only hooks): ``router`` (dnsmasq|kea|huawei_ont),
   ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``).
+- ``guest_kernels`` (optional): the Ubuntu kernel series a VM runs, by VM name (or id): ``generic`` (the GA
+  kernel, the default), ``generic-hwe-24.04`` (the HWE kernel of newer point-release media) or ``kvm`` (a flavour
+  without Canonical-signed NVIDIA modules); :mod:`labsim.net.guest_kernel` lays it over the VM.
 - ``extends`` (optional): a fixture this one builds on (a name such as ``reference``, or a path relative to
   this file); its keys are merged under this file's (mappings key by key, anything else replaced). A node
   of ``nodes`` may name ``extends: NODE`` too: that node of the fixture it builds on, with the entry's keys

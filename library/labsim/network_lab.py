@@ -54,7 +54,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from labsim.net import addressing
+from labsim.net import addressing, guest_kernel
 from labsim.net.addressing import SubnetConflict
 from labsim.vm_hooks import VmHooks, net0_mac
 
@@ -1486,6 +1486,11 @@ class NetVmHooks(VmHooks):
         (gpus_file.parent / "firmware.json").write_text(json.dumps(vm_firmware(config)) + "\n")
         extra: dict[str, Any] = {"boot_hook": VM_BOOT_HOOK, "init": facts.get("vm_init", "simple")}
         tools = _vm_tools(Path(facts["guest_image"]), systemd=facts.get("vm_init") == "systemd")
+        # the Ubuntu kernel the guest runs (the fixture's guest_kernels): its release and its packages
+        series = guest_kernel.series_of(self.fixture, str(config.get("name") or name), int(vmid))
+        guest_kernel.install(self.lab.hosts_dir / name / "upper", Path(facts["guest_image"]), series)
+        views = [guest_kernel.osrelease_view(self.lab.hosts_dir / name / "state", series)]
+        tools[guest_kernel.UNAME] = guest_kernel.UNAME_STANDIN
         if installed is None:
             users = cloud_init_users(config, lab_key)
         else:
@@ -1501,7 +1506,8 @@ class NetVmHooks(VmHooks):
                 self.lab.hosts_dir / name / "upper", installed, facts["router"]["address"]
             )
             self._write_disk_hardware(vmid, config, installed)
-            extra["views"] = [[str(self.lab.hosts_dir / name / "state" / "hw"), ISO_GUEST_HW]]
+            views.append([str(self.lab.hosts_dir / name / "state" / "hw"), ISO_GUEST_HW])
+        extra["views"] = views
         _start_host(
             self.lab,
             facts,
@@ -1727,14 +1733,18 @@ def agent_interfaces(ip_json: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # at each boot of a VM: the NVIDIA kernel module "loads" when a module package installed it (its kind goes to
 # nvidia-loaded), except a DKMS-built one under Secure Boot, which the kernel refuses ("Key was rejected by
-# service": shared/reference/guest-stack.md 2.4); Canonical's signed modules load
+# service": shared/reference/guest-stack.md 2.4), and Canonical's signed modules built for another kernel than the
+# one the VM runs (the 4th word of the marker, against labsim.net.guest_kernel's release file): the kernel has no
+# nvidia module then
 VM_BOOT_HOOK = [
     "sh",
     "-c",
     'M="$GPULAB_HOST_ROOT/usr/lib/gpulab-sim/nvidia-module-installed"; '
     'F="$GPULAB_HOST_ROOT/etc/gpulab-sim/firmware.json"; '
+    'K="$(cat "$GPULAB_HOST_ROOT/etc/gpulab-sim/kernel" 2>/dev/null)"; '
     'if [ -e "$M" ] && ! { grep -q dkms "$M" && grep -q \'"secure_boot": true\' "$F" 2>/dev/null; }; then'
-    ' cp "$M" "$GPULAB_HOST_ROOT/run/gpulab/nvidia-loaded"; fi',
+    ' set -- $(head -n 1 "$M"); if [ -z "$4" ] || [ "$4" = "$K" ]; then'
+    ' cp "$M" "$GPULAB_HOST_ROOT/run/gpulab/nvidia-loaded"; fi; fi',
 ]
 
 

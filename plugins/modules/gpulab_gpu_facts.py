@@ -45,6 +45,18 @@ options:
         RV(diagnosis) instead, which suits a probe taken before the driver is installed.
     type: int
     default: 1
+  signed_modules:
+    description:
+      - The driver part of Canonical's signed module packages (C(580-server), C(580-server-open)); when set, the
+        module looks up C(linux-modules-nvidia-<signed_modules>-<series>) for the series of the running kernel
+        (RV(kernel_series)) in apt's cache and reports it in RV(signed_modules).
+    type: str
+    default: ""
+  kernel_series:
+    description:
+      - The kernel series to use instead of the one read from the installed kernel packages (RV(kernel_series)).
+    type: str
+    default: ""
 attributes:
   facts:
     support: full
@@ -117,10 +129,43 @@ driver_version:
   returned: always
   type: str
 kernel:
-  description: The release of the running kernel (C(uname -r)).
+  description: The release of the running kernel (C(/proc/sys/kernel/osrelease), what C(uname -r) prints).
   returned: always
   type: str
   sample: 6.8.0-87-generic
+kernel_series:
+  description:
+    - The series of the running kernel as Ubuntu names its metapackages, read from dpkg. It is the installed
+      C(linux-image-<series>) metapackage whose C(Depends) names C(linux-image-<running release>) (or, after an
+      upgrade not yet booted, a kernel of the same version and flavour). C(virtual) counts as C(generic) and
+      C(virtual-hwe-24.04) as C(generic-hwe-24.04), as ubuntu-drivers does, because they boot the same kernel.
+    - Ubuntu's signed NVIDIA modules (C(linux-modules-nvidia-<driver>-<series>)) and the headers metapackage
+      (C(linux-headers-<series>)) are named after it.
+  returned: always
+  type: dict
+  contains:
+    series:
+      description: C(generic), C(generic-hwe-24.04), ...; V(null) when no installed metapackage runs this kernel.
+      type: str
+    meta:
+      description: The C(linux-image-*) metapackage it was read from (V(null) with O(kernel_series) or none found).
+      type: str
+    candidates:
+      description: Every installed C(linux-image-*) metapackage with the kernel it depends on.
+      type: dict
+signed_modules:
+  description:
+    - With O(signed_modules), Canonical's signed modules package for the running kernel's series and what apt
+      has of it; V(null) otherwise.
+  returned: always
+  type: dict
+  contains:
+    package:
+      description: C(linux-modules-nvidia-<driver>-<series>), V(null) when the series is unknown.
+      type: str
+    candidate:
+      description: The version apt would install (C(apt-cache policy)'s Candidate), V(null) when apt has none.
+      type: str
 mokutil:
   description:
     - What C(mokutil --sb-state) answered (its exit code and output), V(null) when mokutil is not installed.
@@ -465,7 +510,94 @@ ARGUMENT_SPEC = {
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
     "container_runtime": {"type": "str", "default": "/usr/bin/nvidia-container-runtime"},
     "min_gpus": {"type": "int", "default": 1},
+    "signed_modules": {"type": "str", "default": ""},
+    "kernel_series": {"type": "str", "default": ""},
 }
+
+# An Ubuntu kernel release: version, ABI number, flavour (6.8.0-90-generic, 6.17.0-14-generic, 6.8.0-1020-kvm).
+RELEASE_RE = re.compile(r"^(\d+\.\d+)\.\d+-\d+-([a-z0-9-]+)$")
+# Metapackages that boot another series' kernel (ubuntu-drivers maps linux-image-virtual to generic).
+SERIES_ALIASES = {"virtual": "generic", "virtual-hwe-24.04": "generic-hwe-24.04"}
+
+
+def running_kernel(root="/"):
+    """The running kernel's release: /proc/sys/kernel/osrelease (uname -r's value), else uname()."""
+    data = _read(os.path.join(root, "proc/sys/kernel/osrelease"), b"") or b""
+    return data.decode(errors="replace").strip() or os.uname().release
+
+
+def parse_kernel_metas(text):
+    """`dpkg-query -W -f '${Package}\t${db:Status-Abbrev}\t${Depends}\n' 'linux-image-*'` as
+    {installed metapackage: the kernel release it depends on}: a linux-image-<series> whose Depends names a
+    linux-image-<release> (or linux-image-unsigned-<release>); the kernel packages themselves are left out."""
+    metas = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("\t")
+        status, _, depends = rest.partition("\t")
+        # a kernel's own package (linux-image-<release>: the release starts with its version) is no metapackage
+        if not status.startswith("ii") or name.removeprefix("linux-image-")[:1].isdigit():
+            continue
+        for dep in depends.split(","):
+            dep_name = dep.strip().split(" ", 1)[0].split(":", 1)[0]
+            release = dep_name.removeprefix("linux-image-unsigned-").removeprefix("linux-image-")
+            if dep_name.startswith("linux-image-") and release[:1].isdigit():
+                metas[name] = release
+                break
+    return metas
+
+
+def kernel_series(release, metas):
+    """The series (metapackage name less linux-image-) whose kernel runs: the meta that depends on this very
+    release, else one of the same version and flavour (its kernel upgraded, not yet booted); else None."""
+    exact = sorted(m for m, r in metas.items() if r == release)
+    running = RELEASE_RE.match(release)
+    same = sorted(
+        m
+        for m, r in metas.items()
+        if running and (m2 := RELEASE_RE.match(r)) and m2.groups() == running.groups()
+    )
+    picked = (exact or same or [None])[0]
+    if picked is None:
+        return None, None
+    series = picked.removeprefix("linux-image-")
+    return SERIES_ALIASES.get(series, series), picked
+
+
+def read_kernel_series(module, release, override):
+    """RETURN kernel_series: the override, else what dpkg says of the installed linux-image-* metapackages."""
+    dpkg_query = module.get_bin_path("dpkg-query", required=False)
+    metas = {}
+    if dpkg_query:
+        fmt = "${Package}\t${db:Status-Abbrev}\t${Depends}\n"
+        rc, out, _err = module.run_command([dpkg_query, "-W", "-f", fmt, "linux-image-*"])
+        metas = parse_kernel_metas(out) if rc in (0, 1) else {}
+    if override:
+        return {"series": override, "meta": None, "candidates": metas}
+    series, meta = kernel_series(release, metas)
+    return {"series": series, "meta": meta, "candidates": metas}
+
+
+def apt_candidate(module, package):
+    """The version `apt-cache policy PACKAGE` names as Candidate, None when apt has none."""
+    apt_cache = module.get_bin_path("apt-cache", required=False)
+    if not apt_cache:
+        return None
+    rc, out, _err = module.run_command([apt_cache, "policy", package])
+    for line in out.splitlines() if rc == 0 else []:
+        key, _, value = line.strip().partition(":")
+        if key == "Candidate":
+            return None if value.strip() in ("", "(none)") else value.strip()
+    return None
+
+
+def signed_modules_package(module, driver, series):
+    """RETURN signed_modules: linux-modules-nvidia-<driver>-<series> and apt's candidate for it."""
+    if not driver:
+        return None
+    if not series:
+        return {"package": None, "candidate": None}
+    package = f"linux-modules-nvidia-{driver}-{series}"
+    return {"package": package, "candidate": apt_candidate(module, package)}
 
 
 def mokutil_state(module):
@@ -530,6 +662,8 @@ def run_module():
             module.warn(f"nvidia-smi: {line}")
 
     toolkit = container_toolkit(module, module.params["container_runtime"])
+    release = running_kernel()
+    series = read_kernel_series(module, release, module.params["kernel_series"])
     result = {
         "changed": False,
         "gpus": gpus,
@@ -537,7 +671,9 @@ def run_module():
         "uuids": [g["uuid"] for g in gpus],
         "driver_version": gpus[0]["driver_version"] if gpus else None,
         "error": error,
-        "kernel": os.uname().release,
+        "kernel": release,
+        "kernel_series": series,
+        "signed_modules": signed_modules_package(module, module.params["signed_modules"], series["series"]),
         "mokutil": mokutil_state(module),
         "module_signer": module_signer(module),
         "container_toolkit": toolkit,

@@ -496,3 +496,75 @@ def test_module_reports_the_kernel_and_the_container_toolkit_in_the_same_call(tm
         result["container_toolkit"]["ctk_error"]
         == "nvidia-ctk --version: rc=1 libnvidia-container.so.1: cannot open"
     )
+
+
+# --- the running kernel's series (issue 43: HWE guests) ----------------------------------------------------
+
+# dpkg-query -W -f '${Package}\t${db:Status-Abbrev}\t${Depends}\n' 'linux-image-*' on a noble guest that runs the
+# HWE kernel and still has the GA one (constructed from the packages' Depends as Ubuntu's metapackages have them)
+DPKG_HWE = (
+    "linux-image-6.8.0-90-generic\tii \tlinux-base (>= 4.5ubuntu1~16.04.1), linux-modules-6.8.0-90-generic\n"
+    "linux-image-6.17.0-14-generic\tii \tlinux-base (>= 4.5ubuntu1~16.04.1), linux-modules-6.17.0-14-generic\n"
+    "linux-image-generic\tii \tlinux-image-6.8.0-90-generic, linux-firmware, intel-microcode, amd64-microcode\n"
+    "linux-image-generic-hwe-24.04\tii \tlinux-image-6.17.0-14-generic, linux-firmware, intel-microcode\n"
+    "linux-image-virtual\tun \t\n"
+)
+
+
+def test_the_running_kernels_series_is_its_installed_metapackages(gpu_facts):
+    metas = gpu_facts.parse_kernel_metas(DPKG_HWE)
+    assert metas == {
+        "linux-image-generic": "6.8.0-90-generic",
+        "linux-image-generic-hwe-24.04": "6.17.0-14-generic",
+    }
+    assert gpu_facts.kernel_series("6.17.0-14-generic", metas) == (
+        "generic-hwe-24.04",
+        "linux-image-generic-hwe-24.04",
+    )
+    assert gpu_facts.kernel_series("6.8.0-90-generic", metas) == ("generic", "linux-image-generic")
+    # the HWE meta upgraded to the next ABI, the guest not rebooted yet: the same version and flavour
+    assert gpu_facts.kernel_series("6.17.0-12-generic", metas)[0] == "generic-hwe-24.04"
+    # linux-image-virtual boots the generic kernel (ubuntu-drivers maps it so)
+    assert (
+        gpu_facts.kernel_series("6.8.0-90-generic", {"linux-image-virtual": "6.8.0-90-generic"})[0]
+        == "generic"
+    )
+    # a kernel no metapackage depends on (built by hand, or another flavour): unknown
+    assert gpu_facts.kernel_series("6.18.1-custom", metas) == (None, None)
+    assert (
+        gpu_facts.kernel_series("6.8.0-1020-kvm", {**metas, "linux-image-kvm": "6.8.0-1020-kvm"})[0] == "kvm"
+    )
+
+
+def test_module_reports_the_series_and_apts_signed_modules_for_it(tmp_path):
+    """The series from dpkg-query, and apt-cache policy's Candidate of linux-modules-nvidia-<driver>-<series>."""
+    smi, _ = fake_smi(tmp_path, sample("constructed-nvidia-smi-query-1gpu-nounits.csv"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    release = os.uname().release
+    (bin_dir / "dpkg-query").write_text(
+        f"#!/bin/sh\nprintf 'linux-image-generic-hwe-24.04\\tii \\tlinux-image-{release}, linux-firmware\\n'\n"
+    )
+    (bin_dir / "apt-cache").write_text(
+        '#!/bin/sh\n[ "$1" = policy ] || exit 3\necho "$2:"\necho "  Installed: (none)"\n'
+        'case "$2" in *-generic-hwe-24.04) echo "  Candidate: 580.173.02-0ubuntu0.24.04.1";; '
+        '*) echo "  Candidate: (none)";; esac\n'
+    )
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    result = run_ansible_module(
+        "gpulab_gpu_facts", {"nvidia_smi": smi, "signed_modules": "580-server"}, env=env
+    )
+    assert result["kernel_series"]["series"] == "generic-hwe-24.04"
+    assert result["signed_modules"] == {
+        "package": "linux-modules-nvidia-580-server-generic-hwe-24.04",
+        "candidate": "580.173.02-0ubuntu0.24.04.1",
+    }
+    result = run_ansible_module(
+        "gpulab_gpu_facts",
+        {"nvidia_smi": smi, "signed_modules": "580-server", "kernel_series": "kvm"},
+        env=env,
+    )
+    assert result["signed_modules"] == {"package": "linux-modules-nvidia-580-server-kvm", "candidate": None}
+    assert run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi}, env=env)["signed_modules"] is None

@@ -205,3 +205,39 @@ def test_k3s_etcd_is_voter(three):
     net.rounds(2)
     assert voter(leader, "vm-3") == ("True", "MemberNotLearner")
     assert voter(net.members["vm-3"], "vm-3") == ("True", "MemberNotLearner")
+
+
+def test_k3s_nvidia_runtime_found_at_start(tmp_path, capsys):
+    """k3s' agent (a server runs one too) looks for the NVIDIA runtimes once, at start, the GPU Operator's folder
+    before the packages' (a directory there is skipped), and writes one containerd runtime entry each; a toolkit
+    installed afterwards is not in containerd's config until k3s starts again (issue 43)."""
+    common = part("common")
+    config = tmp_path / common.CONTAINERD_CONFIG.lstrip("/")
+    assert common.setup_containerd(str(tmp_path)) == []
+    assert "runtimes.'runc']" in config.read_text() and "nvidia" not in config.read_text()
+    usr_bin = tmp_path / "usr/bin"
+    usr_bin.mkdir(parents=True)
+    (usr_bin / "nvidia-container-runtime").write_text("#!/bin/sh\n")
+    assert "nvidia" not in config.read_text()  # the running k3s does not look again
+    assert common.setup_containerd(str(tmp_path)) == ["nvidia"]  # the next start finds it
+    text = config.read_text()
+    assert (
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'nvidia']\n"
+        '  runtime_type = "io.containerd.runc.v2"\n'
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'nvidia'.options]\n"
+        '  BinaryName = "/usr/bin/nvidia-container-runtime"\n'
+        "  SystemdCgroup = true\n"
+    ) in text
+    assert (
+        'msg="Found nvidia container runtime at /usr/bin/nvidia-container-runtime"' in capsys.readouterr().err
+    )
+    operator = tmp_path / "usr/local/nvidia/toolkit"
+    (operator / "nvidia-container-runtime").mkdir(parents=True)  # a directory: skipped
+    assert common.find_nvidia_runtimes(str(tmp_path)) == {"nvidia": "/usr/bin/nvidia-container-runtime"}
+    (operator / "nvidia-container-runtime").rmdir()
+    (operator / "nvidia-container-runtime").write_text("#!/bin/sh\n")
+    (usr_bin / "nvidia-container-runtime-experimental").write_text("#!/bin/sh\n")
+    assert common.find_nvidia_runtimes(str(tmp_path)) == {
+        "nvidia": "/usr/local/nvidia/toolkit/nvidia-container-runtime",
+        "nvidia-experimental": "/usr/bin/nvidia-container-runtime-experimental",
+    }

@@ -135,7 +135,8 @@ def test_secure_boot_gets_the_signed_modules_and_a_kernel_without_them_is_refuse
     assert problems == []
     plan = labdef.plan_text(definition)
     assert (
-        "Driver vm-gpu: linux-modules-nvidia-580-server-open-generic nvidia-headless-no-dkms-580-server-open "
+        "Driver vm-gpu: linux-modules-nvidia-580-server-open-<series of the running kernel> "
+        "nvidia-headless-no-dkms-580-server-open "
         "nvidia-utils-580-server (open kernel module, Canonical-signed precompiled modules (Secure Boot on)"
     ) in plan
     assert vmspec.resolve(definition)["vm-gpu"]["driver"]["modules"] == "signed"
@@ -166,32 +167,60 @@ def test_discover_writes_the_flavour_it_picked_with_why():
     assert discover._flavour_lines(gpus("10de:2b85", vms=[vm]))[-1] == "nvidia_driver_flavour: server-open"
 
 
-@pytest.mark.parametrize(
-    ("flavour", "signed"), [("server", False), ("server-open", True), ("open", True), ("", False)]
-)
-def test_the_role_installs_the_packages_the_plan_shows(flavour, signed):
+def _role_install(**values) -> list[str]:
+    """roles/nvidia_driver's nvidia_driver_install, templated with these values over the role's vars."""
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
     role_vars = yaml.safe_load((ROOT / "roles/nvidia_driver/vars/main.yml").read_text())
-    values = {
-        "nvidia_driver_branch": "580",
-        "nvidia_driver_flavour": flavour,
-        "nvidia_driver_signed_modules": signed,
-        "nvidia_driver_kernel_flavour": "generic",
-        "nvidia_driver_prerequisites": [],
-        "nvidia_driver_running_kernel_headers": False,
-        "nvidia_driver_found": {"kernel": "6.8.0-90-generic"},
-        **{
-            k: trust_as_template(v)
-            for k, v in role_vars.items()
-            if k in ("nvidia_driver_suffix", "nvidia_driver_package")
-        },
-    }
+    names = ("nvidia_driver_suffix", "nvidia_driver_package", "nvidia_driver_kernel_series")
+    values = {"nvidia_driver_branch": "580", **values, **{k: trust_as_template(role_vars[k]) for k in names}}
     templar = Templar(loader=DataLoader(), variables=values)
-    assert list(templar.template(trust_as_template(role_vars["nvidia_driver_install"]))) == list(
-        cards.packages("580", flavour, signed)
+    return list(templar.template(trust_as_template(role_vars["nvidia_driver_install"])))
+
+
+@pytest.mark.parametrize(
+    ("flavour", "signed"), [("server", False), ("server-open", True), ("open", True), ("", False)]
+)
+@pytest.mark.parametrize("series", ["generic", "generic-hwe-24.04"])
+def test_the_role_installs_the_packages_the_plan_shows(flavour, signed, series):
+    """The plan's names with the series the guest's running kernel has (read on the guest, or the inventory's)."""
+    found = {"kernel": "6.17.0-14-generic", "kernel_series": {"series": series}}
+    installed = _role_install(
+        nvidia_driver_flavour=flavour,
+        nvidia_driver_signed_modules=signed,
+        nvidia_driver_kernel_flavour="",
+        nvidia_driver_prerequisites=[],
+        nvidia_driver_series_headers=False,
+        nvidia_driver_running_kernel_headers=False,
+        nvidia_driver_found=found,
     )
+    assert installed == list(cards.packages("580", flavour, signed, series))
+
+
+def test_an_hwe_guests_dkms_build_gets_the_hwe_headers_not_the_ga_ones():
+    """issue 43: on the HWE kernel the headers metapackage is linux-headers-generic-hwe-24.04 (the GA
+    linux-headers-generic would bring the 6.8 headers for nothing); on the GA kernel it stays linux-headers-generic."""
+
+    def dkms(series, kernel):
+        return _role_install(
+            nvidia_driver_flavour="server",
+            nvidia_driver_signed_modules=False,
+            nvidia_driver_kernel_flavour="",
+            nvidia_driver_prerequisites=["dkms"],
+            nvidia_driver_series_headers=True,
+            nvidia_driver_running_kernel_headers=True,
+            nvidia_driver_found={"kernel": kernel, "kernel_series": {"series": series}},
+        )
+
+    assert dkms("generic-hwe-24.04", "6.17.0-14-generic") == [
+        "dkms", "linux-headers-generic-hwe-24.04", "linux-headers-6.17.0-14-generic", "nvidia-driver-580-server",
+    ]  # fmt: skip
+    assert dkms("generic", "6.8.0-90-generic") == [
+        "dkms", "linux-headers-generic", "linux-headers-6.8.0-90-generic", "nvidia-driver-580-server",
+    ]  # fmt: skip
+    # no metapackage runs the kernel (a kernel of its own): its headers only
+    assert dkms(None, "6.18.1-custom") == ["dkms", "linux-headers-6.18.1-custom", "nvidia-driver-580-server"]
 
 
 def test_a_large_bar_cards_guest_address_width_goes_into_the_cpu_option(inv):

@@ -164,8 +164,9 @@ def check_driver(d: LabDefinition, host: str, vm: dict, known: list, out: Proble
     for gid, why, fix in nvidia.flavour_problems(known, flavour):
         field = "nvidia_driver_flavour" if flavour is not None else "vm_gpu"
         out.add(host, field, flavour if flavour is not None else gid, why, fix)
-    kflavour = d.globals.get("nvidia_driver_kernel_flavour") or nvidia.KERNEL_FLAVOUR
-    if vm.get("vm_efi_pre_enrolled_keys") and kflavour not in nvidia.SIGNED_KERNEL_FLAVOURS:
+    # unset: the guest's running kernel decides, read on the guest (roles/nvidia_driver refuses one without them)
+    kflavour = d.globals.get("nvidia_driver_kernel_flavour")
+    if vm.get("vm_efi_pre_enrolled_keys") and kflavour and kflavour not in nvidia.SIGNED_KERNEL_FLAVOURS:
         why = (
             f"Secure Boot is on (pre-enrolled keys) and Ubuntu has no Canonical-signed NVIDIA modules for kernel "
             f"flavour {kflavour!r} ({', '.join(nvidia.SIGNED_KERNEL_FLAVOURS)} have them), so the DKMS-built module "
@@ -173,7 +174,8 @@ def check_driver(d: LabDefinition, host: str, vm: dict, known: list, out: Proble
         )
         fix = (
             "(1) set vm_efi_pre_enrolled_keys: false (Secure Boot off), or (2) run a kernel flavour with signed "
-            "modules and set nvidia_driver_kernel_flavour to it (e.g. generic)"
+            "modules and set nvidia_driver_kernel_flavour to it (e.g. generic), or leave it unset so the guest's "
+            "running kernel decides"
         )
         out.add(host, "vm_efi_pre_enrolled_keys", True, why, fix)
 

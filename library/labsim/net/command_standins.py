@@ -291,7 +291,8 @@ def cmd_mokutil(argv):
 
 #: The signer `modinfo -F signer` prints for the kernel module of each kind: Canonical's key for the precompiled
 #: linux-modules-nvidia-* (the "Canonical Ltd. Kernel Module Signing" certificate Ubuntu kernels load); the
-#: machine-owner key that Ubuntu's update-secureboot-policy makes for DKMS (its subject, unverified).
+#: machine-owner key that Ubuntu's update-secureboot-policy makes for DKMS (its subject, unverified). A signed
+#: module package names its own signer in the marker (``signer:``, labsim.net.guest_kernel.SIGNERS).
 MODULE_SIGNERS = {
     "signed": "Canonical Ltd. Kernel Module Signing",
     "dkms": "ubuntu Secure Boot Module Signature key",
@@ -306,13 +307,23 @@ def cmd_modinfo(argv):
     name = names[-1] if names else ""
     try:
         with open(host("/usr/lib/gpulab-sim/nvidia-module-installed")) as f:
-            kind = f.read().split()
+            lines = f.read().splitlines()
     except OSError:
-        kind = []
-    if name != "nvidia" or len(kind) < 2:
+        lines = []
+    kind = lines[0].split() if lines else []
+    signers = [ln.split(":", 1)[1].strip() for ln in lines[1:] if ln.startswith("signer:")]
+    try:
+        with open(host("/etc/gpulab-sim/kernel")) as f:
+            running = f.read().strip()
+    except OSError:
+        running = ""
+    # modinfo looks in /lib/modules/$(uname -r): signed modules built for another kernel are not found
+    other_kernel = len(kind) > 3 and kind[3] != running
+    if name != "nvidia" or len(kind) < 2 or other_kernel:
         err(f"modinfo: ERROR: Module {name} not found.")
         return 1
-    fields = {"license": "Dual MIT/GPL" if kind[0] == "open" else "NVIDIA", "signer": MODULE_SIGNERS[kind[1]]}
+    signer = signers[0] if signers else MODULE_SIGNERS[kind[1]]
+    fields = {"license": "Dual MIT/GPL" if kind[0] == "open" else "NVIDIA", "signer": signer}
     if field:
         print(fields.get(field, ""))
     else:

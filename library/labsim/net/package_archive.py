@@ -7,7 +7,10 @@ names and the real commands, whose behaviour follows the fixture's hardware:
 * ``http://ROUTER/ubuntu ./`` — the "Ubuntu archive" every lab VM's ``/etc/apt/sources.list``
   points at (part of the VM image, like a mirror setting): ``nvidia-driver-580-server`` (and
   ``-open``, ``nvidia-headless-580-server``, ``nvidia-utils-580-server``, ``nvidia-dkms-580-server``),
-  the same for the older branch 570 (``DRIVER_BRANCHES``; a branch's packages replace the other's), ``dkms``, ``linux-headers-generic``, ``linux-headers-<running kernel>``, ``qemu-guest-agent``;
+  the same for the older branch 570 (``DRIVER_BRANCHES``; a branch's packages replace the other's), ``dkms``, ``linux-headers-<series>`` and ``linux-headers-<release>`` of each kernel
+  series a lab guest runs (:mod:`labsim.net.guest_kernel`), Canonical's signed modules
+  ``linux-modules-nvidia-<branch>-server[-open]-<series>`` for the series Ubuntu builds them for (each module for
+  its series' kernel only), ``qemu-guest-agent``;
 * ``http://ROUTER/nvidia/stable/deb/$(ARCH) /`` — NVIDIA's container toolkit repository, signed
   with the lab's own OpenPGP key (``http://ROUTER/nvidia/gpgkey``), so a role adds it exactly as it
   adds NVIDIA's (only the inventory's URL differs).
@@ -31,6 +34,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from labsim.net import guest_kernel
 from labsim.net.k3s import build_zipapp
 
 DRIVER_VERSION = "580.173.02"
@@ -225,14 +229,30 @@ def _driver_packages(branch: str, driver: str) -> list[dict]:
     drv = f"{driver}-0ubuntu0.24.04.1"
     others = [b for b in DRIVER_BRANCHES if b != branch]
 
-    # what the module package installed: open|proprietary, dkms|signed, the driver (read at boot)
-    def marker(kind):
-        text = f"{kind} {driver}\ninstalled by the lab's NVIDIA kernel module stand-in\n"
+    # what the module package installed: open|proprietary, dkms|signed, the driver and, for Canonical's signed
+    # modules, the kernel they were built for and their signer (read at boot, and by modinfo)
+    def marker(kind, series=None):
+        built = f" {guest_kernel.KERNELS[series]}\nsigner: {guest_kernel.SIGNERS[series]}" if series else ""
+        text = f"{kind} {driver}{built}\ninstalled by the lab's NVIDIA kernel module stand-in\n"
         return {NVIDIA_MODULE_MARKER: (0o644, text)}
 
     def exclusive(pattern):  # the same package of the other branches: Conflicts and Replaces
         names = ", ".join(pattern.format(b) for b in others)
         return {"conflicts": names, "replaces": names} if names else {}
+
+    def signed(variant, kind):
+        """Canonical's signed precompiled modules (linux-restricted-modules), one package per kernel series Ubuntu
+        builds them for: linux-modules-nvidia-<branch>-server[-open]-<series>. They ship the lab's one module
+        marker, so they replace each other (the other branches', and the other series' of this kind)."""
+        names = [f"linux-modules-nvidia-{x}-server{variant}-{series}" for x in DRIVER_BRANCHES
+                 for series in guest_kernel.SIGNED_SERIES]  # fmt: skip
+        out = []
+        for series in guest_kernel.SIGNED_SERIES:
+            name = f"linux-modules-nvidia-{b}-server{variant}-{series}"
+            others_ = ", ".join(n for n in names if n != name)
+            out.append({"name": name, "version": drv, "files": marker(f"{kind} signed", series),
+                        "conflicts": others_, "replaces": others_})  # fmt: skip
+        return out
 
     b = branch
     return [
@@ -240,12 +260,10 @@ def _driver_packages(branch: str, driver: str) -> list[dict]:
          **exclusive("nvidia-dkms-{}-server")},
         {"name": f"nvidia-dkms-{b}-server-open", "version": drv, "depends": "dkms", "files": marker("open dkms"),
          **exclusive("nvidia-dkms-{}-server-open")},
-        # Canonical-signed precompiled modules (linux-restricted-modules) for the generic kernel flavour, and the
-        # driver without DKMS (what ubuntu-drivers --gpgpu installs with them)
-        {"name": f"linux-modules-nvidia-{b}-server-generic", "version": drv, "files": marker("proprietary signed"),
-         **exclusive("linux-modules-nvidia-{}-server-generic")},
-        {"name": f"linux-modules-nvidia-{b}-server-open-generic", "version": drv, "files": marker("open signed"),
-         **exclusive("linux-modules-nvidia-{}-server-open-generic")},
+        # Canonical-signed precompiled modules for each series of guest_kernel.SIGNED_SERIES, and the driver
+        # without DKMS (what ubuntu-drivers --gpgpu installs with them)
+        *signed("", "proprietary"),
+        *signed("-open", "open"),
         {"name": f"nvidia-headless-no-dkms-{b}-server", "version": drv,
          "depends": f"nvidia-compute-utils-{b}-server (= {drv})"},
         {"name": f"nvidia-headless-no-dkms-{b}-server-open", "version": drv,
@@ -263,13 +281,24 @@ def _driver_packages(branch: str, driver: str) -> list[dict]:
     ]  # fmt: skip
 
 
+def _headers(kernel: str) -> list[dict]:
+    """The headers metapackage of each kernel series the lab's guests run (labsim.net.guest_kernel), with the
+    headers of its kernel, and the headers of `kernel`."""
+    metas = [
+        {"name": f"linux-headers-{series}", "version": release.rsplit("-", 1)[0].replace("-", ".") + ".1",
+         "depends": f"linux-headers-{release}"}
+        for series, release in guest_kernel.KERNELS.items()
+    ]  # fmt: skip
+    releases = sorted({*guest_kernel.KERNELS.values(), kernel})
+    return metas + [{"name": f"linux-headers-{release}", "version": "1.0-gpulab1"} for release in releases]
+
+
 def _packages(kernel: str) -> dict[str, list[dict]]:
     """Stand-in packages per archive: name, version, depends, conflicts, replaces, files {path: (mode, text)},
     postinst."""
     ubuntu = [
         {"name": "dkms", "version": "3.0.11-1ubuntu13", "files": {"/usr/sbin/dkms": (0o755, RECORDING_TOOL)}},
-        {"name": "linux-headers-generic", "version": "6.8.0-90.91", "depends": f"linux-headers-{kernel}"},
-        {"name": f"linux-headers-{kernel}", "version": "1.0-gpulab1"},
+        *_headers(kernel),
         {
             "name": "qemu-guest-agent",
             "version": "1:8.2.2+ds-0ubuntu1.4",

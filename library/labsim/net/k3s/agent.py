@@ -28,6 +28,7 @@ from .common import (
     labels_from,
     load_config,
     own_address,
+    setup_containerd,
     start_id,
     version,
 )
@@ -53,8 +54,8 @@ def run_agent():
     # the next one when the one in use does not answer
     endpoints = [host]
     name = str(cfg.get("node-name") or socket.gethostname())
-    # like k3s, the agent looks for the NVIDIA runtime once, when it starts
-    runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
+    # like k3s, the NVIDIA runtimes are looked for once, when it starts, and written to containerd's config
+    runtimes = setup_containerd()
     me = {
         "name": name,
         "boot_id": boot_id(),

@@ -39,6 +39,7 @@ from .common import (
     load_config,
     now_iso,
     own_address,
+    setup_containerd,
     start_id,
     truthy,
     version,
@@ -198,7 +199,8 @@ def run_server():
 
     signal.signal(signal.SIGTERM, stop)
     threading.Thread(target=vip.run, daemon=True).start()
-    runtimes = ["nvidia"] if os.path.exists("/usr/bin/nvidia-container-runtime") else []
+    # like k3s, the NVIDIA runtimes are looked for once, when it starts, and written to containerd's config
+    runtimes = setup_containerd()
     cards = gpu_cards()
     role_labels = {"node-role.kubernetes.io/control-plane": "true", "node-role.kubernetes.io/master": "true"}
     if etcd is not None:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import yaml
 from ansible_modules import MODULES, run_json
 from ansible_runs import ROOT, ansible_playbook, playbook_env
@@ -204,3 +205,51 @@ def test_free_locks_cost_one_look_and_no_line(tmp_path):
     run = _play(tmp_path, [str(tmp_path / "no" / "lock")], timeout=60)
     assert run.returncode == 0, run.stdout
     assert "looks 1" in run.stdout and "waiting for apt's locks" not in run.stdout
+
+
+# --- the lab's stand-in against apt's own lock code (library/labsim/UPSTREAM.md, "apt locks") --------------------
+
+
+def test_unattended_upgrades_lock_taken_gives_up(tmp_path):
+    with unattended_upgrade(tmp_path, 30):
+        env = {**os.environ, "GPULAB_STANDIN_ROOT": str(tmp_path / "host")}
+        script = tmp_path / "bin" / "unattended-upgrade"
+        res = subprocess.run([str(script), "--gpulab-hold", "30"], env=env, capture_output=True, text=True)
+    assert res.returncode == 1 and res.stdout == "Cache lock can not be acquired, exiting\n"
+    log = (tmp_path / "host" / "var/log/unattended-upgrades/unattended-upgrades.log").read_text().splitlines()
+    assert log[-1].endswith(" ERROR Lock could not be acquired (another package manager running?)")
+    assert [line.split(" ", 2)[2] for line in log[:2]] == ["INFO Starting unattended upgrades script"] * 2
+
+
+def test_apt_get_lock_holder(tmp_path):
+    """This machine's apt-get, pointed at the stand-in's lists folder, names the holder gpulab_apt_locks names."""
+    if shutil.which("apt-get") is None:
+        pytest.skip("no apt-get on this machine")
+    lists = tmp_path / "host" / "var/lib/apt/lists"
+    with unattended_upgrade(tmp_path, 30) as proc:
+        res = subprocess.run(
+            [
+                "apt-get", "update",
+                "-o", f"Dir::State::Lists={lists}/",
+                "-o", "Dir::Etc::SourceList=/dev/null",
+                "-o", "Dir::Etc::SourceParts=/dev/null",
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        [found] = module().holders([str(lists / "lock")])
+    assert res.returncode == 100
+    assert (
+        f"E: Could not get lock {lists}/lock. It is held by process {found['pid']} ({found['name']})"
+        in res.stderr
+    )
+    assert (found["pid"], found["name"]) == (proc.pid, "unattended-upgr")
+
+
+def test_a_lock_file_the_stand_in_makes_leaves_its_folder_times(tmp_path):
+    """The lab image's lists folder has no lock file: making one must not look like an apt-get update to Ansible's
+    apt module, which reads the folder's mtime as the time of the last update (cache_valid_time)."""
+    lists = tmp_path / "host" / "var/lib/apt/lists"
+    lists.mkdir(parents=True)
+    os.utime(lists, (1754697600, 1754697600))  # the image's date
+    with unattended_upgrade(tmp_path, 30):
+        assert (lists / "lock").exists() and lists.stat().st_mtime == 1754697600

@@ -64,9 +64,18 @@ def hold_seconds(argv):
 
 
 def get_lock(path):
-    """apt's GetLock: the file's descriptor holding a write lock on all of it, or None when another holds it."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    """apt's GetLock: the file's descriptor holding a write lock on all of it, or None when another holds it.
+
+    A lock file it has to make (the lab image's empty lists folder has none, where a published Ubuntu image has
+    the one its build's apt-get update left) leaves its folder's times as they were: Ansible's apt module takes
+    the lists folder's mtime for the time of the last update (cache_valid_time), and this run fetched nothing."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    before = os.stat(folder)
+    made = not os.path.lexists(path)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    if made:
+        os.utime(folder, ns=(before.st_atime_ns, before.st_mtime_ns))
     try:
         fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
     except OSError:

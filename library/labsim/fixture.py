@@ -23,7 +23,8 @@ Keys (see fixtures/reference.yml, the default):
 - ``downloads``: what download-url can fetch: ``url``, ``size``, optional ``virtual_size``, ``format``,
   and hex digests per algorithm (``sha256``, ``sha512``, ...).
 - ``network`` (optional; used by the network lab and by the API-only hooks): ``router`` (dnsmasq|kea|huawei_ont),
-  ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``).
+  ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``); the network lab also
+  reads ``dhcp_renew_s``, ``vm_init`` and ``guest_apt_hold_s`` (labsim/net/README.md).
 - ``extends`` (optional): a fixture this one builds on (a name such as ``reference``, or a path relative to
   this file); its keys are merged under this file's (mappings key by key, anything else replaced). A node
   of ``nodes`` may name ``extends: NODE`` too: that node of the fixture it builds on, with the entry's keys

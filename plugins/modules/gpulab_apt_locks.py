@@ -46,7 +46,7 @@ options:
     default: 10
   paths:
     description:
-      - The lock files, each an C(fcntl) lock on the whole file. The default is what apt and dpkg take:
+      - The lock files, each an C(fcntl) lock on the whole file. The default is what apt and dpkg take, namely
         dpkg's front-end lock and its database lock (C(debSystem::Lock), which every apt and dpkg run that
         changes packages takes, in this order), the package lists' lock (C(apt-get update)) and the package
         cache's lock (downloads).

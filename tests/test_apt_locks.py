@@ -253,3 +253,47 @@ def test_a_lock_file_the_stand_in_makes_leaves_its_folder_times(tmp_path):
     os.utime(lists, (1754697600, 1754697600))  # the image's date
     with unattended_upgrade(tmp_path, 30):
         assert (lists / "lock").exists() and lists.stat().st_mtime == 1754697600
+
+
+# --- every apt task of the roles waits ------------------------------------------------------------------------
+
+APT_MODULES = {"ansible.builtin.apt", "apt", "ansible.builtin.package", "ansible.builtin.apt_repository"}
+
+
+def _tasks(items: list) -> Iterator[dict]:
+    for task in items or []:
+        yield task
+        for key in ("block", "rescue", "always"):
+            yield from _tasks(task.get(key) or [])
+
+
+def test_every_apt_task_of_the_roles_waits_for_apt_s_locks_as_long():
+    """A role's apt task (the guests' and any on the Proxmox node) follows a gpulab_apt_locks wait of its own
+    file and gives apt the timeout that wait used, so a lock taken in between is waited for as long."""
+    found = 0
+    for path in sorted(ROOT.glob("roles/*/tasks/*.yml")):
+        waits: list[str] = []
+        for task in _tasks(yaml.safe_load(path.read_text()) or []):
+            if "gpulab.homelab.gpulab_apt_locks" in task:
+                assert task["gpulab.homelab.gpulab_apt_locks"] == {
+                    "timeout": "{{ gpulab_apt_lock_timeout | default(omit) }}"
+                }, path
+                waits.append(task["register"])
+            module = next((m for m in APT_MODULES if m in task), None)
+            if module is None:
+                continue
+            found += 1
+            assert module == "ansible.builtin.apt", f"{path}: {task['name']}: use ansible.builtin.apt"
+            assert waits, f"{path}: {task['name']}: no gpulab_apt_locks wait before it"
+            assert task[module].get("lock_timeout") == f"{{{{ {waits[-1]}.timeout }}}}", (
+                f"{path}: {task['name']}"
+            )
+    assert found >= 4  # guest_base, the driver, the toolkit's refresh and install
+
+
+def test_the_catalogue_default_is_the_module_s():
+    from gpulab.labdef import catalogue
+
+    assert (
+        catalogue.BY_NAME["gpulab_apt_lock_timeout"].default == module().ARGUMENT_SPEC["timeout"]["default"]
+    )

@@ -58,6 +58,11 @@ def running_lab(
         shutil.rmtree(state, ignore_errors=True)
 
 
+#: a shell line that waits while a lab VM's unattended-upgrades (run after each boot) holds apt's locks, as a script
+#: on a fresh Ubuntu guest must before `apt-get update`, whose lists' lock apt never waits for
+WAIT_FOR_UNATTENDED_UPGRADES = "while pgrep -x unattended-upgr >/dev/null; do sleep 0.5; done"
+
+
 @contextlib.contextmanager
 def machine_apt_lists_aged(age_s: float) -> Iterator[None]:
     """The machine's /var/lib/apt/lists dated ``age_s`` seconds ago for the block (0: just updated), then back.

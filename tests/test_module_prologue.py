@@ -107,7 +107,14 @@ def test_every_controller_module_runs_in_the_worker_and_only_pve_modules_take_th
     # gpulab_pve_access runs its module on the node; its action plugin does the controller's part.
     # gpulab_wait runs another module (on the task's host) until it reports what was waited for.
     # gpulab_run_lock runs its module on the node; its action plugin says who this run is.
-    assert plugins == CONTROLLER | {"gpulab_preflight", "gpulab_pve_access", "gpulab_wait", "gpulab_run_lock"}
+    # gpulab_apt_locks runs its module on the guest until no process holds apt's locks, saying who does.
+    assert plugins == CONTROLLER | {
+        "gpulab_preflight",
+        "gpulab_pve_access",
+        "gpulab_wait",
+        "gpulab_run_lock",
+        "gpulab_apt_locks",
+    }
     for name in sorted(CONTROLLER):
         plugin = action_loader.get(f"gpulab.homelab.{name}", class_only=True)
         assert issubclass(plugin, worker), name

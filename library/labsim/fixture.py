@@ -24,7 +24,8 @@ Keys (see fixtures/reference.yml, the default):
   and hex digests per algorithm (``sha256``, ``sha512``, ...); the lab's internet (labsim.internet) serves the
   same table to the controller, each folder with its SHA256SUMS.
 - ``network`` (optional; used by the network lab and by the API-only hooks): ``router`` (dnsmasq|kea|huawei_ont),
-  ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``).
+  ``subnet`` (CIDR or ``auto``), ``router_address``, ``pool`` (``FIRST-LAST`` or ``auto``); the network lab also
+  reads ``dhcp_renew_s``, ``vm_init`` and ``guest_apt_hold_s`` (labsim/net/README.md).
 - ``guest_kernels`` (optional): the Ubuntu kernel series a VM runs, by VM name (or id): ``generic`` (the GA
   kernel, the default), ``generic-hwe-24.04`` (the HWE kernel of newer point-release media) or ``kvm`` (a flavour
   without Canonical-signed NVIDIA modules); :mod:`labsim.net.guest_kernel` lays it over the VM.

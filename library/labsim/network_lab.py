@@ -1485,7 +1485,13 @@ class NetVmHooks(VmHooks):
         gpus_file.write_text(json.dumps(gpus, indent=1) + "\n")  # the passed-through cards of this start
         (gpus_file.parent / "firmware.json").write_text(json.dumps(vm_firmware(config)) + "\n")
         extra: dict[str, Any] = {"boot_hook": VM_BOOT_HOOK, "init": facts.get("vm_init", "simple")}
-        tools = _vm_tools(Path(facts["guest_image"]), systemd=facts.get("vm_init") == "systemd")
+        tools, services = _vm_tools(
+            Path(facts["guest_image"]),
+            systemd=facts.get("vm_init") == "systemd",
+            apt_hold_s=apt_hold_s(self.fixture),
+        )
+        if services:
+            extra["services"] = services
         # the Ubuntu kernel the guest runs (the fixture's guest_kernels): its release and its packages
         series = guest_kernel.series_of(self.fixture, str(config.get("name") or name), int(vmid))
         guest_kernel.install(self.lab.hosts_dir / name / "upper", Path(facts["guest_image"]), series)
@@ -1810,8 +1816,58 @@ ExecStart=/bin/sleep infinity
 """
 
 
-def _vm_tools(image_root: Path, systemd: bool) -> dict[str, str]:
-    """The lab's tools in a VM (rewritten at each start): systemd units or power stand-ins, cloud-init."""
+#: seconds the unattended-upgrades stand-in holds apt's locks after each VM boot (fixture
+#: ``network.guest_apt_hold_s``; 0: it does not run): short, since every lab VM meets it
+DEFAULT_APT_HOLD_S = 25
+#: where the stand-in is (:mod:`labsim.net.unattended_upgrades`), as Ubuntu's unattended-upgrades package has it
+UNATTENDED_UPGRADE = "/usr/bin/unattended-upgrade"
+#: a systemd VM starts it at boot as Ubuntu's apt-daily-upgrade.service would (there through a timer that fires
+#: soon after a boot, Persistent=true); Type=simple so that the boot is not held up by it
+APT_DAILY_UPGRADE_UNIT = f"""[Unit]
+Description=Daily apt upgrade and clean activities (gpulab lab: unattended-upgrades' stand-in after boot)
+Documentation=man:apt(8)
+
+[Service]
+Type=simple
+ExecStart={UNATTENDED_UPGRADE}
+KillMode=process
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def apt_hold_s(fixture: dict[str, Any]) -> float:
+    """The fixture's ``network.guest_apt_hold_s`` (seconds, 0 or more), else :data:`DEFAULT_APT_HOLD_S`."""
+    value = (fixture.get("network") or {}).get("guest_apt_hold_s")
+    hold = float(DEFAULT_APT_HOLD_S if value is None else value)
+    if hold < 0:
+        raise LabNetError(f"network.guest_apt_hold_s must be 0 or more seconds (got {value})")
+    return hold
+
+
+def _unattended_upgrades(hold_s: float, systemd: bool) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The unattended-upgrades stand-in of a VM: its files, and (without systemd) its one-shot boot service."""
+    from labsim.net import unattended_upgrades
+
+    if hold_s <= 0:
+        return {}, []
+    files = {
+        UNATTENDED_UPGRADE: Path(unattended_upgrades.__file__).read_text(),
+        unattended_upgrades.CONFIG: json.dumps({"hold_s": hold_s}) + "\n",
+    }
+    if systemd:
+        files["/etc/systemd/system/apt-daily-upgrade.service"] = APT_DAILY_UPGRADE_UNIT
+        files["/etc/systemd/system/multi-user.target.wants/apt-daily-upgrade.service"] = (
+            "@symlink:../apt-daily-upgrade.service"
+        )
+        return files, []
+    return files, [{"name": "unattended-upgrades", "argv": [UNATTENDED_UPGRADE], "once": True}]
+
+
+def _vm_tools(image_root: Path, systemd: bool, apt_hold_s: float = 0) -> tuple[dict[str, str], list]:
+    """The lab's tools in a VM (rewritten at each start): systemd units or power stand-ins, cloud-init, the
+    unattended-upgrades stand-in; and the services its PID 1 starts at boot (without systemd)."""
     from labsim.net import node_host
 
     tools = (
@@ -1820,7 +1876,9 @@ def _vm_tools(image_root: Path, systemd: bool) -> dict[str, str]:
         else node_host.guest_standins()
     )
     tools["/usr/bin/cloud-init"] = node_host.CLOUD_INIT_STANDIN
-    return tools
+    files, services = _unattended_upgrades(apt_hold_s, systemd)
+    tools.update(files)
+    return tools, services
 
 
 def _vm_files(router: str) -> dict[str, str]:

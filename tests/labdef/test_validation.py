@@ -281,6 +281,12 @@ BAD = [
         {"hami_device_split_count": 0},
         "all: hami_device_split_count=0: must be at least 1",
     ),
+    (
+        "apt-lock-timeout-negative",
+        "all",
+        {"gpulab_apt_lock_timeout": -1},
+        "all: gpulab_apt_lock_timeout=-1: must be at least 0",
+    ),
     # --- names the lab definition and the roles do not know ---
     (
         "misspelt-vm-variable",

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import NETWORK_LAB, InProcessPveSim
+from simlab import WAIT_FOR_UNATTENDED_UPGRADES
 from test_homelab_lab import fast_homelab
 from test_netlab_hosts import ssh
 from test_node_proxy import presented_fingerprint
@@ -46,10 +47,10 @@ def address(desc, name):
     return desc["seed"]["vms"][name]["address"]
 
 
-def sudo(desc, host, command, password=None, check=True):
+def sudo(desc, host, command, password=None, check=True, timeout=20):
     """``command`` with sudo as the installer's user, the password on sudo's stdin (as Ansible's become does)."""
     pw = desc["seed"]["guest_password"] if password is None else password
-    return ssh(desc, "ubuntu", host, f"echo '{pw}' | sudo -S -p '' {command}", check=check)
+    return ssh(desc, "ubuntu", host, f"echo '{pw}' | sudo -S -p '' {command}", check=check, timeout=timeout)
 
 
 def started(desc, api, vmid, name):
@@ -208,7 +209,9 @@ def test_iso_guest_agent_answers_only_once_the_guest_installs_it(homelab):
     time.sleep(0.3)  # the fixture's agent_delay
     r = api.get("/nodes/pve/qemu/100/agent/network-get-interfaces")
     assert r.status_code == 500 and "QEMU guest agent is not running" in r.text
-    sudo(desc, ip, 'sh -c "apt-get update -q && apt-get install -y -q qemu-guest-agent"')
+    # a fresh boot: unattended-upgrades holds apt's locks for a while first
+    install = "apt-get update -q && apt-get install -y -q qemu-guest-agent"
+    sudo(desc, ip, f'sh -c "{WAIT_FOR_UNATTENDED_UPGRADES}; {install}"', timeout=120)
     ifaces = api.data("GET", "/nodes/pve/qemu/100/agent/network-get-interfaces")["result"]
     ens18 = next(i for i in ifaces if i["name"] == "ens18")
     assert ip in [a["ip-address"] for a in ens18["ip-addresses"]]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import NETWORK_LAB
-from simlab import machine_apt_lists_aged
+from simlab import WAIT_FOR_UNATTENDED_UPGRADES, machine_apt_lists_aged
 
 from labsim import network_lab
 from labsim.fixture import load_fixture
@@ -509,6 +509,7 @@ def test_gpu_vm_installs_the_driver_and_toolkit_from_the_lab_archive(lab):
         script = textwrap.dedent(f"""\
             set -e
             export DEBIAN_FRONTEND=noninteractive
+            {WAIT_FOR_UNATTENDED_UPGRADES}
             sudo -n apt-get update -q >/dev/null
             sudo -n apt-get install -y -q nvidia-driver-580-server linux-headers-$(uname -r) >/dev/null
             {query} || echo "rc=$?"
@@ -578,7 +579,10 @@ def test_systemd_vm_runs_services_and_reboots_through_systemd(sd_lab):
         }
         assert listeners == {f"tcp {addr}:22", "udp 0.0.0.0:68"}
         # a package's service, started by systemd
-        install = "sudo -n apt-get update -q >/dev/null && sudo -n apt-get install -y -q qemu-guest-agent >/dev/null"
+        install = (
+            f"{WAIT_FOR_UNATTENDED_UPGRADES}; sudo -n apt-get update -q >/dev/null"
+            " && sudo -n apt-get install -y -q qemu-guest-agent >/dev/null"
+        )
         ssh(facts, "ubuntu", addr, f"{install} && sudo -n systemctl start qemu-guest-agent", timeout=60)
         assert ssh(facts, "ubuntu", addr, "systemctl is-active qemu-guest-agent").stdout == "active\n"
         # systemd's own reboot: the host comes back with a new boot id, its address and its disk

@@ -204,6 +204,9 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "k3s_agent_install_script_url": (DOWNLOAD_URL,),
     "nvidia_container_toolkit_key_url": (DOWNLOAD_URL,),
     "nvidia_container_toolkit_repo_url": (DOWNLOAD_URL,),
+    "gpulab_apt_lock_timeout": (
+        at_least("gpulab_apt_lock_timeout", 0, "give the seconds to wait for apt's locks, e.g. 900"),
+    ),
     # --- HAMi ---
     "hami_device_split_count": (
         at_least("hami_device_split_count", 1, "set how many pods may share one card, e.g. 10"),

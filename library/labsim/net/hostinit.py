@@ -267,7 +267,8 @@ class Host:
             time.sleep(pause)
         raise RuntimeError(f"{self.cfg['name']}: {late} on {self.address}:{self.port}")
 
-    # -- services (a DHCP server on the router host), restarted when they die, as systemd would ------
+    # -- services (a DHCP server on the router host), restarted when they die, as systemd would; one with
+    # "once" (a VM's unattended-upgrades run after boot) runs once a boot ------------------------------------
     def start_service(self, index):
         svc = self.cfg["services"][index]
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **svc.get("env", {})}
@@ -292,6 +293,8 @@ class Host:
 
     def watch_services(self):
         for index, (proc, started) in list(self.services.items()):
+            if self.cfg["services"][index].get("once"):
+                continue  # a one-shot job (Type=oneshot): it ends, and stays ended until the next boot
             if proc.poll() is not None and time.monotonic() - started > 1.0:
                 self.start_service(index)
 

@@ -1,0 +1,117 @@
+"""Action plugin gpulab_apt_locks: waits until no process holds apt's and dpkg's locks on the host, saying which
+process holds them while it waits (plugins/modules/gpulab_apt_locks.py documents it).
+
+The module looks once on the host (fcntl F_GETLK on each lock file, the holder's name from /proc); this part
+looks again every `interval` seconds until every lock is free, at most `timeout` seconds (gpulab.waiting.poll,
+as gpulab_wait). A first look that finds a lock held prints at once which process holds it and how long the task
+waits; then one line every `progress_interval` seconds names the holder of that moment. When the time is up the
+task fails naming the process that still holds a lock and what to do. A wait that is over at its first look costs
+one look and prints nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
+
+try:
+    from gpulab import waiting
+except ImportError as err:  # the engine runs here, on the controller: requirements.txt
+    waiting = MissingEngine(err)
+
+display = Display()
+
+MODULE = "gpulab.homelab.gpulab_apt_locks"
+_SPEC: dict = {}
+
+
+def _argument_spec(loaders) -> dict:
+    """The options, as plugins/modules/gpulab_apt_locks.py declares them."""
+    if not _SPEC:
+        path = loaders.module_loader.find_plugin_with_context(MODULE).plugin_resolved_path
+        spec = importlib.util.spec_from_file_location("_gpulab_apt_locks_doc", path)
+        doc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(doc)
+        _SPEC.update(doc.ARGUMENT_SPEC)
+    return _SPEC
+
+
+def gave_up(host: str, last: dict, waited: float, timeout: int) -> str:
+    """The failure when the time is up: who still holds what, why that is likely, and what to do."""
+    return (
+        f"apt's locks on {host} are still held after {waiting.seconds(waited)} (timeout {waiting.seconds(timeout)}): "
+        f"{last.get('msg', '')}. On Ubuntu that is apt-daily or unattended-upgrades at work (after a boot, and "
+        f"daily), which can take many minutes (a kernel update). Let it finish (on {host}: systemctl status "
+        "apt-daily.service apt-daily-upgrade.service; tail -f /var/log/unattended-upgrades/unattended-upgrades.log) "
+        "and run again, or wait longer: raise gpulab_apt_lock_timeout. Do not remove the lock files: that does not "
+        "free the lock and can break the package database."
+    )
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    # a test runs the plugin on a fake clock
+    clock = None
+    sleep = None
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self.validate_argument_spec(argument_spec=_argument_spec(self._shared_loader_obj))[1]
+        timeout, interval, paths = args["timeout"], args["interval"], args["paths"]
+        host = task_vars.get("inventory_hostname", "")
+        last: dict = {}
+
+        def say(text: str) -> None:
+            display.display(f"{host}: {text}")
+
+        extra = {k: v for k, v in {"clock": self.clock, "sleep": self.sleep}.items() if v is not None}
+        progress = waiting.Progress(
+            "apt's locks",
+            timeout,
+            every=args["progress_interval"],
+            emit=say,
+            line=lambda elapsed: (
+                f"waiting for apt's locks: {last.get('msg', '')}: "
+                f"{waiting.seconds(elapsed)} of {waiting.seconds(timeout)}"
+            ),
+            **extra,
+        )
+
+        def look() -> dict:
+            res = self._execute_module(module_name=MODULE, module_args={"paths": paths}, task_vars=task_vars)
+            if not last and res.get("holders") and not res.get("failed"):
+                say(
+                    f"{res.get('msg')}; waiting up to {waiting.seconds(timeout)} for it to let go "
+                    "(Ubuntu's apt-daily and unattended-upgrades run after a boot, and daily)"
+                )
+            last.clear()
+            last.update(res)
+            return res
+
+        outcome = waiting.poll(
+            look,
+            lambda res: not res.get("holders"),
+            progress,
+            interval=interval,
+            stop=lambda res: bool(res.get("failed")),
+        )
+        out = dict(outcome.result)
+        out.update(
+            changed=False,
+            timeout=timeout,
+            waited=round(outcome.waited, 1),
+            looks=outcome.looks,
+            timed_out=outcome.timed_out,
+        )
+        if outcome.timed_out:
+            out.update(failed=True, msg=gave_up(host, out, outcome.waited, timeout))
+        elif out.get("holders") == [] and outcome.looks > 1:
+            out["msg"] = f"apt's locks are free (waited {waiting.seconds(outcome.waited)})"
+        result.update(out)
+        return result

@@ -206,11 +206,11 @@ def test_host_keys_are_read_through_the_agent_once_it_is_up_types_it_lacks_left_
 
 
 def test_host_keys_a_refusal_or_a_guest_without_keys_or_a_wrong_file_is_an_error_at_once():
-    with pytest.raises(vm.VmError, match="VM.GuestAgent.FileRead"):
+    with pytest.raises(vm.VmError, match=r"VM\.GuestAgent\.FileRead"):
         vm.read_host_keys(_AgentClient({}, refuse=403), "pve", 100, timeout=5, poll=0.01)
     with pytest.raises(vm.VmError, match="has no SSH host key the guest agent can read"):
         vm.read_host_keys(_AgentClient({}), "pve", 100, timeout=5, poll=0.01)
     with pytest.raises(vm.VmError, match="does not hold an SSH public host key"):
         vm.read_host_keys(_AgentClient({vm.HOST_KEY_FILES[0]: "-----BEGIN"}), "pve", 100, timeout=5)
-    with pytest.raises(vm.VmError, match="within 0s .*QEMU guest agent is not running"):
+    with pytest.raises(vm.VmError, match=r"within 0s .*QEMU guest agent is not running"):
         vm.read_host_keys(_AgentClient({}, not_up=99), "pve", 100, timeout=0, poll=0.01)

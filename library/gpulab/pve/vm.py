@@ -653,7 +653,13 @@ HOST_KEY_FILES = (
     "/etc/ssh/ssh_host_ecdsa_key.pub",
     "/etc/ssh/ssh_host_rsa_key.pub",
 )
-HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
+HOST_KEY_TYPES = (
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "ssh-rsa",
+)
 
 #: how the guest agent's file-open says the guest has no such file (qemu's qga, through PVE's QMP client)
 FILE_MISSING = ("failed to open file", "No such file or directory")

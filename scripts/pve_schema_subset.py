@@ -52,6 +52,7 @@ SERVED_PATHS = (
     "/nodes/{node}/qemu/{vmid}/status/stop",
     "/nodes/{node}/qemu/{vmid}/resize",
     "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces",
+    "/nodes/{node}/qemu/{vmid}/agent/file-read",
     "/nodes/{node}/storage",
     "/nodes/{node}/storage/{storage}/status",
     "/nodes/{node}/storage/{storage}/content",

@@ -130,7 +130,7 @@ def test_a_module_that_waits_itself_gets_its_lines_while_it_blocks(tmp_path):
     assert lines[:3] == ["1", "2", "3"], proc.stdout
 
 
-def _unanswered_host(tmp_path, stderr: str, retry: int = 600):
+def _unanswered_host(tmp_path, stderr: str, retry: int = 600, host_vars: str = "ansible_host=192.0.2.7"):
     """A play on a host reached over ssh, its ssh a stand-in that fails as OpenSSH does (exit 255, `stderr`)."""
     fake = tmp_path / "ssh"
     fake.write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit 255\n")
@@ -151,7 +151,7 @@ def _unanswered_host(tmp_path, stderr: str, retry: int = 600):
     book = tmp_path / "book.yml"
     book.write_text(yaml.safe_dump([{"hosts": "vm-x", "gather_facts": False, "tasks": [task]}]))
     inv = tmp_path / "hosts.ini"
-    inv.write_text(f"vm-x ansible_host=192.0.2.7 ansible_ssh_executable={fake} ansible_ssh_retries=0\n")
+    inv.write_text(f"vm-x {host_vars} ansible_ssh_executable={fake} ansible_ssh_retries=0\n")
     env = playbook_env(ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     started = time.monotonic()
     return ansible_playbook("-i", inv, book, env=env, timeout=120), time.monotonic() - started
@@ -163,6 +163,17 @@ def test_a_host_key_that_known_hosts_lacks_stops_the_wait_at_once_with_the_fix(t
     assert "vm-x (192.0.2.7) answers, but its SSH host key is not in known_hosts" in proc.stdout, proc.stdout
     assert "ssh-keyscan -H 192.0.2.7 >> ~/.ssh/known_hosts" in proc.stdout
     assert "waiting for vm-x" not in proc.stdout and took < 60  # not tried again for retry_unreachable
+
+
+def test_the_host_key_fix_names_the_address_ssh_was_given_not_its_template(tmp_path):
+    # ansible_host as the inventories have it for a VM: a template of vm_address
+    proc, _ = _unanswered_host(
+        tmp_path,
+        "Host key verification failed.",
+        host_vars="vm_address=192.0.2.9 ansible_host='{{ vm_address }}'",
+    )
+    assert "vm-x (192.0.2.9) answers, but its SSH host key is not in known_hosts" in proc.stdout, proc.stdout
+    assert "ssh-keyscan -H 192.0.2.9 >> ~/.ssh/known_hosts" in proc.stdout and "{{" not in proc.stdout
 
 
 def test_a_host_that_does_not_answer_is_tried_again_until_retry_unreachable(tmp_path):

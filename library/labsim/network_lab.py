@@ -66,7 +66,7 @@ NET_DIR = "net"
 HOST_TIMEOUT_S = 30.0
 NET_PACKAGE = Path(__file__).resolve().parent / "net"
 #: a host's own sshd: its key and the config its PID 1 writes, both inside the host
-HOST_KEY = "/etc/ssh/gpulab_host_ed25519_key"
+HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"  # where cloud-init puts an Ubuntu guest's
 SSHD_CONFIG = "/etc/ssh/gpulab_sshd_config"
 
 #: programs this machine runs for the lab (its own side, the router host, the archive), with their Debian
@@ -367,6 +367,7 @@ def _ensure_ssh(lab: NetworkLab, subnet: ipaddress.IPv4Network) -> None:
     if not key.exists():
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpulab-lab", "-f", str(key))
     _write_known_hosts(lab, subnet)
+    _write_user_known_hosts(lab)
     lab.cp_dir.mkdir(exist_ok=True)
 
 
@@ -378,10 +379,38 @@ def _write_known_hosts(lab: NetworkLab, subnet: ipaddress.IPv4Network) -> None:
     """
     pattern = _host_pattern(subnet)
     lines = []
-    for pub in sorted(lab.hosts_dir.glob("*/upper/etc/ssh/gpulab_host_ed25519_key.pub")):
+    for pub in sorted(lab.hosts_dir.glob(f"*/upper{HOST_KEY}.pub")):
         keytype, blob = pub.read_text().split()[:2]
         lines.append(f"{pattern} {keytype} {blob} {pub.parts[-5]}@gpulab-lab\n")
     _write_text_atomic(lab.ssh_dir / "known_hosts", "".join(lines))
+
+
+#: the comment that marks the lines the lab writes in the user's known_hosts (the others are kept as they are)
+LAB_KEY_MARK = "@gpulab-lab"
+
+
+def _write_user_known_hosts(lab: NetworkLab) -> None:
+    """The known_hosts a user has after README step 4, for the inventory's own use (fact
+    ``ssh_user_known_hosts``): the key of each host gpulab does not create (the nodes, the router) at its
+    own address, and nothing for the VMs, whose keys gpulab learns itself (stage vms). Lines the lab did not
+    write (the VMs' that gpulab added) are kept; the file is written only when the lab's lines change."""
+    path = lab.ssh_dir / "user_known_hosts"
+    ours = []
+    for pub in sorted(lab.hosts_dir.glob(f"*/upper{HOST_KEY}.pub")):
+        mark = pub.parents[3] / "known_address"
+        if not mark.exists():
+            continue
+        keytype, blob = pub.read_text().split()[:2]
+        ours.append(f"{mark.read_text().strip()} {keytype} {blob} {pub.parts[-5]}{LAB_KEY_MARK}\n")
+    try:
+        current = path.read_text().splitlines(keepends=True)
+    except FileNotFoundError:
+        current = []
+    kept = [line for line in current if not line.rstrip().endswith(LAB_KEY_MARK)]
+    kept = [line if line.endswith("\n") else line + "\n" for line in kept]
+    if current and [line for line in current if line.rstrip().endswith(LAB_KEY_MARK)] == ours:
+        return
+    _write_text_atomic(path, "".join(ours + kept))
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -390,15 +419,23 @@ def _write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _host_key(lab: NetworkLab, hdir: Path, name: str, subnet: ipaddress.IPv4Network) -> None:
-    """The host's own ed25519 key (first boot only), listed in the lab's known_hosts."""
-    ssh_etc = hdir / "upper" / "etc" / "ssh"
-    ssh_etc.mkdir(parents=True, exist_ok=True)
-    key = ssh_etc / "gpulab_host_ed25519_key"
+def _host_key(
+    lab: NetworkLab, hdir: Path, name: str, subnet: ipaddress.IPv4Network, known_as: str | None = None
+) -> None:
+    """The host's own ed25519 key (first boot only), listed in the lab's known_hosts; a host gpulab does not
+    create (``known_as``, its address) also in the user's (:func:`_write_user_known_hosts`)."""
+    key = hdir / "upper" / HOST_KEY.lstrip("/")
+    key.parent.mkdir(parents=True, exist_ok=True)
     if not key.exists():
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{name}@gpulab-lab", "-f", str(key))
+    mark = hdir / "known_address"
+    if known_as:
+        mark.write_text(known_as + "\n")
+    else:
+        mark.unlink(missing_ok=True)
     with lab.locked():
         _write_known_hosts(lab, subnet)
+        _write_user_known_hosts(lab)
 
 
 # --- hosts ----------------------------------------------------------------------------------------------
@@ -477,7 +514,8 @@ def _start_host(
     # the lab moved to another range (or the router to another server): the first-boot files name the old one
     upper = prepare_host_dir(hdir, hostname, address, f"{facts['subnet']} {generation}".strip(), files, tools)
     state = hdir / "state"
-    _host_key(lab, hdir, name, subnet)
+    # a VM's key is gpulab's to learn (stage vms); the others' the user records (README step 4)
+    _host_key(lab, hdir, name, subnet, None if name.startswith("vm") else address)
     ns, veth = _make_netns(
         lab, tag, iface, mac, f"{address}/{subnet.prefixlen}" if address else None, bridge_port
     )
@@ -1224,6 +1262,7 @@ def _bring_up(lab: NetworkLab, fixture: dict[str, Any]) -> dict[str, Any]:
         ssh_private_key=str(lab.ssh_dir / "id_ed25519"),
         ssh_public_key=str(lab.ssh_dir / "id_ed25519.pub"),
         ssh_known_hosts=str(lab.ssh_dir / "known_hosts"),
+        ssh_user_known_hosts=str(lab.ssh_dir / "user_known_hosts"),
         ssh_control_path_dir=str(lab.cp_dir),
     )
     image_root = _guest_image()  # up() checked the programs first
@@ -1612,6 +1651,26 @@ class NetVmHooks(VmHooks):
         if res.returncode != 0:
             return []
         return agent_interfaces(json.loads(res.stdout or "[]"))
+
+    def guest_file_read(self, node: str, vmid: int, config: dict, path: str) -> bytes:
+        """The file as the VM host holds it: its own copy (the overlay's upper half), else the guest
+        image's, read only while the guest's agent runs (the ISO install has none until it installs it)."""
+        facts = self._running()
+        if facts is None:
+            return super().guest_file_read(node, vmid, config, path)
+        name = f"vm{int(vmid)}"
+        upper = self.lab.hosts_dir / name / "upper"
+        if self._installation(vmid, config) is not None and not (upper / "usr/sbin/qemu-ga").exists():
+            raise LabNetError(f"VM {vmid}: no QEMU guest agent in the guest")
+        if not (self.lab.hosts_dir / name / "state").is_dir():
+            raise LabNetError(f"VM {vmid}: its host is not running")
+        inner = Path(path).relative_to("/") if path.startswith("/") else Path(path)
+        lower = Path(facts.get("guest_image") or "/")
+        for half in (upper, lower):
+            target = half / inner
+            if target.exists() or target.is_symlink():
+                return target.read_bytes()
+        raise FileNotFoundError(2, "No such file or directory", path)
 
 
 #: where an ISO guest sees its virtual disks' sizes (a view of STATE/net/hosts/vmN/state/hw)

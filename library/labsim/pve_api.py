@@ -37,7 +37,10 @@ from labsim.pve_tasks import TaskHandlers, TaskManager
 from labsim.vm_hooks import VmHooks
 
 # Handlers that wait for something else (a guest's agent) take the state lock themselves.
-_UNLOCKED_HANDLERS = {"h_get_nodes_node_qemu_vmid_agent_network_get_interfaces"}
+_UNLOCKED_HANDLERS = {
+    "h_get_nodes_node_qemu_vmid_agent_network_get_interfaces",
+    "h_get_nodes_node_qemu_vmid_agent_file_read",
+}
 
 
 class PveApiSim(QemuHandlers, NodeHandlers, StorageHandlers, MappingHandlers, TaskHandlers, AccessHandlers):

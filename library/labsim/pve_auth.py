@@ -37,6 +37,7 @@ PROJECT_PRIVS = frozenset(
         "VM.Config.Network",
         "VM.Config.Options",
         "VM.GuestAgent.Audit",
+        "VM.GuestAgent.FileRead",
         "VM.PowerMgmt",
         "Datastore.AllocateSpace",
         "Datastore.AllocateTemplate",
@@ -54,7 +55,6 @@ PROJECT_PRIVS = frozenset(
 ALL_PRIVS = PROJECT_PRIVS | {
     "VM.Clone",
     "VM.Console",
-    "VM.GuestAgent.FileRead",
     "VM.GuestAgent.FileSystemMgmt",
     "VM.GuestAgent.FileWrite",
     "VM.GuestAgent.Unrestricted",

@@ -6,6 +6,7 @@ stop, destroy, and the guest agent's interfaces through the VM hooks.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import random
 import re
@@ -17,6 +18,9 @@ from typing import Any
 from labsim.pve_auth import Principal
 from labsim.pve_common import ApiError, GiB, check_digest, format_size, parse_size, print_drive, vm_memory_mib
 from labsim.pve_tasks import TaskFailed
+
+#: the most agent/file-read returns (qemu-server's $MAX_READ_SIZE, 16 MiB)
+FILE_READ_MAX = 16 * 1024 * 1024
 
 DISK_RE = re.compile(r"^(ide|sata|scsi|virtio)(\d+)$|^(efidisk0|tpmstate0)$")
 NEW_DISK_RE = re.compile(r"^(([^/:\s]+):)?(\d+(\.\d+)?)$")
@@ -1036,3 +1040,40 @@ class QemuHandlers:
         except Exception as exc:  # the guest did not answer
             raise ApiError(500, "QEMU guest agent is not running") from exc
         return {"result": result}
+
+    def h_get_nodes_node_qemu_vmid_agent_file_read(self, args, who):
+        """A file of the guest as its agent reads it (qemu-server's API2/Qemu/Agent.pm, UPSTREAM.md
+        pve.agent.file-read): the agent must be configured, the VM running and its agent up; a file the
+        guest cannot open fails as the agent's file-open does."""
+        node, vmid, path = args["node"], args["vmid"], str(args["file"])
+        with self.lock:
+            vm = self._vm(node, vmid)
+            if "agent" not in vm["config"]:
+                raise ApiError(500, "No QEMU guest agent configured")
+            if vm["status"] != "running":
+                raise ApiError(500, f"VM {vmid} is not running")
+            if not self._agent_enabled(vm["config"]) or time.time() - (vm.get("started_at") or 0) < float(
+                self.timings["agent_delay"]
+            ):
+                raise ApiError(500, "QEMU guest agent is not running")
+            config = dict(vm["config"])
+        try:
+            data = self.hooks.guest_file_read(node, vmid, config, path)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise ApiError(
+                500,
+                f"VM {vmid} qga command 'guest-file-open' failed - failed to open file '{path}' "
+                f"(mode: 'r'): {reason}",
+            ) from exc
+        except Exception as exc:  # the guest did not answer
+            raise ApiError(500, "QEMU guest agent is not running") from exc
+        offset = int(args.get("offset") or 0)
+        count = int(args.get("count") or FILE_READ_MAX)
+        chunk = data[offset : offset + count]
+        decode = args.get("decode") in (None, True, 1, "1", "true")
+        content = chunk.decode("utf-8", "surrogateescape") if decode else base64.b64encode(chunk).decode()
+        out: dict[str, Any] = {"content": content, "bytes-read": len(chunk)}
+        if offset + count < len(data):
+            out["truncated"] = 1
+        return out

@@ -1,7 +1,8 @@
 """VM lifecycle hooks: what happens "inside" a simulated VM.
 
 The server calls `vm_started` when a start task ends well, `vm_stopped` after stop and shutdown,
-`vm_destroyed` after destroy, `vm_resized` after a disk resize, and `guest_interfaces` for GET .../agent/network-get-interfaces.
+`vm_destroyed` after destroy, `vm_resized` after a disk resize, `guest_interfaces` for GET
+.../agent/network-get-interfaces and `guest_file_read` for GET .../agent/file-read.
 
 `VmHooks` is the API-only implementation (no root needed): the guest's address is derived from the net0
 MAC, inside the fixture's DHCP pool, so it is stable across restarts. With root, the server asks
@@ -10,13 +11,17 @@ MAC, inside the fixture's DHCP pool, so it is stable across restarts. With root,
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import ipaddress
 from typing import Any
 
 from labsim.fixture import net0_mac, network_settings
 
-__all__ = ["VmHooks", "address_for_mac", "net0_mac"]
+__all__ = ["HOST_KEY_PUB", "VmHooks", "address_for_mac", "net0_mac"]
+
+#: where cloud-init leaves a guest's ed25519 SSH host key (the lab's VM hosts' sshd uses it too)
+HOST_KEY_PUB = "/etc/ssh/ssh_host_ed25519_key.pub"
 
 
 def address_for_mac(mac: str, fixture: dict[str, Any]) -> str:
@@ -79,6 +84,21 @@ class VmHooks:
                 }
             )
         return result
+
+    def guest_file_read(self, node: str, vmid: int, config: dict, path: str) -> bytes:
+        """The bytes of file `path` as the guest agent reads it; OSError (FileNotFoundError...) when the
+        guest cannot open it. Without a guest, only the SSH host key cloud-init would have made exists: an
+        ed25519 public key derived from the net0 MAC (a VM made again gets a new MAC, so a new key)."""
+        if path != HOST_KEY_PUB:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        seed = hashlib.sha256(f"{net0_mac(config) or vmid}".lower().encode()).digest()
+        blob = _ssh_string(b"ssh-ed25519") + _ssh_string(seed)
+        return f"ssh-ed25519 {base64.b64encode(blob).decode()} root@{config.get('name') or vmid}\n".encode()
+
+
+def _ssh_string(data: bytes) -> bytes:
+    """SSH wire format string: a 4-byte length, then the bytes."""
+    return len(data).to_bytes(4, "big") + data
 
 
 def _zero_stats() -> dict[str, int]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from ansible.errors import AnsibleConnectionFailure
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
 from ansible.utils.display import Display
@@ -89,7 +89,7 @@ class ActionModule(ActionBase):
             try:
                 return self._run_module(module, module_args, task_vars)
             except AnsibleConnectionFailure as exc:
-                address = str(task_vars.get("ansible_host") or host)
+                address = self._address(task_vars, host)
                 problem = waiting.host_key_problem(host, address, str(exc))
                 if problem is not None:
                     raise AnsibleConnectionFailure(problem) from exc
@@ -120,6 +120,16 @@ class ActionModule(ActionBase):
         out.update(waited=round(outcome.waited, 1), looks=outcome.looks, timed_out=outcome.timed_out)
         result.update(out)
         return result
+
+    def _address(self, task_vars, host):
+        """The address the connection was given: its templated ansible_host (a VM's is `{{ vm_address }}`)."""
+        try:
+            address = self._connection.get_option("host")
+        except (AttributeError, KeyError, AnsibleError):
+            address = None
+        if not address or "{{" in str(address):
+            address = self._templar.template(task_vars.get("ansible_host") or host)
+        return str(address or host)
 
     def _run_module(self, module, module_args, task_vars):
         """One run of `module` with `module_args`, through its action plugin when it has one."""

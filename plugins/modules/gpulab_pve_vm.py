@@ -301,6 +301,13 @@ options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, 
     description: Seconds to wait for the address.
     type: int
     default: 300
+  read_host_keys:
+    description:
+      - After the VM runs, read its SSH public host keys (C(/etc/ssh/ssh_host_*_key.pub)) through the guest agent
+        (C(agent/file-read), privilege C(VM.GuestAgent.FileRead)), waiting up to O(address_timeout) seconds for the
+        agent; RV(host_keys) has them. Reads only; check mode reads them of a VM that runs.
+    type: bool
+    default: false
   owner_tag:
     description:
       - 'With O(state=absent): destroy the VM only when it carries this PVE tag (the mark of the VMs gpulab creates,
@@ -446,6 +453,14 @@ address:
   description: IPv4 address the guest agent reported on C(net0) (with O(wait_for_address)).
   returned: when O(wait_for_address=true) and the VM runs (in check mode, when it already ran)
   type: str
+host_keys:
+  description:
+    - The guest's SSH public host keys as C(TYPE BASE64), one per key type it has (ed25519 first), read through
+      the guest agent (with O(read_host_keys)).
+  returned: when O(read_host_keys=true) and the VM runs (in check mode, when it already ran)
+  type: list
+  elements: str
+  sample: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG1vY2sga2V5"]
 requests:
   description: API requests this run sent, as counts of reads (GET) and writes.
   returned: always

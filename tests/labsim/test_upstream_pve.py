@@ -4,11 +4,13 @@ kept with the start's own tests."""
 
 from __future__ import annotations
 
+import base64
 import re
+import time
 
 import pytest
 from conftest import InProcessPveSim, start_lab, stop_lab
-from pve_sim_client import write_fast_fixture
+from pve_sim_client import create_vm, vm_params, write_fast_fixture
 
 NOBLE = "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img"
 NOBLE_SHA256 = "d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac"
@@ -247,3 +249,44 @@ def test_pve_storage_disabled(storage_labs):
         )
     )
     assert st["exitstatus"] == "OK"
+
+
+def test_pve_agent_file_read(api):
+    """agent/file-read (qemu-server's API2/Qemu/Agent.pm): the agent checks of assert_agent_available in
+    their order, then the file as the agent reads it ({content, bytes-read}, truncated when count stops
+    short), a file the guest cannot open as the agent's file-open error."""
+    path = "/etc/ssh/ssh_host_ed25519_key.pub"
+    api.run("POST", "/nodes/pve/qemu", **vm_params(340))  # no agent line at all
+    r = api.get("/nodes/pve/qemu/340/agent/file-read", file=path)
+    assert r.status_code == 500 and r.json()["message"].strip() == "No QEMU guest agent configured"
+    create_vm(api, 341, agent="0")  # an agent line, off: no agent answers once it runs
+    r = api.get("/nodes/pve/qemu/341/agent/file-read", file=path)
+    assert r.status_code == 500 and r.json()["message"].strip() == "VM 341 is not running"
+    api.run("POST", "/nodes/pve/qemu/341/status/start")
+    time.sleep(0.3)
+    r = api.get("/nodes/pve/qemu/341/agent/file-read", file=path)
+    assert r.status_code == 500 and r.json()["message"].strip() == "QEMU guest agent is not running"
+    api.run("POST", "/nodes/pve/qemu/341/status/stop")
+    r = api.get("/nodes/pve/qemu/341/agent/file-read")  # file is required
+    assert r.status_code == 400 and "file" in r.json()["errors"]
+
+    create_vm(api, 342)
+    api.run("POST", "/nodes/pve/qemu/342/status/start")
+    first = api.get("/nodes/pve/qemu/342/agent/file-read", file=path)  # the agent is not up at once
+    assert first.status_code == 500 and first.json()["message"].strip() == "QEMU guest agent is not running"
+    time.sleep(0.3)
+    data = api.data("GET", "/nodes/pve/qemu/342/agent/file-read", file=path)
+    keytype, blob = data["content"].split()[:2]
+    assert keytype == "ssh-ed25519" and base64.b64decode(blob)[4:15] == b"ssh-ed25519"
+    assert data["bytes-read"] == len(data["content"]) and "truncated" not in data
+    part = api.data("GET", "/nodes/pve/qemu/342/agent/file-read", file=path, count=11)
+    assert part["content"] == "ssh-ed25519" and part["truncated"] == 1
+    raw = api.data("GET", "/nodes/pve/qemu/342/agent/file-read", file=path, decode=0, offset=12)
+    assert base64.b64decode(raw["content"]).decode() == data["content"][12:]
+    r = api.get("/nodes/pve/qemu/342/agent/file-read", file="/etc/ssh/ssh_host_rsa_key.pub")
+    assert r.status_code == 500
+    assert r.json()["message"].strip() == (
+        "VM 342 qga command 'guest-file-open' failed - failed to open file '/etc/ssh/ssh_host_rsa_key.pub' "
+        "(mode: 'r'): No such file or directory"
+    )
+    api.run("POST", "/nodes/pve/qemu/342/status/stop")

@@ -169,3 +169,48 @@ def test_a_failed_start_names_the_task_log_lines_and_the_fix(log, fix):
     msg = str(vm.start_failure(exc, 102, "vm-gpu", "pve"))
     assert msg.startswith("starting VM 102 (vm-gpu) on node pve failed, PVE's task log ends: ")
     assert " / ".join(log) in msg and fix in msg, msg
+
+
+class _AgentClient:
+    """A PVE client whose guest agent answers file-read from `files` after `not_up` refusals."""
+
+    def __init__(self, files: dict[str, str], not_up: int = 0, refuse: int | None = None):
+        self.files, self.not_up, self.refuse, self.calls = files, not_up, refuse, []
+
+    def get(self, path, **params):
+        from gpulab.pve.client import PveError
+
+        self.calls.append(params["file"])
+        if self.refuse:
+            raise PveError("Permission check failed (/vms/100, VM.GuestAgent.FileRead)", status=self.refuse)
+        if self.not_up:
+            self.not_up -= 1
+            raise PveError("QEMU guest agent is not running", status=500)
+        if params["file"] not in self.files:
+            raise PveError(
+                f"VM 100 qga command 'guest-file-open' failed - failed to open file '{params['file']}' "
+                "(mode: 'r'): No such file or directory",
+                status=500,
+            )
+        return {"content": self.files[params["file"]], "bytes-read": len(self.files[params["file"]])}
+
+
+ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKyMLHFbXnsOH0FZ9ngw/zQa9cTJzHp5y5V+Yq6BvQvm"
+
+
+def test_host_keys_are_read_through_the_agent_once_it_is_up_types_it_lacks_left_out():
+    client = _AgentClient({vm.HOST_KEY_FILES[0]: f"{ED25519} root@vm-1\n"}, not_up=2)
+    keys = vm.read_host_keys(client, "pve", 100, timeout=5, poll=0.01)
+    assert keys == [ED25519]  # the comment left out; no ecdsa or rsa file: no line for them
+    assert client.calls.count(vm.HOST_KEY_FILES[0]) == 3  # asked again while the agent was not up
+
+
+def test_host_keys_a_refusal_or_a_guest_without_keys_or_a_wrong_file_is_an_error_at_once():
+    with pytest.raises(vm.VmError, match=r"VM\.GuestAgent\.FileRead"):
+        vm.read_host_keys(_AgentClient({}, refuse=403), "pve", 100, timeout=5, poll=0.01)
+    with pytest.raises(vm.VmError, match="has no SSH host key the guest agent can read"):
+        vm.read_host_keys(_AgentClient({}), "pve", 100, timeout=5, poll=0.01)
+    with pytest.raises(vm.VmError, match="does not hold an SSH public host key"):
+        vm.read_host_keys(_AgentClient({vm.HOST_KEY_FILES[0]: "-----BEGIN"}), "pve", 100, timeout=5)
+    with pytest.raises(vm.VmError, match=r"within 0s .*QEMU guest agent is not running"):
+        vm.read_host_keys(_AgentClient({}, not_up=99), "pve", 100, timeout=0, poll=0.01)

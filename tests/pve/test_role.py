@@ -162,9 +162,11 @@ def test_check_diff_then_apply_then_nothing_to_do(demo_lab, tmp_path):
     reads = [r["path"].split("/api2/json")[1] for r in lab.requests(mark)]
     for vmid in (100, 101, 102):
         mine = [p for p in reads if f"/qemu/{vmid}/" in p]
+        # its address, then its SSH host keys (one read per key type: the simulator's guest has ed25519 only)
         assert mine == [
             f"/nodes/pve/qemu/{vmid}/pending",
             f"/nodes/pve/qemu/{vmid}/agent/network-get-interfaces",
+            *[f"/nodes/pve/qemu/{vmid}/agent/file-read"] * 3,
         ]
     # preflight's look at the guests that exist, then one per VM module
     assert reads.count("/cluster/resources") == 4
@@ -238,3 +240,30 @@ def test_defaults_and_argument_specs_agree():
         assert spec[name]["default"] == value, name
         assert spec[name].get("description"), name
         assert name.startswith("pve_vms_")
+
+
+@pytest.mark.slow
+def test_the_vms_host_keys_go_to_gpulab_known_hosts_file_hashed_as_it_is(demo_lab, tmp_path):
+    """Stage vms writes each new VM's host key, read through the guest agent, to gpulab_known_hosts_file: one
+    line per VM and key type for the address Ansible connects to, hashed when the file already is."""
+    plain = tmp_path / "new" / "known_hosts"  # its folder is made too
+    out = play(demo_lab.state, "-e", f"gpulab_known_hosts_file={plain}")
+    assert out["rc"] == 0, out["stdout"]
+    lines = [line.split() for line in plain.read_text().splitlines()]
+    assert sorted(line[0].rsplit(".", 1)[1] for line in lines) == ["53", "54", "55"], lines
+    assert {line[1] for line in lines} == {"ssh-ed25519"}
+    # a file ssh hashes (HashKnownHosts): the VMs' lines are hashed too, and found by their address
+    hashed = tmp_path / "hashed"
+    hashed.write_text(f"192.0.2.1 {lines[0][1]} {lines[0][2]}\n")
+    subprocess.run(["ssh-keygen", "-H", "-f", str(hashed)], check=True, capture_output=True)
+    out = play(demo_lab.state, "-e", f"gpulab_known_hosts_file={hashed}")
+    assert out["rc"] == 0, out["stdout"]
+    text = hashed.read_text()
+    assert len(text.splitlines()) == 4 and all(line.startswith("|1|") for line in text.splitlines()), text
+    for address, keytype, key in lines:
+        found = subprocess.run(
+            ["ssh-keygen", "-F", address, "-f", str(hashed)], capture_output=True, text=True
+        )
+        assert f"{keytype} {key}" in found.stdout, (address, text)
+    again = play(demo_lab.state, "-e", f"gpulab_known_hosts_file={hashed}")
+    assert again["stats"]["localhost"]["changed"] == 0 and hashed.read_text() == text

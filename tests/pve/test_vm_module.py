@@ -263,6 +263,15 @@ def test_wait_for_address_reports_the_agents_address(lab):
     assert res["address"].count(".") == 3 and res["mac"]
 
 
+def test_read_host_keys_gives_the_guests_ssh_host_keys_through_the_agent(lab):
+    args = small_vm_args(lab, vmid=106, name="vm-6", state="started", address_timeout=30)
+    res = run_module("gpulab_pve_vm", {**args, "read_host_keys": True})
+    assert not res.get("failed"), res
+    (key,) = res["host_keys"]  # the simulator's guest has an ed25519 key only
+    assert key.startswith("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5") and len(key.split()) == 2
+    assert "host_keys" not in run_module("gpulab_pve_vm", args)  # read only when asked
+
+
 def test_iso_install_attaches_the_cdrom_and_boots_disk_then_cdrom(lab):
     volid = download_iso(lab)
     args = small_vm_args(lab, cdrom=volid, boot_order=["scsi0", "ide2"], state="started")

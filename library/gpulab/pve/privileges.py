@@ -32,6 +32,7 @@ PRIVILEGES: dict[str, str] = {
     "VM.Config.Network": "the NIC (net0)",
     "VM.Config.Options": "name, start at boot, guest agent, boot order, OS type",
     "VM.GuestAgent.Audit": "a VM's addresses through the guest agent",
+    "VM.GuestAgent.FileRead": "a new cloud-image VM's SSH host keys through the guest agent (agent/file-read)",
     "VM.PowerMgmt": "start, shut down and restart the VMs",
     "Datastore.AllocateSpace": "allocate the VMs' disks",
     "Datastore.AllocateTemplate": "download-url: the OS image and ISO",

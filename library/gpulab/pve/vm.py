@@ -11,6 +11,7 @@ restart is needed, and `restart=True` does it.
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -643,3 +644,80 @@ def wait_for_address(
             )
         time.sleep(poll)
         poll = min(poll * 1.5, 5.0)
+
+
+#: the public host keys an Ubuntu cloud image's cloud-init makes at first boot (module ssh), in the order
+#: OpenSSH prefers them
+HOST_KEY_FILES = (
+    "/etc/ssh/ssh_host_ed25519_key.pub",
+    "/etc/ssh/ssh_host_ecdsa_key.pub",
+    "/etc/ssh/ssh_host_rsa_key.pub",
+)
+HOST_KEY_TYPES = (
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "ssh-rsa",
+)
+
+#: how the guest agent's file-open says the guest has no such file (qemu's qga, through PVE's QMP client)
+FILE_MISSING = ("failed to open file", "No such file or directory")
+
+
+def host_key_line(text: str, path: str) -> str:
+    """`TYPE BASE64` of a public key file's first line (its comment left out); ValueError when it is none."""
+    fields = text.strip().splitlines()[0].split() if text.strip() else []
+    if len(fields) < 2 or fields[0] not in HOST_KEY_TYPES:
+        raise ValueError(f"{path} does not hold an SSH public host key (it reads {text[:60]!r})")
+    try:
+        base64.b64decode(fields[1], validate=True)
+    except ValueError as exc:
+        raise ValueError(f"{path} does not hold an SSH public host key: {exc}") from exc
+    return f"{fields[0]} {fields[1]}"
+
+
+def read_host_keys(
+    client: PveClient,
+    node: str,
+    vmid: int,
+    timeout: float,
+    files: tuple[str, ...] = HOST_KEY_FILES,
+    poll: float = 0.5,
+) -> list[str]:
+    """The guest's SSH public host keys (`TYPE BASE64`), read through the guest agent (agent/file-read), a
+    channel as trusted as the API's pinned TLS: no private key travels and nothing is taken from the network
+    the guest answers on. Waits until the agent answers (it runs once cloud-init has installed it, after the
+    keys were made); a key type the guest lacks is left out, and a guest with none is an error."""
+    deadline = time.monotonic() + timeout
+    while True:
+        keys, missing = [], []
+        try:
+            for path in files:
+                try:
+                    data = client.get(f"nodes/{node}/qemu/{vmid}/agent/file-read", file=path) or {}
+                except PveError as exc:
+                    if exc.status is not None and exc.status < 500:  # refused (the token's privileges...)
+                        raise VmError(f"VM {vmid}: reading {path} through the guest agent: {exc}") from exc
+                    if not any(s in exc.message for s in FILE_MISSING):
+                        raise  # the agent is not up yet (or did not answer): asked again
+                    missing.append(f"{path}: {exc.message}")
+                    continue
+                keys.append(host_key_line(str(data.get("content", "")), path))
+        except PveError as exc:
+            if time.monotonic() >= deadline:
+                raise VmError(
+                    f"VM {vmid}: its SSH host keys could not be read through the guest agent within "
+                    f"{timeout:.0f}s (last answer: {exc.message}); check that qemu-guest-agent runs in the guest"
+                ) from exc
+            time.sleep(poll)
+            poll = min(poll * 1.5, 5.0)
+            continue
+        except ValueError as exc:
+            raise VmError(f"VM {vmid}: {exc}") from exc
+        if not keys:
+            raise VmError(
+                f"VM {vmid} has no SSH host key the guest agent can read ({'; '.join(missing)}); cloud-init makes "
+                "them at first boot: check the guest's console (cloud-init status)"
+            )
+        return keys

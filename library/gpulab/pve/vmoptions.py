@@ -523,6 +523,16 @@ CONTROL: tuple[Option, ...] = (
     ),
     Option("address_timeout", "int", "Seconds to wait for the address.", default=300),
     Option(
+        "read_host_keys",
+        "bool",
+        (
+            "After the VM runs, read its SSH public host keys (C(/etc/ssh/ssh_host_*_key.pub)) through the guest "
+            "agent (C(agent/file-read), privilege C(VM.GuestAgent.FileRead)), waiting up to O(address_timeout) "
+            "seconds for the agent; RV(host_keys) has them. Reads only; check mode reads them of a VM that runs.",
+        ),
+        default=False,
+    ),
+    Option(
         "owner_tag",
         "str",
         (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpulab.pve import connection, vmconfig, vmoptions
-from gpulab.pve.vm import VmError, VmManager, build_spec, wait_for_address
+from gpulab.pve.vm import VmError, VmManager, build_spec, read_host_keys, wait_for_address
 from gpulab.tasks import Run, Task
 
 PVE = True
@@ -96,6 +96,8 @@ def run(task: Task) -> dict:
             found = wait_for_address(client, p["node"], p["vmid"], res.mac, p["address_timeout"])
             result["address"] = found["address"]
             result["mac"] = result["mac"] or found["mac"]
+        if p["read_host_keys"] and res.status == "running" and runs_now:
+            result["host_keys"] = read_host_keys(client, p["node"], p["vmid"], p["address_timeout"])
         if task.diff:
             # The power state goes with the config, so that a VM that is only started (or stopped) shows
             # what the run does to it.

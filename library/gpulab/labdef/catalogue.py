@@ -105,6 +105,19 @@ def owned_prefixes() -> tuple[str, ...]:
     return _owned_prefixes(ROLES_DIR)
 
 
+def run_switches() -> frozenset[str]:
+    """The names with a prefix gpulab owns that the playbooks read themselves, beyond the catalogue and the roles'
+    options: switches given with -e for one run (gpulab_run_lock_break, gpulab_teardown_confirm, ...)."""
+    return _run_switches(ROLES_DIR.parent / "playbooks", owned_prefixes())
+
+
+@functools.cache
+def _run_switches(playbooks_dir: Path, prefixes: tuple[str, ...]) -> frozenset[str]:
+    word = re.compile(r"\b(?:" + "|".join(map(re.escape, prefixes)) + r")[a-z0-9_]+\b")
+    files = [*sorted(playbooks_dir.rglob("*.yml")), playbooks_dir.parent / "site.yml"]
+    return frozenset(w for f in files if f.is_file() for w in word.findall(f.read_text()))
+
+
 def known_names() -> frozenset[str]:
     """The names a prefixed variable may have: the catalogue's and the roles' options."""
     return frozenset(BY_NAME) | frozenset(role_options())

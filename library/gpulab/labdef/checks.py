@@ -31,7 +31,9 @@ from gpulab.labdef.catalogue import (
     STORAGE_ID_RE,
     VENDOR_DEVICE_RE,
     known_names,
+    owned_prefixes,
     role_options,
+    run_switches,
 )
 from gpulab.labdef.definition import LabDefinition, gpu_ids, load, pinned_mib
 from gpulab.labdef.hami_values import check_hami_values
@@ -430,6 +432,24 @@ def _unknown(host: str, name: str, value: Any, known: Iterable[str]) -> Problem:
             host, name, shown, f"{why} (did you mean {close[0]}?)", f"rename it to {close[0]}, or remove it"
         )
     return Problem(host, name, shown, why, "remove it, or use a name from README's variable tables")
+
+
+EXTRA_VARS = "extra vars (-e)"
+
+
+def check_extra_vars(extra: dict[str, Any]) -> list[Problem]:
+    """The variables given with -e for this run: one with a prefix gpulab owns that neither the lab definition,
+    a role nor a playbook reads is a typo (`-e pve_host_reboot_alowed=true` would otherwise pass silently and
+    the node would not be rebooted), refused with the nearest known name. The values of known ones are checked
+    where the lab definition reads them (hostvars hold the extra vars too)."""
+    known = known_names() | run_switches()
+    prefixes = owned_prefixes()
+    out: list[Problem] = []
+    for name in sorted(extra):
+        if name.startswith(prefixes) and name not in known:
+            p = _unknown(EXTRA_VARS, name, extra[name], known)
+            out.append(replace(p, why=p.why.replace("unknown variable", "unknown variable given with -e", 1)))
+    return out
 
 
 def check_names(d: LabDefinition, out: Problems) -> None:

@@ -10,6 +10,9 @@ stage host waits for etcd after a node's reboot, and through which servers), and
 `nodes_json | gpulab_k3s_etcd_settled(servers)` is gpulab.k8s.speaker.etcd_settled (an empty or non-JSON text:
 the API did not answer). `qm_list_text | gpulab_k3s_servers_not_running(node, servers, vm_nodes)` is
 gpulab.k8s.speaker.servers_not_running (the node's servers whose VM is not running).
+`nodes_json | gpulab_k3s_upgrade_skew(k3s_version)` is gpulab.k8s.skew.cluster_problems: for each node whose kubelet
+cannot go to k3s_version in one upgrade (a skipped minor, a downgrade), why and the releases to go through ([] when
+every node may, or for an empty or non-JSON text: no cluster yet).
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import json
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
 try:
+    from gpulab.k8s.skew import cluster_problems
     from gpulab.k8s.speaker import choose, etcd_settled, ready_nodes, reboot_wait, servers_not_running
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = MissingEngine(err)
+    cluster_problems = choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = (
+        MissingEngine(err)
+    )
 
 
 def gpulab_k3s_speaker(servers, reachable, nodes_json=""):
@@ -30,6 +36,14 @@ def gpulab_k3s_speaker(servers, reachable, nodes_json=""):
     except ValueError:  # a server that answered with an error, not a node list: no cluster to ask
         nodes = None
     return choose(list(servers or []), list(reachable or []), nodes)
+
+
+def gpulab_k3s_upgrade_skew(nodes_json, k3s_version):
+    try:
+        nodes = json.loads(nodes_json) if nodes_json else None
+    except ValueError:
+        nodes = None
+    return cluster_problems(nodes, str(k3s_version or ""))
 
 
 def gpulab_k3s_ready_nodes(nodes_json):
@@ -67,4 +81,5 @@ class FilterModule:
             "gpulab_k3s_reboot_wait": gpulab_k3s_reboot_wait,
             "gpulab_k3s_etcd_settled": gpulab_k3s_etcd_settled,
             "gpulab_k3s_servers_not_running": gpulab_k3s_servers_not_running,
+            "gpulab_k3s_upgrade_skew": gpulab_k3s_upgrade_skew,
         }

@@ -40,7 +40,7 @@ DRIVER_DEB_VERSION = f"{DRIVER_VERSION}-0ubuntu0.24.04.1"
 # §2.1) and versioned <driver>-0ubuntu0.24.04.1: 580 (noble's, the default) and 570, an older branch an
 # upgrade can start from. The 570 point release follows NVIDIA's numbering; it is not checked against the archive.
 DRIVER_BRANCHES = {"580": DRIVER_VERSION, "570": "570.195.03"}
-TOOLKIT_VERSION = "1.18.1-1"
+TOOLKIT_VERSION = "1.20.0-1"
 NVIDIA_MODULE_MARKER = "/usr/lib/gpulab-sim/nvidia-module-installed"
 NVIDIA_LOADED = "/run/gpulab/nvidia-loaded"
 
@@ -425,7 +425,7 @@ fatal() { echo '[ERROR] ' "$@" >&2; exit 1; }
 VERSION_FILE=/var/lib/gpulab-sim/k3s-version
 BIN_DIR=${INSTALL_K3S_BIN_DIR:-/usr/local/bin}
 SYSTEMD_DIR=${INSTALL_K3S_SYSTEMD_DIR:-/etc/systemd/system}
-VERSION=${INSTALL_K3S_VERSION:-v1.33.5+k3s1}
+VERSION=${INSTALL_K3S_VERSION:-v1.35.6+k3s1}
 
 # setup_env: the command, then the checks, before anything is written
 set -- ${INSTALL_K3S_EXEC:-} "$@"

@@ -7,7 +7,8 @@ names and the real commands, whose behaviour follows the fixture's hardware:
 * ``http://ROUTER/ubuntu ./`` — the "Ubuntu archive" every lab VM's ``/etc/apt/sources.list``
   points at (part of the VM image, like a mirror setting): ``nvidia-driver-580-server`` (and
   ``-open``, ``nvidia-headless-580-server``, ``nvidia-utils-580-server``, ``nvidia-dkms-580-server``),
-  the same for the older branch 570 (``DRIVER_BRANCHES``; a branch's packages replace the other's), ``dkms``, ``linux-headers-generic``, ``linux-headers-<running kernel>``, ``qemu-guest-agent``;
+  the same for branch 595 and the older branch 570 (``DRIVER_BRANCHES``; a branch's packages replace the
+  other's), ``dkms``, ``linux-headers-generic``, ``linux-headers-<running kernel>``, ``qemu-guest-agent``;
 * ``http://ROUTER/nvidia/stable/deb/$(ARCH) /`` — NVIDIA's container toolkit repository, signed
   with the lab's own OpenPGP key (``http://ROUTER/nvidia/gpgkey``), so a role adds it exactly as it
   adds NVIDIA's (only the inventory's URL differs).
@@ -37,9 +38,12 @@ DRIVER_VERSION = "580.173.02"
 DRIVER_DEB_VERSION = f"{DRIVER_VERSION}-0ubuntu0.24.04.1"
 # The driver branches the lab's "Ubuntu archive" serves, each with its packages named as Ubuntu names the
 # -server branches (nvidia-driver-<branch>-server, nvidia-utils-<branch>-server, ...; reference/guest-stack.md
-# §2.1) and versioned <driver>-0ubuntu0.24.04.1: 580 (noble's, the default) and 570, an older branch an
-# upgrade can start from. The 570 point release follows NVIDIA's numbering; it is not checked against the archive.
-DRIVER_BRANCHES = {"580": DRIVER_VERSION, "570": "570.195.03"}
+# §2.1) and versioned <driver>-0ubuntu0.24.04.1: 580 (noble's, the default), 595 (the later branch gpulab
+# offers for Turing and newer: noble-updates' source nvidia-graphics-drivers-595-server is
+# 595.71.05-0ubuntu0.24.04.1, packages.ubuntu.com/noble-updates/libnvidia-extra-595-server) and 570, an older
+# branch an upgrade can start from. The 570 point release follows NVIDIA's numbering; it is not checked against
+# the archive.
+DRIVER_BRANCHES = {"580": DRIVER_VERSION, "595": "595.71.05", "570": "570.195.03"}
 TOOLKIT_VERSION = "1.20.0-1"
 NVIDIA_MODULE_MARKER = "/usr/lib/gpulab-sim/nvidia-module-installed"
 NVIDIA_LOADED = "/run/gpulab/nvidia-loaded"

@@ -61,7 +61,7 @@ class ActionModule(ActionBase):
         # HostVars keeps the run's InventoryManager (no public accessor): its sources are the inventory's.
         names = inventory.defined_names(hostvars._inventory, self._loader)
         definition, problems = labdef.check(groups, hostvar, names)
-        problems = [*problems, *labdef.check_extra_vars(_plain(load_extra_vars(self._loader)))]
+        problems = [*problems, *labdef.check_extra_vars(_plain(load_extra_vars(self._loader)), definition)]
         stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         if definition is not None and stages & reach.SUDO_STAGES:
             problems = [*problems, *self._sudo_problems(definition, hostvar)]

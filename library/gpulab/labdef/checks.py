@@ -17,6 +17,7 @@ from typing import Any
 
 from gpulab.constants import DOWNLOAD_EXTENSION_HINTS, DOWNLOAD_EXTENSIONS, PLACEHOLDER
 from gpulab.k8s import workloads
+from gpulab.labdef import k3s_inputs
 from gpulab.labdef.catalogue import (
     BY_NAME,
     CHECKSUM_LENGTHS,
@@ -37,6 +38,7 @@ from gpulab.labdef.catalogue import (
 )
 from gpulab.labdef.definition import LabDefinition, gpu_ids, load, pinned_mib
 from gpulab.labdef.hami_values import check_hami_values
+from gpulab.labdef.k3s_inputs import check_k3s_inputs
 from gpulab.labdef.monitoring_values import check_monitoring_values
 from gpulab.labdef.node_checks import check_cluster
 from gpulab.labdef.problems import Problem, Problems
@@ -437,11 +439,12 @@ def _unknown(host: str, name: str, value: Any, known: Iterable[str]) -> Problem:
 EXTRA_VARS = "extra vars (-e)"
 
 
-def check_extra_vars(extra: dict[str, Any]) -> list[Problem]:
+def check_extra_vars(extra: dict[str, Any], d: LabDefinition | None = None) -> list[Problem]:
     """The variables given with -e for this run: one with a prefix gpulab owns that neither the lab definition,
     a role nor a playbook reads is a typo (`-e pve_host_reboot_alowed=true` would otherwise pass silently and
     the node would not be rebooted), refused with the nearest known name. The values of known ones are checked
-    where the lab definition reads them (hostvars hold the extra vars too)."""
+    where the lab definition reads them (hostvars hold the extra vars too); the k3s roles' inputs, which -e
+    sets over the playbook's, through the roles' own rules (gpulab.labdef.k3s_inputs) with the definition `d`."""
     known = known_names() | run_switches()
     prefixes = owned_prefixes()
     out: list[Problem] = []
@@ -449,6 +452,8 @@ def check_extra_vars(extra: dict[str, Any]) -> list[Problem]:
         if name.startswith(prefixes) and name not in known:
             p = _unknown(EXTRA_VARS, name, extra[name], known)
             out.append(replace(p, why=p.why.replace("unknown variable", "unknown variable given with -e", 1)))
+    if d is not None:
+        out.extend(k3s_inputs.extra_problems(d, extra))
     return out
 
 
@@ -487,6 +492,7 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_router(d, out)
     check_k3s(d, out)
     check_registration(d, out)
+    check_k3s_inputs(d, {}, out)
     check_hami_values(d, out)
     check_monitoring_values(d, out)
     check_names(d, out)

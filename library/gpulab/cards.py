@@ -5,7 +5,7 @@ architecture) and the "Compatible GPUs" table of NVIDIA/open-gpu-kernel-modules 
 module support); its ``provenance`` block names both commits. Each device has ``open``: ``required``
 (Blackwell, Grace Hopper: the proprietary modules find no device), ``recommended`` (Turing and newer, listed),
 ``unsupported`` (Maxwell, Pascal, Volta: the open modules find no device; 580 is their last branch) or
-``unlisted``.
+``unlisted``. :func:`branch_problems` refuses a later branch (595) for those cards.
 
 :func:`driver_for` is the one decision of which package a GPU VM installs (`nvidia_driver_flavour`,
 `nvidia_driver_branch`, Secure Boot with pre-enrolled keys), used by the lab definition's checks, the plan,
@@ -31,6 +31,13 @@ AUTO = {True: "server-open", False: "server"}
 SIGNED_KERNEL_FLAVOURS = ("generic", "generic-hwe-24.04", "gcp")
 #: What the plan shows for the series when nvidia_driver_kernel_flavour is unset (the guest's running kernel's).
 KERNEL_FLAVOUR = "<series of the running kernel>"
+#: The driver branches gpulab offers, both packaged by Ubuntu noble (nvidia-graphics-drivers-<branch>-server):
+#: 580, the default and the last branch for Maxwell, Pascal and Volta (NVIDIA's Unix driver deprecation
+#: schedule: "The release 580 series will be the last to support GPUs based on the Maxwell, Pascal, and Volta
+#: architectures"), and 595 for Turing and newer.
+BRANCHES = ("580", "595")
+#: The last branch that drives each older architecture.
+LAST_BRANCH = {"maxwell": 580, "pascal": 580, "volta": 580}
 #: The start of the signer that `modinfo -F signer nvidia` prints for Canonical's precompiled modules: each of
 #: Canonical's module-signing keys is named so (`Canonical Ltd. Kernel Module Signing`, and later ones such as
 #: `Canonical Ltd. Kernel Module Signing 2025 Kmod` that newer kernels also trust).
@@ -155,6 +162,26 @@ def flavour_problems(cards: list[tuple[str, Card]], flavour: str | None) -> list
             f"(with the {'proprietary' if need else 'open'} ones nvidia-smi says 'No devices were found')"
         )
         out.append((gid, why, f"set nvidia_driver_flavour: {right}, or leave it unset so gpulab picks it"))
+    return out
+
+
+def branch_problems(cards: list[tuple[str, Card]], branch: Any) -> list[tuple[str, str, str]]:
+    """The cards of one VM that driver branch `branch` no longer drives: [(card id, why, fix)]."""
+    try:
+        wanted = int(str(branch))
+    except ValueError:
+        return []  # the rules table refuses a branch that is not a number
+    out: list[tuple[str, str, str]] = []
+    for gid, c in cards:
+        last = LAST_BRANCH.get(c.architecture)
+        if last is None or wanted <= last:
+            continue
+        why = (
+            f"card {gid} is {c.describe()}, and NVIDIA's branch {last} is the last that drives "
+            f"{c.generation} cards: the kernel module of nvidia-driver-{wanted}-* does not take the card, so "
+            "nvidia-smi finds no device"
+        )
+        out.append((gid, why, f"set nvidia_driver_branch: {last}, or pass the VM a Turing or newer card"))
     return out
 
 

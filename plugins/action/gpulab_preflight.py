@@ -4,7 +4,11 @@ names no default inventory) stops here with a message naming -i.
 
 It reads the inventory's hostvars (only the lab definition's variables), and the names the inventory
 itself sets for each host (not facts or extra vars: a misspelt variable is refused), and hands them to
-gpulab.labdef, the same validation `gpulab plan` runs, so the messages are the same. When the definition
+gpulab.labdef, the same validation `gpulab plan` runs, so the messages are the same. The variables given with
+-e are checked by name too (gpulab.labdef.check_extra_vars): they are read with ansible.utils.vars.load_extra_vars,
+the public function Ansible's VariableManager itself builds the run's extra vars with (from the command line it
+parsed, context.CLIARGS), so exactly what -e gave is seen, and nothing set by a play, vars_files or set_fact is
+mistaken for it (hostvars mix all of those; no private attribute is read). When the definition
 is valid it resolves each VM (gpulab.vmspec) and the router with every VM's reservation (gpulab.routerspec,
 with the run's router_dhcp settings); and when a selected stage talks to the Proxmox VE API (vms, network,
 verify), it reads GET /version
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
 try:
@@ -59,6 +64,7 @@ class ActionModule(ActionBase):
         # HostVars keeps the run's InventoryManager (no public accessor): its sources are the inventory's.
         names = inventory.defined_names(hostvars._inventory, self._loader)
         definition, problems = labdef.check(groups, hostvar, names)
+        problems = [*problems, *labdef.check_extra_vars(_plain(load_extra_vars(self._loader)), definition)]
         stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
         if definition is not None and stages & reach.SUDO_STAGES:
             problems = [*problems, *self._sudo_problems(definition, hostvar)]

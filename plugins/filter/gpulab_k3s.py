@@ -10,6 +10,12 @@ stage host waits for etcd after a node's reboot, and through which servers), and
 `nodes_json | gpulab_k3s_etcd_settled(servers)` is gpulab.k8s.speaker.etcd_settled (an empty or non-JSON text:
 the API did not answer). `qm_list_text | gpulab_k3s_servers_not_running(node, servers, vm_nodes)` is
 gpulab.k8s.speaker.servers_not_running (the node's servers whose VM is not running).
+`nodes_json | gpulab_k3s_upgrade_skew(k3s_version)` is gpulab.k8s.skew.cluster_problems: for each node whose kubelet
+cannot go to k3s_version in one upgrade (a skipped minor, a downgrade), why and the releases to go through ([] when
+every node may, or for an empty or non-JSON text: no cluster yet).
+`folder | gpulab_k3s_airgap_problem`, `cluster_init | gpulab_k3s_server_join_problem(join_url, token, dry_run)` and
+`server_url | gpulab_k3s_agent_join_problem(token, dry_run)` are gpulab.k8s.install_inputs' rules, the ones preflight
+applies first: "" when the inputs are right, else why and the fix.
 """
 
 from __future__ import annotations
@@ -19,9 +25,14 @@ import json
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
 try:
+    from gpulab.k8s import install_inputs
+    from gpulab.k8s.skew import cluster_problems
     from gpulab.k8s.speaker import choose, etcd_settled, ready_nodes, reboot_wait, servers_not_running
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = MissingEngine(err)
+    cluster_problems = choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = (
+        MissingEngine(err)
+    )
+    install_inputs = MissingEngine(err)
 
 
 def gpulab_k3s_speaker(servers, reachable, nodes_json=""):
@@ -30,6 +41,14 @@ def gpulab_k3s_speaker(servers, reachable, nodes_json=""):
     except ValueError:  # a server that answered with an error, not a node list: no cluster to ask
         nodes = None
     return choose(list(servers or []), list(reachable or []), nodes)
+
+
+def gpulab_k3s_upgrade_skew(nodes_json, k3s_version):
+    try:
+        nodes = json.loads(nodes_json) if nodes_json else None
+    except ValueError:
+        nodes = None
+    return cluster_problems(nodes, str(k3s_version or ""))
 
 
 def gpulab_k3s_ready_nodes(nodes_json):
@@ -59,6 +78,19 @@ def gpulab_k3s_servers_not_running(qm_list, node, servers, vm_nodes):
     return servers_not_running(str(node), list(servers or []), dict(vm_nodes or {}), str(qm_list or ""))
 
 
+def gpulab_k3s_airgap_problem(folder):
+    return install_inputs.message(install_inputs.airgap_folder_problem(str(folder or "")))
+
+
+def gpulab_k3s_server_join_problem(cluster_init, join_url, token, dry_run=False):
+    problem = install_inputs.server_join_problem(bool(cluster_init), join_url, token, bool(dry_run))
+    return install_inputs.message(problem)
+
+
+def gpulab_k3s_agent_join_problem(server_url, token, dry_run=False):
+    return install_inputs.message(install_inputs.agent_join_problem(server_url, token, bool(dry_run)))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -67,4 +99,8 @@ class FilterModule:
             "gpulab_k3s_reboot_wait": gpulab_k3s_reboot_wait,
             "gpulab_k3s_etcd_settled": gpulab_k3s_etcd_settled,
             "gpulab_k3s_servers_not_running": gpulab_k3s_servers_not_running,
+            "gpulab_k3s_upgrade_skew": gpulab_k3s_upgrade_skew,
+            "gpulab_k3s_airgap_problem": gpulab_k3s_airgap_problem,
+            "gpulab_k3s_server_join_problem": gpulab_k3s_server_join_problem,
+            "gpulab_k3s_agent_join_problem": gpulab_k3s_agent_join_problem,
         }

@@ -22,7 +22,7 @@ from .conftest import HOST_PATH, VERSION, free_port, wait_for
 # Each test starts real background processes (server, agents) in mount namespaces and waits for them.
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-NEW_VERSION = "v1.34.1+k3s1"
+NEW_VERSION = "v1.36.2+k3s1"
 # k3s' packaged RuntimeClasses (manifests/runtimes.yaml; shared/reference/guest-stack.md 4.6)
 RUNTIME_CLASSES = {
     "nvidia", "nvidia-experimental", "crun", "lunatic", "slight", "spin", "wws", "wasmedge", "wasmer", "wasmtime",

@@ -2,6 +2,7 @@
 on this machine (tasks_from kube_vip, the manifests folder in a temporary folder), and where its pin lives."""
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def test_the_manifest_holds_the_vip_on_the_interface_with_arp_and_leader_electio
     assert env["address"] == "192.168.100.60" and env["vip_interface"] == "ens18"
     assert env["vip_arp"] == env["cp_enable"] == env["vip_leaderelection"] == "true"
     assert env["port"] == "6443" and env["vip_leasename"] == "plndr-cp-lock" and env["svc_enable"] == "false"
-    assert pod["containers"][0]["image"] == "ghcr.io/kube-vip/kube-vip:v0.8.9"
+    assert pod["containers"][0]["image"] == "ghcr.io/kube-vip/kube-vip:v1.2.2" and env["vip_subnet"] == "32"
     assert pod["hostNetwork"] is True and pod["serviceAccountName"] == "kube-vip"
     assert set(pod["containers"][0]["securityContext"]["capabilities"]["add"]) == {"NET_ADMIN", "NET_RAW"}
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
@@ -128,7 +129,7 @@ def test_the_lab_k3s_holds_the_vip_on_the_etcd_leader_only(tmp_path):
     wanted by the etcd leader, on the DaemonSet's interface, and by no follower; no DaemonSet, no VIP."""
     docs = [{"kind": "DaemonSet", "metadata": {"name": "kube-vip-ds", "namespace": "kube-system"},
              "spec": {"template": {"spec": {"hostNetwork": True, "containers": [{
-                 "image": "ghcr.io/kube-vip/kube-vip:v0.8.9",
+                 "image": "ghcr.io/kube-vip/kube-vip:v1.2.2",
                  "env": [{"name": "vip_arp", "value": "true"}, {"name": "cp_enable", "value": "true"},
                          {"name": "address", "value": "10.77.0.100"}, {"name": "vip_interface", "value": "ens18"}]}]}}}}]  # fmt: skip
 
@@ -148,3 +149,20 @@ def test_the_lab_k3s_holds_the_vip_on_the_etcd_leader_only(tmp_path):
     assert vip.wanted() is None
     Etcd.leader, cluster.state["addons"] = "vm-2", {"vm-1": [], "vm-2": []}
     assert vip.wanted() is None
+
+
+# The environment variables the DaemonSet sets, each one kube-vip v1.2.2 reads (pkg/kubevip/config_envvar.go at
+# v1.2.2, commit 972e0fd6): 1.x dropped vip_cidr (0.8.9's generator wrote it) and reads the mask from vip_subnet.
+KUBE_VIP_1_2_2_ENV = {
+    "vip_arp", "port", "vip_nodename", "vip_interface", "vip_subnet", "dns_mode", "cp_enable", "cp_namespace",
+    "svc_enable", "vip_leaderelection", "vip_leasename", "vip_leaseduration", "vip_renewdeadline",
+    "vip_retryperiod", "address", "prometheus_server",
+}  # fmt: skip
+
+
+def test_the_manifest_sets_only_variables_kube_vip_1_2_2_reads():
+    template = (
+        Path(__file__).resolve().parents[2] / "roles/k3s_server/templates/kube-vip.yaml.j2"
+    ).read_text()
+    names = set(re.findall(r"^ +- name: ([a-z_]+)$", template, re.M))
+    assert "vip_subnet" in names and names <= KUBE_VIP_1_2_2_ENV, names - KUBE_VIP_1_2_2_ENV

@@ -39,7 +39,7 @@ from . import engines
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-NEW_VERSION = "v1.34.1+k3s1"
+NEW_VERSION = "v1.36.2+k3s1"
 AGENTS = ["vm-2", "vm-gpu"]
 VM_HOST_DIR = {"vm-1": "vm100", "vm-2": "vm101", "vm-gpu": "vm102"}
 ENGINES = [
@@ -565,7 +565,7 @@ def test_upgrade_rolls_the_agents_one_at_a_time(lab):
 
     rc, recap, out = lab.play("playbooks/upgrade.yml", "-e", f"k3s_version={NEW_VERSION}")
     assert rc == 0 and changed(recap) == 0, out[-4000:]
-    assert "vm-gpu: nothing to upgrade (driver 580, toolkit 1.18.1, k3s v1.34.1+k3s1)" in out
+    assert "vm-gpu: nothing to upgrade (driver 580, toolkit 1.20.0, k3s v1.36.2+k3s1)" in out
 
 
 def module_on(lab, host):

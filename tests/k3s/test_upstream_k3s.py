@@ -1,5 +1,5 @@
-"""The k3s stand-in's embedded etcd, kube-vip, token and packaged RuntimeClasses against k3s v1.33.5+k3s1, its etcd
-and kube-vip v0.8.9: one test per behaviour listed in library/labsim/UPSTREAM.md (## k3s), named after its id.
+"""The k3s stand-in's embedded etcd, kube-vip, token and packaged RuntimeClasses against k3s v1.35.6+k3s1, its etcd
+and kube-vip v1.2.2: one test per behaviour listed in library/labsim/UPSTREAM.md (## k3s), named after its id.
 
 etcd and kube-vip are stepped by hand (a fake clock and network, no root); the token files and RuntimeClasses are
 read from a server installed in a mount namespace host (root)."""
@@ -103,7 +103,7 @@ def kube_vip_daemonset(**env):
         **env,
     }
     container = {
-        "image": "ghcr.io/kube-vip/kube-vip:v0.8.9",
+        "image": "ghcr.io/kube-vip/kube-vip:v1.2.2",
         "env": [{"name": k, "value": v} for k, v in values.items()],
     }
     return {"kind": "DaemonSet", "metadata": {"name": "kube-vip-ds", "namespace": "kube-system"},

@@ -113,6 +113,42 @@ def test_the_reference_card_keeps_the_flavour_the_homelab_sets(inv):
     assert "nvidia-driver-580-server-open" in labdef.plan_text(inv.check()[0])
 
 
+def test_branch_595_is_refused_for_a_pascal_card_before_any_change(inv):
+    # 580 is NVIDIA's last branch for Maxwell, Pascal and Volta: 595 on the GTX 1080 is refused, naming the
+    # card and the fix; the same card on 580 passes
+    _with_card(inv, FIXTURE_CARDS["gtx1080"])
+    inv.globals["nvidia_driver_branch"] = 595
+    [msg] = inv.messages()
+    assert msg.startswith(
+        "vm-gpu: nvidia_driver_branch=595: card gtx1080 is GP104 [GeForce GTX 1080] (10de:1b80, Pascal)"
+    )
+    assert "branch 580 is the last that drives Pascal cards" in msg
+    assert "Fix: set nvidia_driver_branch: 580, or pass the VM a Turing or newer card" in msg
+    inv.globals["nvidia_driver_branch"] = 580
+    assert inv.messages() == []
+
+
+@pytest.mark.parametrize(
+    ("device", "refused"), [("10de:13c2", True), ("10de:1db4", True), ("10de:1e82", False)]
+)
+def test_595_drives_turing_and_newer_only(device, refused):
+    # GTX 970 (Maxwell), Tesla V100 (Volta): refused; RTX 2080 (Turing): not
+    card_ = cards.card(device)
+    assert bool(cards.branch_problems([("g", card_)], "595")) is refused
+    assert cards.branch_problems([("g", card_)], "580") == []
+
+
+@pytest.mark.parametrize("fixture", ["rtx2080", "rtx5090"])
+def test_branch_595_is_offered_for_turing_and_newer(inv, fixture):
+    _with_card(inv, FIXTURE_CARDS[fixture])
+    inv.globals["nvidia_driver_branch"] = 595
+    definition, problems = inv.check()
+    assert problems == []
+    assert "Driver vm-gpu: nvidia-driver-595-server-open (" in labdef.plan_text(definition)
+    # the reference RTX 3090 keeps 580 unless the inventory says otherwise
+    assert "nvidia-driver-580-" in labdef.plan_text(inv.__class__().check()[0])
+
+
 def test_cards_that_need_different_modules_cannot_share_a_vm(inv):
     inv.hosts["pve"]["pve_gpus"] = [
         RTX3090,
@@ -179,14 +215,16 @@ def _role_install(**values) -> list[str]:
     return list(templar.template(trust_as_template(role_vars["nvidia_driver_install"])))
 
 
+@pytest.mark.parametrize("branch", ["580", "595"])
 @pytest.mark.parametrize(
     ("flavour", "signed"), [("server", False), ("server-open", True), ("open", True), ("", False)]
 )
 @pytest.mark.parametrize("series", ["generic", "generic-hwe-24.04"])
-def test_the_role_installs_the_packages_the_plan_shows(flavour, signed, series):
+def test_the_role_installs_the_packages_the_plan_shows(flavour, signed, series, branch):
     """The plan's names with the series the guest's running kernel has (read on the guest, or the inventory's)."""
     found = {"kernel": "6.17.0-14-generic", "kernel_series": {"series": series}}
     installed = _role_install(
+        nvidia_driver_branch=branch,
         nvidia_driver_flavour=flavour,
         nvidia_driver_signed_modules=signed,
         nvidia_driver_kernel_flavour="",
@@ -195,7 +233,17 @@ def test_the_role_installs_the_packages_the_plan_shows(flavour, signed, series):
         nvidia_driver_running_kernel_headers=False,
         nvidia_driver_found=found,
     )
-    assert installed == list(cards.packages("580", flavour, signed, series))
+    assert installed == list(cards.packages(branch, flavour, signed, series))
+    # the names Ubuntu noble packages for 595 (packages.ubuntu.com: nvidia-graphics-drivers-595-server and
+    # linux-restricted-modules' linux-modules-nvidia-595-server-open-generic)
+    if (branch, flavour, signed) == ("595", "server", False):
+        assert installed == ["nvidia-driver-595-server"]
+    if (branch, flavour, signed, series) == ("595", "server-open", True, "generic"):
+        assert installed == [
+            "linux-modules-nvidia-595-server-open-generic",
+            "nvidia-headless-no-dkms-595-server-open",
+            "nvidia-utils-595-server",
+        ]
 
 
 def test_an_hwe_guests_dkms_build_gets_the_hwe_headers_not_the_ga_ones():

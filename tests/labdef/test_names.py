@@ -137,8 +137,9 @@ def test_gpulab_plan_refuses_a_misspelt_variable(misspelt_inventory):
         assert f"  - {line}" in r.stdout
 
 
-def test_preflight_refuses_it_but_not_extra_vars(misspelt_inventory):
-    """site.yml stops in preflight with the same messages; an -e variable is not the inventory's."""
+def test_preflight_refuses_it_and_a_misspelt_extra_var(misspelt_inventory):
+    """site.yml stops in preflight with the same messages; a variable given with -e is checked by name too,
+    as an extra var (a name gpulab does not own, vault_*, is not)."""
     r = _run(
         [
             BIN / "ansible-playbook",
@@ -153,7 +154,8 @@ def test_preflight_refuses_it_but_not_extra_vars(misspelt_inventory):
         {**SECRETS, "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
     )
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "The lab definition has 2 problem(s); nothing was changed" in r.stdout
+    assert "The lab definition has 3 problem(s); nothing was changed" in r.stdout
     for line in EXPECTED:
         assert line in r.stdout
-    assert "vm_memroy_mib_extra" not in r.stdout.split("PLAY RECAP")[0].split("fatal:", 1)[1]
+    assert "extra vars (-e): vm_memroy_mib_extra='1': unknown variable given with -e" in r.stdout
+    assert "vault_vm_become_password" not in r.stdout.split("PLAY RECAP")[0].split("fatal:", 1)[1]

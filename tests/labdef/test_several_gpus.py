@@ -170,11 +170,13 @@ def test_a_gpu_vm_with_a_list_still_needs_what_a_gpu_vm_needs(cards):
 
 def test_an_engine_picks_a_card_of_its_vm_by_index(cards):
     cards.hosts["vm-gpu"]["vm_gpu"] = ["rtx3090", "rtx3060"]
-    engine = {"name": "vllm", "node": "vm-gpu", "gpus": [0, 1], "gpu_memory_percent": 45}
+    engine = {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "node": "vm-gpu", "gpus": [0, 1]}
+    engine["gpu_memory_percent"] = 45
     cards.globals["workloads_engines"] = [engine]
     assert cards.messages() == []
     engine["gpus"] = [2]
     assert cards.messages() == [
-        "all: workloads_engines[0].gpus=2: vm-gpu has 2 card(s) (vm_gpu), card indexes 0-1. Fix: use the index "
-        "of one of its cards (in vm_gpu's order) or a GPU UUID."
+        "all: workloads_engines='vllm': workloads_engines item 'vllm': card index 2 does not exist on vm-gpu, "
+        "which has 2 card(s): indexes 0-1 in the order of its GPUs (vm_gpu). Fix: change workloads_engines as the "
+        "message says (its keys: README, role workloads)."
     ]

@@ -321,7 +321,7 @@ BAD = [
         "all",
         {"k3s_version": "1.33.5"},
         "all: k3s_version='1.33.5': not a k3s release: k3s tags its releases v1.Y.Z+k3sN and downloads "
-        "nothing else. Fix: write the release as k3s tags it, e.g. v1.33.5+k3s1",
+        "nothing else. Fix: write the release as k3s tags it, e.g. v1.36.2+k3s1",
     ),
     (
         "k3s-version-no-suffix",
@@ -340,7 +340,7 @@ BAD = [
         "all",
         {"k3s_server_kube_vip_version": "0.8.9"},
         "all: k3s_server_kube_vip_version='0.8.9': not a kube-vip release: its images are tagged vX.Y.Z, so "
-        "this names an image that does not exist. Fix: write the release with its v, e.g. v0.8.9",
+        "this names an image that does not exist. Fix: write the release with its v, e.g. v1.2.2",
     ),
     (
         "chart-version-form",

@@ -524,7 +524,7 @@ def test_gpu_vm_installs_the_driver_and_toolkit_from_the_lab_archive(lab):
         out = ssh(facts, "ubuntu", addr, script, timeout=120).stdout.splitlines()
         # installed but not loaded until the guest reboots
         assert out[0].startswith("NVIDIA-SMI has failed") and out[1] == "rc=9"
-        assert out[2] == "NVIDIA Container Toolkit CLI version 1.18.1"
+        assert out[2] == "NVIDIA Container Toolkit CLI version 1.20.0"
         hooks.vm_stopped("pve", 195)  # a restart through the API
         hooks.vm_started("pve", 195, cfg)
         (addr,) = ens18(hooks, 195, cfg)

@@ -295,20 +295,28 @@ def test_record_lock_is_reentrant_and_shared_by_threads(tmp_path):
     assert lab.load()["netns"] == ["x"]
 
 
-def test_lab_archive_serves_two_driver_branches_and_one_replaces_the_other(tmp_path):
-    """Branches 580 and 570 under Ubuntu's -server names; installing the other branch's nvidia-utils takes the
-    first one's away (Conflicts and Replaces), and the nvidia-smi left is the new branch's."""
+def test_lab_archive_serves_the_driver_branches_and_one_replaces_the_other(tmp_path):
+    """Branches 580, 595 and 570 under Ubuntu's -server names, every package role nvidia_driver asks for
+    (gpulab.cards.packages) among them; installing another branch's nvidia-utils takes the first one's away
+    (Conflicts and Replaces), and the nvidia-smi left is the new branch's."""
     import subprocess
 
+    from gpulab import cards
     from labsim.net import package_archive
 
     paths = package_archive.build(tmp_path / "srv", tmp_path / "gnupg", kernel="6.8.0-90-generic")
     repo = tmp_path / "srv" / paths["ubuntu"]
     ubuntu = (repo / "Packages").read_text()
-    for branch, driver in (("580", "580.173.02"), ("570", "570.195.03")):
+    for branch, driver in (("580", "580.173.02"), ("595", "595.71.05"), ("570", "570.195.03")):
         for name in ("nvidia-driver", "nvidia-utils", "nvidia-headless-no-dkms", "linux-modules-nvidia"):
             suffix = "-server-generic" if name == "linux-modules-nvidia" else "-server"
             assert f"Package: {name}-{branch}{suffix}\nVersion: {driver}-0ubuntu0.24.04.1\n" in ubuntu
+    served = {line.removeprefix("Package: ") for line in ubuntu.splitlines() if line.startswith("Package: ")}
+    for branch in cards.BRANCHES:
+        for flavour in ("server", "server-open"):
+            for signed in (False, True):
+                wanted = set(cards.packages(branch, flavour, signed))
+                assert wanted <= served, (branch, flavour, signed, wanted - served)
     root = tmp_path / "root"
     (root / "var/lib/dpkg/info").mkdir(parents=True)
     (root / "var/lib/dpkg/updates").mkdir()
@@ -329,3 +337,5 @@ def test_lab_archive_serves_two_driver_branches_and_one_replaces_the_other(tmp_p
     assert 'DRIVER = "570.195.03"' in (root / "usr/bin/nvidia-smi").read_text()
     assert install("580") == {"nvidia-utils-580-server"}
     assert 'DRIVER = "580.173.02"' in (root / "usr/bin/nvidia-smi").read_text()
+    assert install("595") == {"nvidia-utils-595-server"}
+    assert 'DRIVER = "595.71.05"' in (root / "usr/bin/nvidia-smi").read_text()

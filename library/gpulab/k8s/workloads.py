@@ -31,6 +31,7 @@ vLLM sees only its share as the card, and its own default applies.
 
 from __future__ import annotations
 
+import json
 import re
 
 import yaml
@@ -82,11 +83,20 @@ done
 
 
 class PlanError(ValueError):
-    """The engines cannot be planned as given; the message says which engine, what and how to fix it."""
+    """The engines cannot be planned as given; the message says which engine, what and how to fix it.
+
+    `why` is what is wrong, `fix` how to mend it when that is not already said in `why` (None), and `value`
+    the engine or cards concerned: preflight (gpulab.labdef) shows the three as one problem of the lab
+    definition, the stage as one message."""
+
+    def __init__(self, why, fix=None, value=None):
+        self.why, self.fix, self.value = why, fix, value
+        super().__init__(why if fix is None else f"{why}. Fix: {fix}")
 
 
 def _engine_error(engine, what):
-    return PlanError(f"workloads_engines item {engine.get('name', '?')!r}: {what}")
+    name = engine.get("name", "?")
+    return PlanError(f"workloads_engines item {name!r}: {what}", value=name)
 
 
 def _percent(engine, key, default):
@@ -98,7 +108,7 @@ def _percent(engine, key, default):
     return value
 
 
-def _cards(engine, node_gpus):
+def _cards(engine, node_gpus, any_uuid=False):
     refs = engine.get("gpus", [0])
     if not isinstance(refs, list) or not refs:
         raise _engine_error(engine, f"gpus must be a non-empty list of card indexes or UUIDs, not {refs!r}")
@@ -109,11 +119,12 @@ def _cards(engine, node_gpus):
             if not 0 <= ref < len(known):
                 raise _engine_error(
                     engine,
-                    f"card index {ref} does not exist on {engine['node']} ({len(known)} GPU(s) reported)",
+                    f"card index {ref} does not exist on {engine['node']}, which has {len(known)} card(s): "
+                    f"indexes 0-{len(known) - 1} in the order of its GPUs (vm_gpu)",
                 )
             uuid = known[ref]
         elif isinstance(ref, str) and UUID_RE.match(ref):
-            if ref not in known:
+            if ref not in known and not any_uuid:
                 raise _engine_error(
                     engine, f"card {ref} is not among {engine['node']}'s GPUs ({', '.join(known) or 'none'})"
                 )
@@ -213,6 +224,27 @@ def hami_cores(percent, cores):
     if cores is not None:
         return cores
     return 100 if percent >= 100 else 0
+
+
+#: how to mend a card whose engines ask for more than its memory (memory_problem)
+MEMORY_FIX = "lower gpu_memory_percent so the engines on a card add up to 100 or less, or move an engine to another card"
+#: how to mend a card whose cores HAMi cannot share as asked (core_problem)
+CORES_FIX = (
+    "give the engines on such a card gpu_cores shares that add up to at most 100 (below 100 when an engine without "
+    "gpu_cores shares the card, or give it a share too), or move an engine to another card; an engine asking all "
+    "100 cores needs a card of its own"
+)
+
+
+def memory_problem(card, users):
+    """Why the engines `users` (engine name, percent of the card's memory, counted once per copy) do not fit on
+    `card`, or None. HAMi books each share of a card's memory (nvidia.com/gpumem-percentage) and places a pod only
+    where the rest is free, so the shares on one card add up to 100 at most. The one statement of this rule: the
+    stage's plan and preflight (gpulab.labdef) both ask it."""
+    total = sum(p for _, p in users)
+    if total <= 100:
+        return None
+    return f"{card}: {' + '.join(f'{n} {p}%' for n, p in users)} = {total}% of its memory, more than the card has"
 
 
 def core_problem(uuid, users):
@@ -369,7 +401,7 @@ def dump_documents(docs, header):
     return f"# {header}\n{body}"
 
 
-def plan(engines, gpus_by_node, k3s_version=None, wait_image=None):
+def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=False):
     """Check the engines against the nodes' GPU facts and return the plan.
 
     `gpus_by_node` maps an inventory host to its GPU facts (the `gpus` list of gpulab_gpu_facts). The result
@@ -377,7 +409,9 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None):
     `after`, the earlier engines it shares a card with, `waits_for`, the readiness URLs its init container
     polls, and `gpu_memory_utilization`, the value added to a vLLM engine's args or None) and `cards`, each
     card's total share in percent. With `k3s_version` every object is validated against that release's
-    schema; `wait_image` is the init container's image (default WAIT_IMAGE). Raises PlanError.
+    schema; `wait_image` is the init container's image (default WAIT_IMAGE). With `any_uuid` a card named by
+    a UUID the facts do not list is taken as a card of its own (the lab definition, before the guests stage,
+    knows how many cards a node has but not their UUIDs). Raises PlanError.
     """
     if not isinstance(engines, list):
         raise PlanError(f"workloads_engines must be a list, not {type(engines).__name__}")
@@ -415,7 +449,7 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None):
             raise _engine_error(
                 engine, f"readiness_path must be an HTTP path, not {engine['readiness_path']!r}"
             )
-        cards = _cards(engine, gpus_by_node[engine["node"]])
+        cards = _cards(engine, gpus_by_node[engine["node"]], any_uuid)
         percent = _percent(engine, "gpu_memory_percent", 100)
         cores = _percent(engine, "gpu_cores", None)
         kind = _kind(engine)
@@ -445,25 +479,19 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None):
             }
         )
 
-    over = {uuid: users for uuid, users in usage.items() if sum(p for _, p in users) > 100}
+    over = {uuid: p for uuid, users in usage.items() if (p := memory_problem(uuid, users))}
     if over:
-        lines = [
-            f"{uuid}: {' + '.join(f'{n} {p}%' for n, p in users)} = {sum(p for _, p in users)}%"
-            for uuid, users in over.items()
-        ]
         raise PlanError(
-            "cards above 100 % of their memory (lower gpu_memory_percent or move an engine): "
-            + "; ".join(lines)
+            "cards above 100 % of their memory: " + "; ".join(over.values()), MEMORY_FIX, sorted(over)
         )
 
-    problems = [p for uuid, users in compute.items() for p in [core_problem(uuid, users)] if p]
-    if problems:
+    cores = {uuid: p for uuid, users in compute.items() if (p := core_problem(uuid, users))}
+    if cores:
         raise PlanError(
             "cards whose compute HAMi's scheduler cannot share this way (it would leave an engine Pending): "
-            + "; ".join(problems)
-            + ". Fix: give the engines on such a card gpu_cores shares that add up to at most 100 (below 100 "
-            "when an engine without gpu_cores shares the card, or give it a share too), or move an engine to "
-            "another card; an engine asking all 100 cores needs a card of its own"
+            + "; ".join(cores.values()),
+            CORES_FIX,
+            sorted(cores),
         )
 
     # Inventory order is the start order; an engine waits for the earlier ones that share a card with it (at
@@ -512,3 +540,26 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None):
             }
         )
     return {"engines": result, "cards": {u: sum(p for _, p in users) for u, users in usage.items()}}
+
+
+def definition_gpus(cards_by_node):
+    """GPU facts as the lab definition knows them before any guest runs: each node's cards (vm_gpu, in order),
+    named `<node> card <index>` where the stage has the UUIDs nvidia-smi reports."""
+    return {
+        node: [{"uuid": f"{node} card {i}"} for i in range(count)] for node, count in cards_by_node.items()
+    }
+
+
+def check_engines(engines, cards_by_node, k3s_version=None, wait_image=None):
+    """Every rule of the stage's plan on the engines as the lab definition gives them, before anything changes:
+    the same function (`plan`) on the cards each GPU VM has (`cards_by_node`: node -> how many). Returns the
+    PlanError the stage would raise, or None. The engines are copied as plain data first (an inventory's
+    strings are subclasses of str that YAML's safe dumper refuses; the stage gets them as module arguments)."""
+    engines = json.loads(json.dumps(engines, default=str))
+    try:
+        plan(engines, definition_gpus(cards_by_node), k3s_version, wait_image, any_uuid=True)
+    except PlanError as err:
+        return err
+    except ValueError as err:  # ManifestError, or a k3s_version that names no Kubernetes release
+        return PlanError(f"the engines' manifests are not valid Kubernetes objects: {err}")
+    return None

@@ -18,7 +18,7 @@ Every message names the host, the field, the value, why it is wrong and how to f
 """
 
 from gpulab.labdef.catalogue import BY_NAME, CATALOGUE, GROUPS, Var, known_names, role_options
-from gpulab.labdef.checks import check, validate
+from gpulab.labdef.checks import check, check_extra_vars, validate
 from gpulab.labdef.definition import LabDefinition, gpu_ids, load, pinned_mib
 from gpulab.labdef.plan import plan_text
 from gpulab.labdef.problems import LabDefinitionError, Problem
@@ -32,6 +32,7 @@ __all__ = [
     "Problem",
     "Var",
     "check",
+    "check_extra_vars",
     "gpu_ids",
     "known_names",
     "load",

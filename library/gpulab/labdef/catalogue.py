@@ -47,12 +47,12 @@ STORAGE_ID_RE = re.compile(r"^[a-z][a-z0-9\-_.]*[a-z0-9]$")
 PLACEHOLDER_RE = re.compile(r"change[-_ ]?me|replace[-_ ]?me|^x+$|<.*>", re.IGNORECASE)
 # The version rules, once: preflight checks them (gpulab.labdef.rules) before any stage runs, and the roles
 # rely on that (site.yml runs preflight first, and its tags include `always`).
-# A k3s release as k3s tags it (v1.33.5+k3s1): every k3s release with a +k3sN suffix is a Kubernetes 1.x.
+# A k3s release as k3s tags it (v1.36.2+k3s1): every k3s release with a +k3sN suffix is a Kubernetes 1.x.
 K3S_VERSION_RE = re.compile(r"^v1\.\d+\.\d+\+k3s\d+$")
-# A kube-vip release as its image is tagged (ghcr.io/kube-vip/kube-vip:v0.8.9): 0.8.9 without the v names no image.
+# A kube-vip release as its image is tagged (ghcr.io/kube-vip/kube-vip:v1.2.2): 1.2.2 without the v names no image.
 KUBE_VIP_VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+$")
 CHART_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
-# Debian's [epoch:]upstream[-revision], as apt pins it (nvidia-container-toolkit=1.18.1-1).
+# Debian's [epoch:]upstream[-revision], as apt pins it (nvidia-container-toolkit=1.20.0-1).
 DEBIAN_VERSION_RE = re.compile(r"^(\d+:)?\d[A-Za-z0-9.+~]*(-[A-Za-z0-9.+~]+)?$")
 IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 
@@ -103,6 +103,19 @@ def role_options() -> dict[str, dict[str, Any]]:
 def owned_prefixes() -> tuple[str, ...]:
     """The prefixes above and each role's name followed by `_` (pve_host_, guest_base_, ...)."""
     return _owned_prefixes(ROLES_DIR)
+
+
+def run_switches() -> frozenset[str]:
+    """The names with a prefix gpulab owns that the playbooks read themselves, beyond the catalogue and the roles'
+    options: switches given with -e for one run (gpulab_run_lock_break, gpulab_teardown_confirm, ...)."""
+    return _run_switches(ROLES_DIR.parent / "playbooks", owned_prefixes())
+
+
+@functools.cache
+def _run_switches(playbooks_dir: Path, prefixes: tuple[str, ...]) -> frozenset[str]:
+    word = re.compile(r"\b(?:" + "|".join(map(re.escape, prefixes)) + r")[a-z0-9_]+\b")
+    files = [*sorted(playbooks_dir.rglob("*.yml")), playbooks_dir.parent / "site.yml"]
+    return frozenset(w for f in files if f.is_file() for w in word.findall(f.read_text()))
 
 
 def known_names() -> frozenset[str]:

@@ -16,6 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from gpulab.constants import DOWNLOAD_EXTENSION_HINTS, DOWNLOAD_EXTENSIONS, PLACEHOLDER
+from gpulab.k8s import workloads
+from gpulab.labdef import k3s_inputs
 from gpulab.labdef.catalogue import (
     BY_NAME,
     CHECKSUM_LENGTHS,
@@ -30,10 +32,13 @@ from gpulab.labdef.catalogue import (
     STORAGE_ID_RE,
     VENDOR_DEVICE_RE,
     known_names,
+    owned_prefixes,
     role_options,
+    run_switches,
 )
 from gpulab.labdef.definition import LabDefinition, gpu_ids, load, pinned_mib
 from gpulab.labdef.hami_values import check_hami_values
+from gpulab.labdef.k3s_inputs import check_k3s_inputs
 from gpulab.labdef.monitoring_values import check_monitoring_values
 from gpulab.labdef.node_checks import check_cluster
 from gpulab.labdef.problems import Problem, Problems
@@ -390,37 +395,34 @@ def check_k3s(d: LabDefinition, out: Problems) -> None:
         if h not in d.vms:
             fix = "add it to group vms with its vm_* settings, or remove it from k3s"
             out.add(h, "group vms", h, "a k3s node that is not a lab VM", fix)
-    shares: dict[tuple[str, str], list[tuple[str, int]]] = {}
-    for i, engine in enumerate(d.globals.get("workloads_engines") or []):
-        where = f"workloads_engines[{i}]"
-        if not isinstance(engine, dict) or not engine.get("name") or not engine.get("node"):
-            fix = "write {name: vllm, node: vm-gpu, gpus: [0], gpu_memory_percent: 45, ...}"
-            out.add("all", where, engine, "an engine needs at least name and node", fix)
-            continue
-        node = engine["node"]
-        if node not in d.vms or not d.vms[node].get("vm_gpu"):
+    check_engines(d, out)
+
+
+def check_engines(d: LabDefinition, out: Problems) -> None:
+    """The GPU engines of stage workloads: each on a lab VM with a GPU, then every rule of the stage's own plan
+    (gpulab.k8s.workloads.plan: keys, names, cards, the memory and core shares of each card as HAMi books them,
+    vLLM's memory fraction, start order), through the same function, on the cards each GPU VM has."""
+    engines = d.globals.get("workloads_engines") or []
+    if not isinstance(engines, list):
+        return  # the rules table refuses it
+    cards_by_node = {host: len(gpu_ids(vm)) for host, vm in d.vms.items() if vm.get("vm_gpu")}
+    placed = True
+    for i, engine in enumerate(engines):
+        if not isinstance(engine, dict) or not engine.get("node"):
+            continue  # the plan says what is missing
+        if engine["node"] not in cards_by_node:
             fix = "use the inventory name of a VM that has vm_gpu set, e.g. vm-gpu"
-            out.add("all", f"{where}.node", node, "not a lab VM with a GPU", fix)
-        pct = engine.get("gpu_memory_percent", 100)
-        if not isinstance(pct, int) or not 1 <= pct <= 100:
-            fix = "give the percentage of each card's memory the engine may use"
-            out.add("all", f"{where}.gpu_memory_percent", pct, "a share of a card is 1-100 percent", fix)
-            continue
-        cards = len(gpu_ids(d.vms[node])) if node in d.vms else 0
-        for card in engine.get("gpus") or [0]:
-            if isinstance(card, int) and not isinstance(card, bool) and cards and not 0 <= card < cards:
-                why = f"{node} has {cards} card(s) (vm_gpu), card indexes 0-{cards - 1}"
-                fix = "use the index of one of its cards (in vm_gpu's order) or a GPU UUID"
-                out.add("all", f"{where}.gpus", card, why, fix)
-                continue
-            shares.setdefault((node, str(card)), []).append((engine["name"], pct))
-    for (node, card), users in shares.items():
-        total = sum(p for _, p in users)
-        if total > 100:
-            parts = " + ".join(f"{n} {p}%" for n, p in users)
-            why = f"the engines ask for {total}% of one card ({parts})"
-            fix = "lower gpu_memory_percent so the engines on a card add up to 100 or less"
-            out.add("all", "workloads_engines", f"{node} card {card}", why, fix)
+            out.add("all", f"workloads_engines[{i}].node", engine["node"], "not a lab VM with a GPU", fix)
+            placed = False
+    if not placed:
+        return
+    wait_image = next(
+        (v["workloads_wait_image"] for v in d.other_vars.values() if "workloads_wait_image" in v), None
+    )
+    err = workloads.check_engines(engines, cards_by_node, d.globals.get("k3s_version"), wait_image)
+    if err is not None:
+        fix = err.fix or "change workloads_engines as the message says (its keys: README, role workloads)"
+        out.add("all", "workloads_engines", err.value, err.why, fix)
 
 
 def _unknown(host: str, name: str, value: Any, known: Iterable[str]) -> Problem:
@@ -432,6 +434,27 @@ def _unknown(host: str, name: str, value: Any, known: Iterable[str]) -> Problem:
             host, name, shown, f"{why} (did you mean {close[0]}?)", f"rename it to {close[0]}, or remove it"
         )
     return Problem(host, name, shown, why, "remove it, or use a name from README's variable tables")
+
+
+EXTRA_VARS = "extra vars (-e)"
+
+
+def check_extra_vars(extra: dict[str, Any], d: LabDefinition | None = None) -> list[Problem]:
+    """The variables given with -e for this run: one with a prefix gpulab owns that neither the lab definition,
+    a role nor a playbook reads is a typo (`-e pve_host_reboot_alowed=true` would otherwise pass silently and
+    the node would not be rebooted), refused with the nearest known name. The values of known ones are checked
+    where the lab definition reads them (hostvars hold the extra vars too); the k3s roles' inputs, which -e
+    sets over the playbook's, through the roles' own rules (gpulab.labdef.k3s_inputs) with the definition `d`."""
+    known = known_names() | run_switches()
+    prefixes = owned_prefixes()
+    out: list[Problem] = []
+    for name in sorted(extra):
+        if name.startswith(prefixes) and name not in known:
+            p = _unknown(EXTRA_VARS, name, extra[name], known)
+            out.append(replace(p, why=p.why.replace("unknown variable", "unknown variable given with -e", 1)))
+    if d is not None:
+        out.extend(k3s_inputs.extra_problems(d, extra))
+    return out
 
 
 def check_names(d: LabDefinition, out: Problems) -> None:
@@ -469,6 +492,7 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_router(d, out)
     check_k3s(d, out)
     check_registration(d, out)
+    check_k3s_inputs(d, {}, out)
     check_hami_values(d, out)
     check_monitoring_values(d, out)
     check_names(d, out)

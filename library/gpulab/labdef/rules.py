@@ -95,7 +95,7 @@ def _image(value: Any) -> bool:
 K3S_RELEASE = matching(
     K3S_VERSION_RE,
     "not a k3s release: k3s tags its releases v1.Y.Z+k3sN and downloads nothing else",
-    "write the release as k3s tags it, e.g. v1.33.5+k3s1 (https://github.com/k3s-io/k3s/releases)",
+    "write the release as k3s tags it, e.g. v1.36.2+k3s1 (https://github.com/k3s-io/k3s/releases)",
 )
 DOWNLOAD_URL = matching(
     DOWNLOAD_URL_RE,
@@ -157,7 +157,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
         matching(
             KUBE_VIP_VERSION_RE,
             "not a kube-vip release: its images are tagged vX.Y.Z, so this names an image that does not exist",
-            "write the release with its v, e.g. v0.8.9 (https://github.com/kube-vip/kube-vip/releases)",
+            "write the release with its v, e.g. v1.2.2 (https://github.com/kube-vip/kube-vip/releases)",
         ),
     ),
     "hami_chart_version": (
@@ -174,7 +174,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Rule(
             _image,
             "not an image {registry, repository, tag} with a container image tag (or an empty one)",
-            "write it like {registry: registry.k8s.io, repository: kube-scheduler, tag: v1.33.5}",
+            "write it like {registry: registry.k8s.io, repository: kube-scheduler, tag: v1.36.2}",
         ),
     ),
     "nvidia_driver_branch": (
@@ -188,7 +188,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
         matching(
             DEBIAN_VERSION_RE,
             "not a Debian package version",
-            "pin a version `apt-cache madison nvidia-container-toolkit` lists (e.g. 1.18.1-1), or leave it "
+            "pin a version `apt-cache madison nvidia-container-toolkit` lists (e.g. 1.20.0-1), or leave it "
             "empty for the newest",
             empty_ok=True,
         ),

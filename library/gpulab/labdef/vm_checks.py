@@ -158,12 +158,15 @@ def check_vms(d: LabDefinition, gpus: dict[str, tuple[str, dict]], out: Problems
 
 
 def check_driver(d: LabDefinition, host: str, vm: dict, known: list, out: Problems) -> None:
-    """The GPU VM's driver: a flavour every card can use (gpulab.cards), and with Secure Boot (pre-enrolled
+    """The GPU VM's driver: a flavour and a branch every card can use (gpulab.cards), and with Secure Boot (pre-enrolled
     keys) a kernel flavour that has Canonical-signed precompiled modules."""
     flavour = d.globals.get("nvidia_driver_flavour")
     for gid, why, fix in nvidia.flavour_problems(known, flavour):
         field = "nvidia_driver_flavour" if flavour is not None else "vm_gpu"
         out.add(host, field, flavour if flavour is not None else gid, why, fix)
+    branch = d.globals.get("nvidia_driver_branch")
+    for _gid, why, fix in nvidia.branch_problems(known, branch):
+        out.add(host, "nvidia_driver_branch", branch, why, fix)
     # unset: the guest's running kernel decides, read on the guest (roles/nvidia_driver refuses one without them)
     kflavour = d.globals.get("nvidia_driver_kernel_flavour")
     if vm.get("vm_efi_pre_enrolled_keys") and kflavour and kflavour not in nvidia.SIGNED_KERNEL_FLAVOURS:

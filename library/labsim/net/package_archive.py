@@ -7,7 +7,8 @@ names and the real commands, whose behaviour follows the fixture's hardware:
 * ``http://ROUTER/ubuntu ./`` — the "Ubuntu archive" every lab VM's ``/etc/apt/sources.list``
   points at (part of the VM image, like a mirror setting): ``nvidia-driver-580-server`` (and
   ``-open``, ``nvidia-headless-580-server``, ``nvidia-utils-580-server``, ``nvidia-dkms-580-server``),
-  the same for the older branch 570 (``DRIVER_BRANCHES``; a branch's packages replace the other's), ``dkms``, ``linux-headers-<series>`` and ``linux-headers-<release>`` of each kernel
+  the same for branch 595 and the older branch 570 (``DRIVER_BRANCHES``; a branch's packages replace the
+  other's), ``dkms``, ``linux-headers-<series>`` and ``linux-headers-<release>`` of each kernel
   series a lab guest runs (:mod:`labsim.net.guest_kernel`), Canonical's signed modules
   ``linux-modules-nvidia-<branch>-server[-open]-<series>`` for the series Ubuntu builds them for (each module for
   its series' kernel only), ``qemu-guest-agent``;
@@ -41,10 +42,13 @@ DRIVER_VERSION = "580.173.02"
 DRIVER_DEB_VERSION = f"{DRIVER_VERSION}-0ubuntu0.24.04.1"
 # The driver branches the lab's "Ubuntu archive" serves, each with its packages named as Ubuntu names the
 # -server branches (nvidia-driver-<branch>-server, nvidia-utils-<branch>-server, ...; reference/guest-stack.md
-# §2.1) and versioned <driver>-0ubuntu0.24.04.1: 580 (noble's, the default) and 570, an older branch an
-# upgrade can start from. The 570 point release follows NVIDIA's numbering; it is not checked against the archive.
-DRIVER_BRANCHES = {"580": DRIVER_VERSION, "570": "570.195.03"}
-TOOLKIT_VERSION = "1.18.1-1"
+# §2.1) and versioned <driver>-0ubuntu0.24.04.1: 580 (noble's, the default), 595 (the later branch gpulab
+# offers for Turing and newer: noble-updates' source nvidia-graphics-drivers-595-server is
+# 595.71.05-0ubuntu0.24.04.1, packages.ubuntu.com/noble-updates/libnvidia-extra-595-server) and 570, an older
+# branch an upgrade can start from. The 570 point release follows NVIDIA's numbering; it is not checked against
+# the archive.
+DRIVER_BRANCHES = {"580": DRIVER_VERSION, "595": "595.71.05", "570": "570.195.03"}
+TOOLKIT_VERSION = "1.20.0-1"
 NVIDIA_MODULE_MARKER = "/usr/lib/gpulab-sim/nvidia-module-installed"
 NVIDIA_LOADED = "/run/gpulab/nvidia-loaded"
 
@@ -454,7 +458,7 @@ fatal() { echo '[ERROR] ' "$@" >&2; exit 1; }
 VERSION_FILE=/var/lib/gpulab-sim/k3s-version
 BIN_DIR=${INSTALL_K3S_BIN_DIR:-/usr/local/bin}
 SYSTEMD_DIR=${INSTALL_K3S_SYSTEMD_DIR:-/etc/systemd/system}
-VERSION=${INSTALL_K3S_VERSION:-v1.33.5+k3s1}
+VERSION=${INSTALL_K3S_VERSION:-v1.35.6+k3s1}
 
 # setup_env: the command, then the checks, before anything is written
 set -- ${INSTALL_K3S_EXEC:-} "$@"

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 
 VERSION_FILE = "/var/lib/gpulab-sim/k3s-version"
-DEFAULT_VERSION = "v1.33.5+k3s1"
+DEFAULT_VERSION = "v1.35.6+k3s1"
 KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
 CONFIG = "/etc/rancher/k3s/config.yaml"
 PORT = 6443

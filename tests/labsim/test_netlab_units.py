@@ -315,8 +315,9 @@ def test_lab_archive_serves_the_driver_branches_and_one_replaces_the_other(tmp_p
     for branch in cards.BRANCHES:
         for flavour in ("server", "server-open"):
             for signed in (False, True):
-                wanted = set(cards.packages(branch, flavour, signed))
-                assert wanted <= served, (branch, flavour, signed, wanted - served)
+                for series in ("generic", "generic-hwe-24.04"):
+                    wanted = set(cards.packages(branch, flavour, signed, series))
+                    assert wanted <= served, (branch, flavour, signed, series, wanted - served)
     root = tmp_path / "root"
     (root / "var/lib/dpkg/info").mkdir(parents=True)
     (root / "var/lib/dpkg/updates").mkdir()

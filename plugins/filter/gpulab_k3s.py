@@ -10,6 +10,10 @@ stage host waits for etcd after a node's reboot, and through which servers), and
 `nodes_json | gpulab_k3s_etcd_settled(servers)` is gpulab.k8s.speaker.etcd_settled (an empty or non-JSON text:
 the API did not answer). `qm_list_text | gpulab_k3s_servers_not_running(node, servers, vm_nodes)` is
 gpulab.k8s.speaker.servers_not_running (the node's servers whose VM is not running).
+`look | gpulab_k3s_pull_problems` is gpulab.k8s.image_pulls.from_look: the containers of a wait's look (its line
+`{"pulls": <kubectl get pods -o json>}`) that cannot pull their image, as problems (host, field, value, cause, fix);
+`problems | gpulab_k3s_pull_problems_text` makes them one message, and `look | gpulab_k3s_look_rest` is the look
+without that line (the stage's own document).
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import json
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
 try:
+    from gpulab.k8s import image_pulls
     from gpulab.k8s.speaker import choose, etcd_settled, ready_nodes, reboot_wait, servers_not_running
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = MissingEngine(err)
+    choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = image_pulls = MissingEngine(err)
 
 
 def gpulab_k3s_speaker(servers, reachable, nodes_json=""):
@@ -59,6 +64,18 @@ def gpulab_k3s_servers_not_running(qm_list, node, servers, vm_nodes):
     return servers_not_running(str(node), list(servers or []), dict(vm_nodes or {}), str(qm_list or ""))
 
 
+def gpulab_k3s_pull_problems(look, namespaces=None):
+    return image_pulls.from_look(str(look or ""), None if namespaces is None else list(namespaces))
+
+
+def gpulab_k3s_pull_problems_text(problems):
+    return image_pulls.problems_text(list(problems or []))
+
+
+def gpulab_k3s_look_rest(look):
+    return image_pulls.rest_of_look(str(look or ""))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -67,4 +84,7 @@ class FilterModule:
             "gpulab_k3s_reboot_wait": gpulab_k3s_reboot_wait,
             "gpulab_k3s_etcd_settled": gpulab_k3s_etcd_settled,
             "gpulab_k3s_servers_not_running": gpulab_k3s_servers_not_running,
+            "gpulab_k3s_pull_problems": gpulab_k3s_pull_problems,
+            "gpulab_k3s_pull_problems_text": gpulab_k3s_pull_problems_text,
+            "gpulab_k3s_look_rest": gpulab_k3s_look_rest,
         }

@@ -65,10 +65,9 @@ def test_only_pull_reasons_and_the_namespaces_asked():
 def test_a_look_carries_the_pods_on_its_first_line():
     import json
 
-    look = (
-        json.dumps({"pulls": {"items": [pod({"reason": "ErrImagePull", "message": DENIED})]}})
-        + '\n{"nodes": 1}'
-    )
+    # kubectl prints its JSON over many lines; the stage's own document follows
+    pods = json.dumps({"items": [pod({"reason": "ErrImagePull", "message": DENIED})]}, indent=4)
+    look = '{"pulls": ' + pods + '}\n{\n    "nodes": 1\n}\n'
     assert [p["value"] for p in image_pulls.from_look(look)] == ["busybox:1.37.0"]
-    assert image_pulls.rest_of_look(look) == '{"nodes": 1}'
+    assert json.loads(image_pulls.rest_of_look(look)) == {"nodes": 1}
     assert image_pulls.from_look('{"nodes": 1}') == [] and image_pulls.from_look("") == []

@@ -659,7 +659,9 @@ def test_hami_stops_at_once_on_a_pod_that_cannot_pull_its_image(lab):
     lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=0, annotations={})])
     (lab.root / "state" / "not-ready").write_text("")
     pod = pull_pod("hami-device-plugin-x2k9p", "docker.io/projecthami/hami:v2.10.0")
-    (lab.root / "state" / "pulls.json").write_text(json.dumps({"items": [pod]}))
+    (lab.root / "state" / "pulls.json").write_text(
+        json.dumps({"items": [pod]}, indent=4)
+    )  # kubectl's many lines
     task = {**HAMI, "vars": {**HAMI["vars"], "hami_ready_timeout": 60, "hami_poll_interval": 1}}
     rc, out = lab.play([task])
     assert rc != 0
@@ -677,7 +679,9 @@ def test_hami_stops_at_once_on_a_pod_that_cannot_pull_its_image(lab):
 def test_workloads_stop_on_an_engine_that_cannot_pull_its_image(lab):
     pod = pull_pod("e0-7d9c-abcde", "vllm/vllm-openai:v0.11.0", "ErrImagePull", "default",
                    {"app.kubernetes.io/name": "e0"})  # fmt: skip
-    (lab.root / "state" / "pulls.json").write_text(json.dumps({"items": [pod]}))
+    (lab.root / "state" / "pulls.json").write_text(
+        json.dumps({"items": [pod]}, indent=4)
+    )  # kubectl's many lines
     (lab.root / "state" / "pods.json").write_text(json.dumps({"items": [pod]}))
     (lab.root / "state" / "not-ready").write_text("")
     rc, out = lab.play(

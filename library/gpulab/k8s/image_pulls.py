@@ -156,21 +156,27 @@ def problems_text(found: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
+def _split(look: str) -> tuple[Mapping[str, Any] | None, str]:
+    """(the pulls document, the rest of the look): the look starts with `{"pulls": <kubectl get pods -o json>}`,
+    which kubectl prints over many lines; (None, the look) when it does not."""
+    text = (look or "").lstrip()
+    if not text.startswith('{"pulls"'):
+        return None, look or ""
+    try:
+        doc, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None, look or ""
+    return (doc if isinstance(doc, Mapping) else None), text[end:].lstrip()
+
+
 def from_look(look: str, namespaces: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """The problems of a stage's look: its first line `{"pulls": <kubectl get pods -o json>}` (the lines after it
-    are the stage's own document), of the pods in `namespaces` (or all); none when the look has no such line."""
-    for line in (look or "").splitlines():
-        line = line.strip()
-        if not line.startswith('{"pulls"'):
-            continue
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            return []
-        return problems(doc.get("pulls"), namespaces)
-    return []
+    """The problems of a stage's look: the document it starts with, `{"pulls": <kubectl get pods -o json>}` (what
+    follows is the stage's own document), of the pods in `namespaces` (or all); none when the look has no such
+    document."""
+    doc, _ = _split(look)
+    return [] if doc is None else problems(doc.get("pulls"), namespaces)
 
 
 def rest_of_look(look: str) -> str:
-    """The look without its pulls line: the stage's own document, as its checks read it."""
-    return "\n".join(line for line in (look or "").splitlines() if not line.strip().startswith('{"pulls"'))
+    """The look without its pulls document: the stage's own document, as its checks read it."""
+    return _split(look)[1]

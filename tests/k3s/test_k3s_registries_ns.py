@@ -125,7 +125,5 @@ def test_registries_yaml_before_k3s_starts_and_pulls_through_the_mirror(nshosts,
     rc, out = play_on(server, lab, [WORKLOADS], plan)
     assert rc == 0, lab.failures(out)
     pulled = [p for p in state(server)["pulls"] if p["node"] == "vm-gpu" and p["status"] == 200]
-    assert [(p["image"], p["endpoint"]) for p in pulled] == [
-        ("vllm/vllm-openai:v0.11.0", MIRROR),
-        ("vllm/vllm-openai:v0.11.0", MIRROR),
-    ] or [p["endpoint"] for p in pulled] == [MIRROR] * len(pulled)
+    assert "vllm/vllm-openai:v0.11.0" in [p["image"] for p in pulled]
+    assert {p["endpoint"] for p in pulled} == {MIRROR}

@@ -16,6 +16,10 @@ every node may, or for an empty or non-JSON text: no cluster yet).
 `folder | gpulab_k3s_airgap_problem`, `cluster_init | gpulab_k3s_server_join_problem(join_url, token, dry_run)` and
 `server_url | gpulab_k3s_agent_join_problem(token, dry_run)` are gpulab.k8s.install_inputs' rules, the ones preflight
 applies first: "" when the inputs are right, else why and the fix.
+`look | gpulab_k3s_pull_problems` is gpulab.k8s.image_pulls.from_look: the containers of a wait's look (its line
+`{"pulls": <kubectl get pods -o json>}`) that cannot pull their image, as problems (host, field, value, cause, fix);
+`problems | gpulab_k3s_pull_problems_text` makes them one message, and `look | gpulab_k3s_look_rest` is the look
+without that line (the stage's own document).
 """
 
 from __future__ import annotations
@@ -25,14 +29,14 @@ import json
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 
 try:
-    from gpulab.k8s import install_inputs
+    from gpulab.k8s import image_pulls, install_inputs
     from gpulab.k8s.skew import cluster_problems
     from gpulab.k8s.speaker import choose, etcd_settled, ready_nodes, reboot_wait, servers_not_running
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
     cluster_problems = choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = (
         MissingEngine(err)
     )
-    install_inputs = MissingEngine(err)
+    install_inputs = image_pulls = MissingEngine(err)
 
 
 def gpulab_k3s_speaker(servers, reachable, nodes_json=""):
@@ -91,6 +95,18 @@ def gpulab_k3s_agent_join_problem(server_url, token, dry_run=False):
     return install_inputs.message(install_inputs.agent_join_problem(server_url, token, bool(dry_run)))
 
 
+def gpulab_k3s_pull_problems(look, namespaces=None):
+    return image_pulls.from_look(str(look or ""), None if namespaces is None else list(namespaces))
+
+
+def gpulab_k3s_pull_problems_text(problems):
+    return image_pulls.problems_text(list(problems or []))
+
+
+def gpulab_k3s_look_rest(look):
+    return image_pulls.rest_of_look(str(look or ""))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -103,4 +119,7 @@ class FilterModule:
             "gpulab_k3s_airgap_problem": gpulab_k3s_airgap_problem,
             "gpulab_k3s_server_join_problem": gpulab_k3s_server_join_problem,
             "gpulab_k3s_agent_join_problem": gpulab_k3s_agent_join_problem,
+            "gpulab_k3s_pull_problems": gpulab_k3s_pull_problems,
+            "gpulab_k3s_pull_problems_text": gpulab_k3s_pull_problems_text,
+            "gpulab_k3s_look_rest": gpulab_k3s_look_rest,
         }

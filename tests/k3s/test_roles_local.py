@@ -53,6 +53,10 @@ FAKE_K3S = textwrap.dedent(
         sys.stdout.write(path.read_text() if path.exists() else "hami-scheduler")
     elif a[2:4] == ["get", "pods"] and (state / "pods.json").exists():
         print((state / "pods.json").read_text())
+    elif a[2:4] == ["get", "pods"] and (state / "pulls.json").exists():
+        print((state / "pulls.json").read_text())
+    elif a[2:4] == ["get", "pods"] and "-l" not in a:
+        print(json.dumps({"items": []}))
     elif a[2:4] == ["get", "pods"]:
         name = a[a.index("-l") + 1].split("=", 1)[1]
         path = state / "pod-scheduler"
@@ -610,6 +614,93 @@ def test_workloads_stop_on_an_engine_pod_that_went_around_hami(lab):
     )
     assert msg.index("get the webhook answering") < msg.index("delete pods -l")
     assert not [c for c in lab.calls() if "rollout" in c["args"]], "not waited for"
+
+
+# containerd's answer to a manifest GET over Docker Hub's anonymous limit, as the kubelet shows it (ErrImagePull's
+# message is the runtime's error; the back-off that follows names it again): library/labsim/UPSTREAM.md k3s.pull.*
+TOO_MANY = (
+    'rpc error: code = Unknown desc = failed to pull and unpack image "docker.io/projecthami/hami:v2.10.0": '
+    "failed to copy: httpReadSeeker: failed open: unexpected status code "
+    "https://registry-1.docker.io/v2/projecthami/hami/manifests/sha256:0f: 429 Too Many Requests - Server message: "
+    "toomanyrequests: You have reached your unauthenticated pull rate limit. https://www.docker.com/increase-rate-limit"
+)
+
+
+def pull_pod(name, image, reason="ImagePullBackOff", namespace="kube-system", labels=None):
+    """A pod whose container waits for an image the kubelet cannot pull (reason and message as the kubelet sets)."""
+    message = (
+        TOO_MANY
+        if reason == "ErrImagePull"
+        else f'Back-off pulling image "{image}": ErrImagePull: {TOO_MANY}'
+    )
+    status = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {
+                "name": "main",
+                "ready": False,
+                "image": image,
+                "state": {"waiting": {"reason": reason, "message": message}},
+            }
+        ],
+    }
+    spec = {
+        "schedulerName": "hami-scheduler",
+        "nodeName": "vm-gpu",
+        "containers": [{"name": "main", "image": image}],
+    }
+    return {"metadata": {"namespace": namespace, "name": name, "labels": labels or {}}, "spec": spec,
+            "status": status}  # fmt: skip
+
+
+def test_hami_stops_at_once_on_a_pod_that_cannot_pull_its_image(lab):
+    # Docker Hub answers 429 for HAMi's image: the device plugin never rolls out; the first look names the pod, the
+    # image, the kubelet's reason and the fix instead of waiting for hami_ready_timeout
+    lab.nodes([node("vm-1"), node("vm-gpu", labels={"gpu": "on"}, gpus=0, annotations={})])
+    (lab.root / "state" / "not-ready").write_text("")
+    pod = pull_pod("hami-device-plugin-x2k9p", "docker.io/projecthami/hami:v2.10.0")
+    (lab.root / "state" / "pulls.json").write_text(
+        json.dumps({"items": [pod]}, indent=4)
+    )  # kubectl's many lines
+    task = {**HAMI, "vars": {**HAMI["vars"], "hami_ready_timeout": 60, "hami_poll_interval": 1}}
+    rc, out = lab.play([task])
+    assert rc != 0
+    msg = lab.failures(out)[0]
+    assert (
+        "pod kube-system/hami-device-plugin-x2k9p container main image = docker.io/projecthami/hami:v2.10.0"
+        in msg
+    )
+    assert "vm-gpu" in msg and "ImagePullBackOff" in msg and "toomanyrequests" in msg
+    assert "k3s_registries" in msg and "hami_image_registry" in msg
+    looks = [c for c in lab.calls() if c["args"][3:5] == ["get", "pods"]]
+    assert len(looks) == 1, "a pod that cannot pull is not waited for"
+
+
+def test_workloads_stop_on_an_engine_that_cannot_pull_its_image(lab):
+    pod = pull_pod("e0-7d9c-abcde", "vllm/vllm-openai:v0.11.0", "ErrImagePull", "default",
+                   {"app.kubernetes.io/name": "e0"})  # fmt: skip
+    (lab.root / "state" / "pulls.json").write_text(
+        json.dumps({"items": [pod]}, indent=4)
+    )  # kubectl's many lines
+    (lab.root / "state" / "pods.json").write_text(json.dumps({"items": [pod]}))
+    (lab.root / "state" / "not-ready").write_text("")
+    rc, out = lab.play(
+        [WORKLOADS],
+        extra_vars={
+            "workloads_engines": engines(45, 30),
+            "workloads_ready_timeout": 60,
+            "workloads_poll_interval": 1,
+        },
+    )
+    assert rc != 0
+    msg = lab.failures(out)[0]
+    assert msg.startswith(
+        "Engine default/e0 cannot start: [1] vm-gpu: pod default/e0-7d9c-abcde container main"
+    )
+    assert "vllm/vllm-openai:v0.11.0" in msg and "ErrImagePull" in msg and "429 Too Many Requests" in msg
+    assert "k3s_registries" in msg
+    assert len([c for c in lab.calls() if "rollout" in c["args"]]) == 1, "stopped at the first look"
+    assert not (lab.root / "manifests" / "gpulab-workload-default-e1.yaml").exists()
 
 
 def test_fake_is_executable_python():

@@ -42,6 +42,7 @@ from gpulab.labdef.k3s_inputs import check_k3s_inputs
 from gpulab.labdef.monitoring_values import check_monitoring_values
 from gpulab.labdef.node_checks import check_cluster
 from gpulab.labdef.problems import Problem, Problems
+from gpulab.labdef.registries import check_registries
 from gpulab.labdef.rules import first_failure
 from gpulab.labdef.vm_checks import check_vms
 
@@ -493,6 +494,7 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_k3s(d, out)
     check_registration(d, out)
     check_k3s_inputs(d, {}, out)
+    check_registries(d, out)
     check_hami_values(d, out)
     check_monitoring_values(d, out)
     check_names(d, out)

@@ -8,7 +8,7 @@ the next when one does not answer (k3s' agent load balancer). A node's ``kubelet
 k3s process started with, not the binary on disk now. The ``node-label`` entries of config.yaml are set on the
 node at each start of the agent, over the values it has (a label taken off with kubectl is back after the next
 start; an entry taken out of config.yaml leaves its label on the node), and ``token-file`` wins over ``token``,
-as with k3s.
+as with k3s. registries.yaml is read once, at start (module ``registry``: where the node's pods pull from).
 """
 
 import json
@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import hami_metrics
+from . import hami_metrics, registry
 from .common import (
     HEARTBEAT_S,
     boot_id,
@@ -65,6 +65,8 @@ def run_agent():
         "runtimes": runtimes,
         "token": token,
         "version": version(),  # the release this agent runs, read when it started
+        # registries.yaml, read once at start as k3s does (module registry: where this node pulls images from)
+        "registries": registry.load_registries(),
     }
     cards = gpu_cards()
     me.update(gpus=len(cards), gpu_uuids=[c["uuid"] for c in cards], gpu_cards=cards)

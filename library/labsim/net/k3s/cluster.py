@@ -29,7 +29,7 @@ import secrets
 import threading
 import time
 
-from . import hami, monitoring_charts
+from . import hami, monitoring_charts, registry
 from .common import HEARTBEAT_S, now_iso, version
 
 STATE = "/var/lib/rancher/k3s/server/db/gpulab-state.json"
@@ -53,6 +53,12 @@ def pod_object(pod):
     inits, passed = pod["init"], pod["init_passed"]
     running = pod["started"] is not None
     ready = pod["ready"] is not None
+    pull = pod.get("pull")
+
+    def pulling(here):
+        """The kubelet's waiting state of the container whose image it cannot pull (module registry)."""
+        return {"waiting": {"reason": pull["reason"], "message": pull["message"]}} if pull and here else None
+
     init_statuses = [
         {
             "name": n,
@@ -61,7 +67,12 @@ def pod_object(pod):
             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}
             if i < passed
             else (
-                {"running": {}} if i == passed and pod["node"] else {"waiting": {"reason": "PodInitializing"}}
+                pulling(i == passed)
+                or (
+                    {"running": {}}
+                    if i == passed and pod["node"]
+                    else {"waiting": {"reason": "PodInitializing"}}
+                )
             ),
         }
         for i, n in enumerate(inits)
@@ -72,7 +83,10 @@ def pod_object(pod):
             "ready": ready,
             "started": running,
             "restartCount": pod["restarts"],
-            "state": {"running": {}} if running else {"waiting": {"reason": "PodInitializing"}},
+            "state": {"running": {}}
+            if running
+            else pulling(bool(pull) and passed >= len(inits) and n == pull["container"])
+            or {"waiting": {"reason": "PodInitializing"}},
         }
         for n in pod["containers"]
     ]
@@ -85,6 +99,7 @@ def pod_object(pod):
         scheduled.update(reason="Unschedulable", message=pod["reason"])
     spec = pod.get("spec") or {}
     containers = {c.get("name"): c for c in spec.get("containers") or []}
+    inits_spec = {c.get("name"): c for c in spec.get("initContainers") or []}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -92,7 +107,8 @@ def pod_object(pod):
                      "annotations": pod.get("annotations") or {}},
         "spec": {"nodeName": pod["node"], "schedulerName": pod.get("scheduler") or "default-scheduler",
                  **({"runtimeClassName": spec["runtimeClassName"]} if spec.get("runtimeClassName") else {}),
-                 "initContainers": [{"name": n} for n in inits],
+                 "initContainers": [{"name": n, **({"image": inits_spec[n]["image"]} if inits_spec.get(n, {}).get("image")
+                                                   else {})} for n in inits],
                  "containers": [{"name": n, **{k: v for k, v in containers.get(n, {}).items()
                                                if k in ("image", "resources", "env", "command", "args")}}
                                 for n in pod["containers"]]},
@@ -119,7 +135,11 @@ def pod_status(pod):
     if pod["node"] is None:
         return "Pending"
     if pod["init_passed"] < len(pod["init"]):
+        if pod.get("pull"):
+            return f"Init:{pod['pull']['reason']}"
         return f"Init:{pod['init_passed']}/{len(pod['init'])}"
+    if pod.get("pull") and pod["started"] is None:
+        return pod["pull"]["reason"]
     return "Running" if pod["started"] is not None else "PodInitializing"
 
 
@@ -423,10 +443,15 @@ class Cluster:
             pod.update(boot=node.get("boot_id"), init_passed=0, started=None, ready=None)
             pod["restarts"] += 1
         while pod["init_passed"] < len(inits):
-            urls = init_urls(inits[pod["init_passed"]])
+            init = inits[pod["init_passed"]]
+            if not registry.ensure(self.state, pod["node"], pod, init.get("name"), init.get("image"), now):
+                return pod  # Init:ErrImagePull / Init:ImagePullBackOff (module registry)
+            urls = init_urls(init)
             if not all(self.answers(url, found, services) for url in urls):
                 return pod  # Init:N/M, not Ready
             pod["init_passed"] += 1
+        if pod["started"] is None and not self.pulled(pod, spec.get("containers") or [], now):
+            return pod  # ErrImagePull / ImagePullBackOff
         if pod["started"] is None:
             pod["started"] = now
         if pod["ready"] is None and now - pod["started"] >= DEPLOY_READY_S:
@@ -437,6 +462,13 @@ class Cluster:
             if entry["ready_at"] is None:
                 entry["ready_at"] = now
         return pod
+
+    def pulled(self, pod, containers, now):
+        """Whether the images of a pod's containers are on its node (pulled now if not; module registry)."""
+        return all(
+            registry.ensure(self.state, pod["node"], pod, c.get("name"), c.get("image"), now)
+            for c in containers
+        )
 
     def answers(self, url, found, services):
         """Whether a poll of `url` from inside the cluster gets a 2xx: a Service's port, a Ready running pod
@@ -563,7 +595,12 @@ class Cluster:
                 pod["boot"] = self.state["nodes"][pod["node"]].get("boot_id")
             if pod.get("phase") == "Failed":
                 continue
-            if pod["started"] is None and self.alive(pod["node"]) and not self.reject(pod):
+            if (
+                pod["started"] is None
+                and self.alive(pod["node"])
+                and not self.reject(pod)
+                and self.pulled(pod, pod["spec"].get("containers") or [], time.time())
+            ):
                 pod["started"] = pod["ready"] = time.time()
 
     def delete_pods(self, namespace, names, selector):
@@ -621,6 +658,8 @@ class Cluster:
                 # the release the node's k3s runs (read when it started), not the binary on disk now
                 version=info.get("version") or version(),
                 pod_cidr=f"10.42.{sorted(nodes).index(info['name'])}.0/24",
+                # registries.yaml as the node's k3s read it when it started (module registry)
+                registries=info.get("registries") or {},
             )
             for k, v in info.get("role_labels", {}).items():
                 node["labels"][k] = v

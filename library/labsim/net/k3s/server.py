@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from . import hami_metrics, monitoring_charts
+from . import hami_metrics, monitoring_charts, registry
 from .apiserver import make_handler
 from .cluster import MANIFESTS, Cluster, manifest_docs
 from .common import (
@@ -217,6 +217,8 @@ def run_server():
         "runtimes": runtimes,
         "version": version(),
         "role_labels": role_labels,
+        # registries.yaml, read once at start as k3s does (module registry: where this node pulls images from)
+        "registries": registry.load_registries(),
     }
     started = time.time()
     os.makedirs(MANIFESTS, exist_ok=True)

@@ -10,6 +10,12 @@ stage host waits for etcd after a node's reboot, and through which servers), and
 `nodes_json | gpulab_k3s_etcd_settled(servers)` is gpulab.k8s.speaker.etcd_settled (an empty or non-JSON text:
 the API did not answer). `qm_list_text | gpulab_k3s_servers_not_running(node, servers, vm_nodes)` is
 gpulab.k8s.speaker.servers_not_running (the node's servers whose VM is not running).
+Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml, gpulab.labdef.node_checks):
+`node | gpulab_k3s_quorum_at_stake(servers_at)` is the node's k3s servers when its reboot would leave fewer
+than etcd's quorum ([] otherwise; `servers_at`: each server's vm_node), `qm_list_text |
+gpulab_k3s_servers_running(servers, vm_names)` the servers whose VM `qm list` shows running, and
+`node | gpulab_k3s_reboot_gate(host, servers_at, qm_list_text, vm_names, k3s_up)` is reboot_gate: whether the
+node may reboot now, from its server VMs' status and the servers whose k3s API answered.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine impor
 
 try:
     from gpulab.k8s.speaker import choose, etcd_settled, ready_nodes, reboot_wait, servers_not_running
+    from gpulab.labdef.node_checks import qm_list_status, quorum_losses, reboot_gate
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
     choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = MissingEngine(err)
+    qm_list_status = quorum_losses = reboot_gate = MissingEngine(err)
 
 
 def gpulab_k3s_speaker(servers, reachable, nodes_json=""):
@@ -59,6 +67,37 @@ def gpulab_k3s_servers_not_running(qm_list, node, servers, vm_nodes):
     return servers_not_running(str(node), list(servers or []), dict(vm_nodes or {}), str(qm_list or ""))
 
 
+def _servers_on(servers_at):
+    out = {}
+    for server, node in dict(servers_at or {}).items():
+        out.setdefault(str(node), []).append(str(server))
+    return out
+
+
+def _status(qm_list, servers, vm_names):
+    """Each server's VM status in `qm list`'s text, by its VM name (vm_names; the server's own name when
+    unset); a server whose VM is not listed has none."""
+    by_name = qm_list_status(str(qm_list or ""))
+    names = dict(vm_names or {})
+    return {s: by_name[names.get(s) or s] for s in servers if (names.get(s) or s) in by_name}
+
+
+def gpulab_k3s_quorum_at_stake(node, servers_at):
+    lost = quorum_losses(_servers_on(servers_at), [str(node)])
+    return list(lost[0][1]) if lost else []
+
+
+def gpulab_k3s_servers_running(qm_list, servers, vm_names=None):
+    status = _status(qm_list, list(servers or []), vm_names)
+    return [s for s in servers or [] if status.get(s) == "running"]
+
+
+def gpulab_k3s_reboot_gate(node, host, servers_at, qm_list, vm_names=None, k3s_up=()):
+    servers_on = _servers_on(servers_at)
+    status = _status(qm_list, servers_on.get(str(node)) or [], vm_names)
+    return reboot_gate(str(node), str(host), servers_on, status, list(k3s_up or []))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -67,4 +106,7 @@ class FilterModule:
             "gpulab_k3s_reboot_wait": gpulab_k3s_reboot_wait,
             "gpulab_k3s_etcd_settled": gpulab_k3s_etcd_settled,
             "gpulab_k3s_servers_not_running": gpulab_k3s_servers_not_running,
+            "gpulab_k3s_quorum_at_stake": gpulab_k3s_quorum_at_stake,
+            "gpulab_k3s_servers_running": gpulab_k3s_servers_running,
+            "gpulab_k3s_reboot_gate": gpulab_k3s_reboot_gate,
         }

@@ -6,6 +6,7 @@ from gpulab import cards as nvidia
 from gpulab import routerspec
 from gpulab.labdef.definition import LabDefinition, gpu_ids, pinned_mib
 from gpulab.labdef.hami_values import image_lines
+from gpulab.labdef.node_checks import reboot_plan_lines
 from gpulab.routers.kinds import KINDS
 
 
@@ -64,6 +65,7 @@ def plan_text(definition: LabDefinition) -> str:
                 f"  GPU {gpu.get('id')} {gpu.get('pci')} ({gpu.get('vendor_device', '?')}, "
                 f"IOMMU group {gpu.get('iommu_group', '?')}{disp}) -> {', '.join(users) or 'unused'}"
             )
+    lines += reboot_plan_lines(definition)
     lines += driver_lines(definition)
     if definition.router:
         rh, r = definition.router

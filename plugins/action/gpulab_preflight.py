@@ -9,7 +9,10 @@ is valid it resolves each VM (gpulab.vmspec) and the router with every VM's rese
 with the run's router_dhcp settings); and when a selected stage talks to the Proxmox VE API (vms, network,
 verify), it reads GET /version
 with the inventory's API settings (gpulab.reach): a refused token or a node that is down stops the run
-before any stage has changed anything.
+before any stage has changed anything. A run that logs in to the VMs without stage vms (--tags k3s, ...)
+reads PVE's VM list once: a VM that does not exist yet, or is stopped (a GPU VM stage vms held back while its
+node waits for a reboot), stops the run here, named with why and what brings it up, rather than as an
+unreachable host later (gpulab.reach.absent_vm_problems).
 """
 
 from __future__ import annotations
@@ -100,6 +103,18 @@ class ActionModule(ActionBase):
                     + "\n".join(f"- {p}" for p in found)
                 )
                 return result
+        # A run without stage vms (--tags k3s, ...) that logs in to a VM PVE does not have, or has stopped (a GPU
+        # VM held back for its node's reboot), would stop at it later as unreachable: say which and why here.
+        limited = [h.name for h in hostvars._inventory.get_hosts("all", ignore_restrictions=True)]
+        hosts = reach.login_hosts(stages, groups, limited)
+        found = reach.absent_vms(definition.globals, definition, hosts, stages)
+        if found:
+            result["problems"] = [str(p) for p in found]
+            result["failed"] = True
+            result["msg"] = (
+                "A VM this run logs in to is not there, and this run does not create or start VMs (stage vms); "
+                "nothing was changed:\n" + "\n".join(f"- {p}" for p in found)
+            )
         return result
 
     def _sudo_problems(self, definition, hostvar):

@@ -160,7 +160,8 @@ def reboot_gate(
     A reboot that keeps etcd's quorum (:func:`quorum_losses`) always may; one that would not may when there
     is nothing to lose: no cluster yet (none of the node's servers exists, or none that runs answers as k3s),
     or the node's servers are stopped already. Otherwise it is refused with preflight's message of old
-    (:func:`quorum_refusal`)."""
+    (:func:`quorum_refusal`). A lab of one node is not asked (it goes down with all its VMs whatever runs where:
+    its reboot is the user's call), as preflight never asked it."""
     lost = quorum_losses({k: list(v) for k, v in servers_on.items()}, [name])
     if not lost:
         mine = list(servers_on.get(name) or [])

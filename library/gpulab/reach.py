@@ -9,11 +9,12 @@ moved, vanished or changed under its URL (:func:`node_problems`, gpulab.download
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpulab import downloads
-from gpulab.labdef import Problem
+from gpulab.labdef import LabDefinition, Problem, gpu_ids
+from gpulab.labdef.node_checks import reboot_allowed
 from gpulab.pve import connection
 from gpulab.pve.client import PveAuthError, PveConnectionError, PveError
 
@@ -269,3 +270,110 @@ def download_problems(
     if fetch is None:
         fetch = downloads.http_fetch(settings.get("gpulab_download_check_proxy") or None)
     return downloads.check_images(needed, fetch)
+
+
+# The read of the VM list for a run whose stages need no API (absent_vms): once, and not for long.
+VM_LIST_TIMEOUT_S = 5
+# The stages that log in to VMs, and the group of the VMs each logs in to (playbooks/guests.yml ... verify.yml).
+LOGIN_STAGES = {
+    "guests": "vms",
+    "verify": "vms",
+    "k3s": "k3s_cluster",
+    "hami": "k3s_cluster",
+    "hami-proof": "k3s_cluster",
+    "workloads": "k3s_cluster",
+}
+
+
+def login_hosts(
+    stages: Iterable[str], groups: Mapping[str, Sequence[str]], limited: Iterable[str]
+) -> list[str]:
+    """The VMs a run of `stages` logs in to, in the inventory's order: the groups of its stages that log in
+    (LOGIN_STAGES), within `limited` (the hosts --limit leaves). None without stage vms' own look at them
+    (`vms` in `stages`): stage vms creates and starts them, and sets aside the ones it holds back."""
+    stages = set(stages)
+    if "vms" in stages:
+        return []
+    wanted = {LOGIN_STAGES[s] for s in stages if s in LOGIN_STAGES}
+    hosts = set().union(*(set(groups.get(g) or []) for g in wanted)) if wanted else set()
+    if "k3s_cluster" in wanted:
+        hosts |= set(groups.get("k3s_server") or []) | set(groups.get("k3s_agent") or [])
+    keep = set(limited)
+    return [h for h in groups.get("vms") or [] if h in hosts and h in keep]
+
+
+def absent_vm_problems(
+    definition: LabDefinition,
+    hosts: Sequence[str],
+    resources: Sequence[Mapping[str, Any]],
+    stages: Iterable[str],
+) -> list[Problem]:
+    """The VMs of `hosts` that a run without stage vms would meet as unreachable, from PVE's VM list
+    (GET /cluster/resources?type=vm): one that does not exist yet, and one that is stopped, a GPU VM most
+    often because stage vms held it back while its node waited for a reboot. A stopped k3s server is left
+    out: the run names it down and goes on without it (playbooks/k3s_speaker.yml)."""
+    by_id = {int(r["vmid"]): r for r in resources if r.get("vmid") is not None}
+    shown = ",".join(sorted(stages))
+    out = []
+    for host in hosts:
+        vm = definition.vms.get(host)
+        if vm is None or vm.get("vm_id") is None:
+            continue
+        vmid, node = vm["vm_id"], vm.get("vm_node")
+        where = f"{host} (VM {vmid} on node {node})"
+        have = by_id.get(int(vmid))
+        if have is None:
+            why = f"{where} does not exist yet, and this run's stages ({shown}) log in to it"
+            fix = "run site.yml without --tags (or add vms to --tags): stage vms creates and starts it"
+            out.append(Problem(host, "vm_id", vmid, why, fix))
+            continue
+        status = str(have.get("status") or "unknown")
+        if status == "running" or host in definition.k3s_servers:
+            continue
+        out.append(_stopped_vm_problem(definition, host, where, status, shown))
+    return out
+
+
+def _stopped_vm_problem(definition: LabDefinition, host: str, where: str, status: str, shown: str) -> Problem:
+    vm = definition.vms[host]
+    vmid, cards = vm["vm_id"], gpu_ids(vm)
+    why = f"{where} is {status}, and this run's stages ({shown}) log in to it: nothing answers at its address"
+    if not cards:
+        fix = f"start it (`qm start {vmid}` on node {vm.get('vm_node')}), or run site.yml without --tags"
+        return Problem(host, "vm_id", vmid, why, fix)
+    found = definition.node_by_name(str(vm.get("vm_node")))
+    node_host = found[0] if found else str(vm.get("vm_node"))
+    allowed = reboot_allowed(definition, node_host)
+    why += (
+        f". It has GPU {'+'.join(cards)}: stage vms starts a GPU VM only once its node has handed the card to "
+        "vfio-pci, and holds it back while the node waits for the reboot that does"
+    )
+    if allowed:
+        why += f" (stage host reboots {node_host}: pve_host_reboot_allowed is true there)"
+        fix = (
+            f"run site.yml without --tags: stage host reboots {node_host} if it still waits for that, and stage "
+            f"vms starts {host}"
+        )
+    else:
+        why += f" (pve_host_reboot_allowed is false for {node_host}, so stage host leaves that reboot to you)"
+        fix = (
+            f"allow the reboot (pve_host_reboot_allowed: true for {node_host}, or -e pve_host_reboot_allowed=true) "
+            f"and run site.yml without --tags, or reboot {node_host} yourself and run site.yml --tags vms,"
+            f"{shown}"
+        )
+    return Problem(host, "vm_id", vmid, why, fix)
+
+
+def absent_vms(
+    settings: Mapping[str, Any], definition: LabDefinition, hosts: Sequence[str], stages: Iterable[str]
+) -> list[Problem]:
+    """absent_vm_problems from one read of PVE's VM list, tried once; nothing when PVE does not answer (these
+    stages need no API: the run goes on, and reports what it cannot reach as before)."""
+    if not hosts:
+        return []
+    params = connection.params_from_inventory(settings) | {"api_timeout": VM_LIST_TIMEOUT_S, "api_retries": 0}
+    try:
+        resources = connection.connect(params).get("cluster/resources", type="vm") or []
+    except (PveError, ValueError):
+        return []
+    return absent_vm_problems(definition, hosts, resources, stages)

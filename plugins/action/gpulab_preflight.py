@@ -16,7 +16,10 @@ with the inventory's API settings (gpulab.reach): a refused token or a node that
 before any stage has changed anything. With stage vms in the run it also reads each node's storages (one
 GET /nodes/{node}/storage per node) and checks, from the controller, every file a node will download
 (gpulab.downloads: the URL answers, the pinned checksum is the one its folder's SHA256SUMS lists; skipped
-with gpulab_download_check: false).
+with gpulab_download_check: false). A run that logs in to the VMs without
+stage vms (--tags k3s, ...) reads PVE's VM list once: a VM that does not exist yet, or is stopped (a GPU VM
+stage vms held back while its node waits for a reboot), stops the run here, named with why and what brings it
+up, rather than as an unreachable host later (gpulab.reach.absent_vm_problems).
 """
 
 from __future__ import annotations
@@ -107,6 +110,18 @@ class ActionModule(ActionBase):
             found = reach.node_problems(definition.globals, result["vms"]) if "vms" in stages else []
             if found:
                 return self._refused(result, "the nodes' storages or the downloads", found)
+        # A run without stage vms (--tags k3s, ...) that logs in to a VM PVE does not have, or has stopped (a GPU
+        # VM held back for its node's reboot), would stop at it later as unreachable: say which and why here.
+        limited = [h.name for h in hostvars._inventory.get_hosts("all", ignore_restrictions=True)]
+        hosts = reach.login_hosts(stages, groups, limited)
+        found = reach.absent_vms(definition.globals, definition, hosts, stages)
+        if found:
+            result["problems"] = [str(p) for p in found]
+            result["failed"] = True
+            result["msg"] = (
+                "A VM this run logs in to is not there, and this run does not create or start VMs (stage vms); "
+                "nothing was changed:\n" + "\n".join(f"- {p}" for p in found)
+            )
         return result
 
     @staticmethod

@@ -20,6 +20,12 @@ applies first: "" when the inputs are right, else why and the fix.
 `{"pulls": <kubectl get pods -o json>}`) that cannot pull their image, as problems (host, field, value, cause, fix);
 `problems | gpulab_k3s_pull_problems_text` makes them one message, and `look | gpulab_k3s_look_rest` is the look
 without that line (the stage's own document).
+Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml, gpulab.labdef.node_checks):
+`node | gpulab_k3s_quorum_at_stake(servers_at)` is the node's k3s servers when its reboot would leave fewer
+than etcd's quorum ([] otherwise; `servers_at`: each server's vm_node), `qm_list_text |
+gpulab_k3s_servers_running(servers, vm_names)` the servers whose VM `qm list` shows running, and
+`node | gpulab_k3s_reboot_gate(host, servers_at, qm_list_text, vm_names, k3s_up)` is reboot_gate: whether the
+node may reboot now, from its server VMs' status and the servers whose k3s API answered.
 """
 
 from __future__ import annotations
@@ -32,11 +38,13 @@ try:
     from gpulab.k8s import image_pulls, install_inputs
     from gpulab.k8s.skew import cluster_problems
     from gpulab.k8s.speaker import choose, etcd_settled, ready_nodes, reboot_wait, servers_not_running
+    from gpulab.labdef.node_checks import qm_list_status, quorum_losses, reboot_gate
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
     cluster_problems = choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = (
         MissingEngine(err)
     )
     install_inputs = image_pulls = MissingEngine(err)
+    qm_list_status = quorum_losses = reboot_gate = MissingEngine(err)
 
 
 def gpulab_k3s_speaker(servers, reachable, nodes_json=""):
@@ -107,6 +115,37 @@ def gpulab_k3s_look_rest(look):
     return image_pulls.rest_of_look(str(look or ""))
 
 
+def _servers_on(servers_at):
+    out = {}
+    for server, node in dict(servers_at or {}).items():
+        out.setdefault(str(node), []).append(str(server))
+    return out
+
+
+def _status(qm_list, servers, vm_names):
+    """Each server's VM status in `qm list`'s text, by its VM name (vm_names; the server's own name when
+    unset); a server whose VM is not listed has none."""
+    by_name = qm_list_status(str(qm_list or ""))
+    names = dict(vm_names or {})
+    return {s: by_name[names.get(s) or s] for s in servers if (names.get(s) or s) in by_name}
+
+
+def gpulab_k3s_quorum_at_stake(node, servers_at):
+    lost = quorum_losses(_servers_on(servers_at), [str(node)])
+    return list(lost[0][1]) if lost else []
+
+
+def gpulab_k3s_servers_running(qm_list, servers, vm_names=None):
+    status = _status(qm_list, list(servers or []), vm_names)
+    return [s for s in servers or [] if status.get(s) == "running"]
+
+
+def gpulab_k3s_reboot_gate(node, host, servers_at, qm_list, vm_names=None, k3s_up=()):
+    servers_on = _servers_on(servers_at)
+    status = _status(qm_list, servers_on.get(str(node)) or [], vm_names)
+    return reboot_gate(str(node), str(host), servers_on, status, list(k3s_up or []))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -122,4 +161,7 @@ class FilterModule:
             "gpulab_k3s_pull_problems": gpulab_k3s_pull_problems,
             "gpulab_k3s_pull_problems_text": gpulab_k3s_pull_problems_text,
             "gpulab_k3s_look_rest": gpulab_k3s_look_rest,
+            "gpulab_k3s_quorum_at_stake": gpulab_k3s_quorum_at_stake,
+            "gpulab_k3s_servers_running": gpulab_k3s_servers_running,
+            "gpulab_k3s_reboot_gate": gpulab_k3s_reboot_gate,
         }

@@ -97,3 +97,32 @@ def test_servers_not_running_reads_qm_list():
     # server-3 is on pve2: not this node's
     assert servers_not_running("pve2", SERVERS, VM_NODES, qm) == ["server-3"]
     assert servers_not_running("pve2", SERVERS, VM_NODES, qm.replace("server-1 ", "server-3 ")) == []
+
+
+def test_the_quorum_gate_filters_read_qm_list_by_vm_name():
+    """Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml): the servers at stake, those whose VM
+    runs (by its VM name, `qm list`'s NAME), and the decision."""
+    from importlib import util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "gpulab_k3s.py"
+    spec = util.spec_from_file_location("_gpulab_k3s_filters_gate", path)
+    mod = util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    filters = mod.FilterModule().filters()
+    assert filters["gpulab_k3s_quorum_at_stake"]("pve", VM_NODES) == ["server-1", "server-2"]
+    assert filters["gpulab_k3s_quorum_at_stake"]("pve2", VM_NODES) == []
+    qm = (
+        "      VMID NAME                 STATUS     MEM(MB)    BOOTDISK(GB) PID\n"
+        "       100 k3s-a                running    4096              40.00 1234\n"
+        "       101 server-2             stopped    4096              40.00 0\n"
+    )
+    names = {"server-1": "k3s-a", "server-2": ""}  # server-2's VM name is unset: its own name
+    mine = ["server-1", "server-2"]
+    assert filters["gpulab_k3s_servers_running"](qm, mine, names) == ["server-1"]
+    gate = filters["gpulab_k3s_reboot_gate"]("pve", "pve", VM_NODES, qm, names, ["server-1"])
+    assert not gate["reboot"] and "k3s runs on server-1 now" in gate["why"]
+    gate = filters["gpulab_k3s_reboot_gate"]("pve", "pve", VM_NODES, qm, names, [])
+    assert gate["reboot"] and gate["why"].startswith("no cluster yet: its k3s servers that run (server-1)")
+    gate = filters["gpulab_k3s_reboot_gate"]("pve", "pve", VM_NODES, "", names, [])
+    assert gate["reboot"] and gate["why"].startswith("no cluster yet: none of its k3s servers")

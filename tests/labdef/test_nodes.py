@@ -1,5 +1,6 @@
 """A lab of two Proxmox nodes: each node's own memory budget, storages and GPUs, one PCI resource mapping
-id per kind of card, and no reboot of a node whose k3s servers are more than etcd's quorum can lose."""
+id per kind of card, and the reboot of a node whose k3s servers are more than etcd's quorum can lose decided
+when it comes (no cluster yet, or its servers stopped: it reboots; a running cluster: refused)."""
 
 from __future__ import annotations
 
@@ -86,33 +87,95 @@ def test_one_gpu_id_on_two_nodes_names_one_kind_of_card(two):
     assert found[0].fix.startswith("give this card an id of its own")
 
 
-def test_a_node_stage_host_may_reboot_leaves_a_quorum_of_k3s_servers(two):
+def test_a_node_whose_reboot_takes_the_quorum_is_planned_not_refused(two):
+    """Preflight no longer refuses it (a lab with no cluster yet loses nothing): the plan says stage host
+    decides at the reboot (node_checks.reboot_gate)."""
+    from gpulab import labdef
+
     # vm-1, the only server, is on pve
     two.hosts["pve2"]["pve_host_reboot_allowed"] = True
-    assert problems(two) == []
     two.hosts["pve"]["pve_host_reboot_allowed"] = True
-    found = two.check()[1]
-    assert [(p.host, p.field, p.value) for p in found] == [("pve", "pve_host_reboot_allowed", True)]
-    assert "its VMs hold the only k3s server (vm-1)" in found[0].why
-    assert "set pve_host_reboot_allowed: false for pve" in found[0].fix
-    # as `-e pve_host_reboot_allowed=true` gives it
+    definition, found = two.check()
+    assert found == []
+    [line] = [x for x in labdef.plan_text(definition).splitlines() if x.startswith("Reboot of node")]
+    assert line.startswith("Reboot of node pve: it holds 1 of the 1 k3s servers (vm-1), 0 would be left;")
+    assert "decided at reboot time" in line
+    # three servers, two of them on pve, as `-e pve_host_reboot_allowed=true` gives it
     two.hosts["pve"]["pve_host_reboot_allowed"] = "true"
-    assert problems(two) == [("pve", "pve_host_reboot_allowed", True)]
-    # three servers, two of them on pve: rebooting pve leaves one of three, short of etcd's quorum of two
     two.groups["k3s_agent"].remove("vm-gpu2")
     two.groups["k3s_server"] += ["vm-gpu2", "vm-2"]
     two.groups["k3s_agent"].remove("vm-2")
-    found = two.check()[1]
-    assert [(p.host, p.field, p.value) for p in found] == [("pve", "pve_host_reboot_allowed", True)]
-    assert (
-        "its VMs hold 2 of the 3 k3s servers (vm-1, vm-2): while it is down 1 of 3 are left" in found[0].why
-    )
-    assert "fewer than etcd's quorum of 2" in found[0].why
-    assert found[0].fix.startswith("set pve_host_reboot_allowed: false for pve")
-    assert "or move a k3s server to another node (vm_node)" in found[0].fix
-    # pve no longer rebooted by stage host: pve2's reboot leaves two of three
+    definition, found = two.check()
+    assert found == []
+    plan = labdef.plan_text(definition)
+    assert "Reboot of node pve: it holds 2 of the 3 k3s servers (vm-1, vm-2), 1 would be left" in plan
+    assert "Reboot of node pve2" not in plan  # pve2's reboot leaves two of three
+    # pve not rebooted by stage host: nothing to decide
     two.hosts["pve"]["pve_host_reboot_allowed"] = False
-    assert problems(two) == []
+    assert "Reboot of node" not in labdef.plan_text(two.check()[0])
+
+
+SERVERS_ON = {"pve": ["server-1", "server-2"], "pve2": ["server-3"]}
+
+
+@pytest.mark.parametrize(
+    ("node", "servers_on", "status", "k3s_up", "reboot", "why"),
+    [
+        # a fresh lab: stage host runs before stage vms, so no server has a VM yet
+        ("pve", SERVERS_ON, {}, [], True, "no cluster yet: none of its k3s servers (server-1, server-2) has a VM"),
+        # VMs made, stopped (a run that failed before k3s, or the user shut them down)
+        ("pve", SERVERS_ON, {"server-1": "stopped", "server-2": "stopped"}, [], True,
+         "its k3s servers (server-1, server-2) are stopped already: the reboot takes nothing from a cluster"),
+        ("pve", SERVERS_ON, {"server-1": "stopped"}, [], True, "are stopped already"),
+        # running, but k3s not installed yet (nothing answers on 6443)
+        ("pve", SERVERS_ON, {"server-1": "running", "server-2": "running"}, [], True,
+         "no cluster yet: its k3s servers that run (server-1, server-2) do not answer as k3s (port 6443)"),
+        # a running cluster: refused, even with one of the two servers stopped (the other is a member)
+        ("pve", SERVERS_ON, {"server-1": "running", "server-2": "running"}, ["server-1", "server-2", "server-3"],
+         False, "fewer than etcd's quorum of 2"),
+        ("pve", SERVERS_ON, {"server-1": "stopped", "server-2": "running"}, ["server-2", "server-3"], False,
+         "k3s runs on server-2 now"),
+        # pve2's reboot keeps two of three: whatever runs
+        ("pve2", SERVERS_ON, {"server-3": "running"}, ["server-3"], True, "keep etcd's quorum"),
+        ("pve3", SERVERS_ON, {}, [], True, "node pve3 holds no k3s server"),
+        # one server (SQLite) runs: refused with the message of the only server
+        ("pve", {"pve": ["s1"]}, {"s1": "running"}, ["s1"], False, "its VMs hold the only k3s server (s1)"),
+    ],
+)  # fmt: skip
+def test_reboot_gate_decides_from_the_cluster_as_it_is(node, servers_on, status, k3s_up, reboot, why):
+    from gpulab.labdef.node_checks import reboot_gate
+
+    got = reboot_gate(node, node, servers_on, status, k3s_up)
+    assert got["reboot"] is reboot and why in got["why"]
+    assert bool(got["fix"]) is not reboot
+
+
+def test_a_refused_reboot_says_what_preflight_said_before():
+    """The refusal keeps preflight's message of old: the node, its servers, the quorum and the fix."""
+    from gpulab.labdef.node_checks import reboot_gate
+
+    got = reboot_gate("pve", "pve", SERVERS_ON, {"server-1": "running", "server-2": "running"}, ["server-1"])
+    assert got["why"].startswith(
+        "stage host may reboot node pve, and its VMs hold 2 of the 3 k3s servers (server-1, server-2): while "
+        "it is down 1 of 3 are left, fewer than etcd's quorum of 2, so the k3s API stops answering "
+        "(etcdserver: request timed out) until it is back"
+    )
+    assert got["fix"] == (
+        "set pve_host_reboot_allowed: false for pve and reboot it yourself when the cluster may stop, or move "
+        "a k3s server to another node (vm_node), so that no node stage host may reboot holds more than 1 of them"
+    )
+
+
+def test_qm_list_gives_each_vms_status_by_name():
+    from gpulab.labdef.node_checks import qm_list_status
+
+    text = (
+        "      VMID NAME                 STATUS     MEM(MB)    BOOTDISK(GB) PID\n"
+        "       100 server-1             running    4096              40.00 1234\n"
+        "       101 server-2             stopped    4096              40.00 0\n"
+    )
+    assert qm_list_status(text) == {"server-1": "running", "server-2": "stopped"}
+    assert qm_list_status("") == {}
 
 
 @pytest.mark.parametrize(
@@ -143,27 +206,27 @@ def test_one_node_may_reboot_with_its_only_server(inv):
     """One node goes down with every VM whatever runs where: its reboot is the user's call, as before."""
     inv.hosts["pve"]["pve_host_reboot_allowed"] = True
     assert problems(inv) == []
+    from gpulab import labdef
+
+    assert "Reboot of node" not in labdef.plan_text(inv.check()[0])
 
 
-def test_demo_cluster_keeps_the_quorum_and_is_refused_with_pve_rebootable():
-    """inventory/demo-cluster: pve holds two of its three servers, so stage host may reboot pve2 only."""
+def test_demo_cluster_lets_stage_host_reboot_both_nodes():
+    """inventory/demo-cluster: pve holds two of its three servers and may reboot (a new user's lab has no
+    cluster yet); the plan says stage host decides at the reboot, and preflight finds nothing wrong."""
     from pathlib import Path
 
     from gpulab import inventory, labdef
 
     root = Path(__file__).resolve().parents[2]
     groups, hostvar, names = inventory.load(root / "inventory" / "demo-cluster")
-
-    def reboots(found):
-        return [(p.host, p.why, p.fix) for p in found if p.field == "pve_host_reboot_allowed"]
-
-    assert hostvar("pve", "pve_host_reboot_allowed") is False
+    assert hostvar("pve", "pve_host_reboot_allowed") is True
     assert hostvar("pve2", "pve_host_reboot_allowed") is True
-    assert reboots(labdef.check(groups, hostvar, names)[1]) == []
-    # as `-e pve_host_reboot_allowed=true` would make it
-    forced = labdef.check(
-        groups, lambda h, n: True if n == "pve_host_reboot_allowed" else hostvar(h, n), names
-    )
-    [(host, why, fix)] = reboots(forced[1])
-    assert host == "pve" and "its VMs hold 2 of the 3 k3s servers (server-1, server-2)" in why
-    assert "set pve_host_reboot_allowed: false for pve" in fix and "move a k3s server" in fix
+    definition, found = labdef.check(groups, hostvar, names)
+    assert [p for p in found if p.field == "pve_host_reboot_allowed"] == []
+    reboots = [x for x in labdef.plan_text(definition).splitlines() if x.startswith("Reboot of node")]
+    assert reboots == [
+        "Reboot of node pve: it holds 2 of the 3 k3s servers (server-1, server-2), 1 would be left; decided at "
+        "reboot time: it reboots while no cluster runs there yet or those servers are stopped, and is refused "
+        "while they run k3s"
+    ]

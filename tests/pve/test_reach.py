@@ -130,10 +130,20 @@ def test_preflight_play_stops_on_a_refused_token_before_anything_else(lab):
     assert [(r["method"], r["path"], r["status"]) for r in sent] == [("GET", "/api2/json/version", 401)]
 
 
-def test_preflight_play_leaves_the_api_alone_for_stages_over_ssh(lab):
-    proc, sent = _preflight(lab, "11111111-2222-3333-4444-555555555555", "host,guests")
+def test_preflight_play_leaves_the_api_alone_for_stage_host(lab):
+    proc, sent = _preflight(lab, "11111111-2222-3333-4444-555555555555", "host")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sent == []
+
+
+def test_preflight_play_reads_only_the_vm_list_for_stages_over_ssh(lab):
+    """Stages that log in to the VMs without stage vms read PVE's VM list once (a VM missing or stopped stops
+    the run there); an API that refuses the read does not stop a run that needs no API."""
+    proc, sent = _preflight(lab, "11111111-2222-3333-4444-555555555555", "host,guests")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [(r["method"], r["path"], r["status"]) for r in sent] == [
+        ("GET", "/api2/json/cluster/resources", 401)
+    ]
 
 
 def test_what_stage_vms_would_refuse_half_way_is_found_before_any_write(lab):
@@ -158,3 +168,75 @@ def test_what_stage_vms_would_refuse_half_way_is_found_before_any_write(lab):
     vms["vm-1"]["vm_disk_gb"] = 60
     del vms["vm-2"]
     assert reach.existing_vm_problems(inventory(lab.conn()), vms) == []
+
+
+def _cluster_definition():
+    from gpulab import inventory as inv
+    from gpulab import labdef
+
+    groups, hostvar, names = inv.load(ROOT / "inventory" / "demo-cluster")
+    # without a lab its secrets are missing, not its VMs
+    definition, _ = labdef.check(groups, hostvar, names)
+    assert definition is not None
+    return groups, definition
+
+
+@pytest.mark.parametrize(
+    ("stages", "limited", "expected"),
+    [
+        # stage vms in the run: it creates, starts and sets aside the VMs itself
+        ({"vms", "k3s"}, None, []),
+        ({"host"}, None, []),
+        ({"k3s"}, None, ["server-1", "server-2", "server-3", "agent-1", "gpu-3090", "gpu-4090"]),
+        ({"guests"}, ["server-1", "gpu-3090", "pve"], ["server-1", "gpu-3090"]),  # --limit applied
+    ],
+)
+def test_login_hosts_are_the_vms_of_the_stages_that_log_in(stages, limited, expected):
+    groups, _ = _cluster_definition()
+    assert reach.login_hosts(stages, groups, limited or groups["vms"]) == expected
+
+
+def test_a_missing_or_stopped_vm_is_named_with_why_and_what_brings_it_up():
+    """PVE's VM list against the VMs a run without stage vms logs in to: a VM not there yet, a stopped GPU VM
+    (held back for its node's reboot) and a stopped plain VM are named; a stopped k3s server is not (the run
+    names it down and goes on without it)."""
+    _, d = _cluster_definition()
+    resources = [
+        {"vmid": 100, "name": "server-1", "node": "pve", "status": "running"},
+        {"vmid": 101, "name": "server-2", "node": "pve", "status": "stopped"},
+        {"vmid": 103, "name": "agent-1", "node": "pve2", "status": "stopped"},
+        {"vmid": 104, "name": "gpu-3090", "node": "pve", "status": "stopped"},
+        {"vmid": 105, "name": "gpu-4090", "node": "pve2", "status": "running"},
+    ]
+    hosts = ["server-1", "server-2", "server-3", "agent-1", "gpu-3090", "gpu-4090"]
+    found = reach.absent_vm_problems(d, hosts, resources, {"k3s"})
+    assert [(p.host, p.field, p.value) for p in found] == [
+        ("server-3", "vm_id", 102),
+        ("agent-1", "vm_id", 103),
+        ("gpu-3090", "vm_id", 104),
+    ]
+    missing, plain, gpu = found
+    assert str(missing) == (
+        "server-3: vm_id=102: server-3 (VM 102 on node pve2) does not exist yet, and this run's stages (k3s) log "
+        "in to it. Fix: run site.yml without --tags (or add vms to --tags): stage vms creates and starts it."
+    )
+    assert plain.why.startswith("agent-1 (VM 103 on node pve2) is stopped") and "qm start 103" in plain.fix
+    # pve may reboot (demo-cluster): the run without --tags does it
+    assert (
+        "It has GPU rtx3090: stage vms starts a GPU VM only once its node has handed the card to vfio-pci"
+        in (gpu.why)
+    )
+    assert gpu.why.endswith("(stage host reboots pve: pve_host_reboot_allowed is true there)")
+    assert gpu.fix == (
+        "run site.yml without --tags: stage host reboots pve if it still waits for that, and stage vms starts "
+        "gpu-3090"
+    )
+    # the reboot not allowed: the fix says to allow it (or reboot by hand)
+    d.node_reboot_allowed["pve"] = False
+    [gpu] = reach.absent_vm_problems(d, ["gpu-3090"], resources, {"k3s", "hami"})
+    assert "(pve_host_reboot_allowed is false for pve, so stage host leaves that reboot to you)" in gpu.why
+    assert gpu.fix.startswith("allow the reboot (pve_host_reboot_allowed: true for pve")
+    assert gpu.fix.endswith("or reboot pve yourself and run site.yml --tags vms,hami,k3s")
+    # every VM running: nothing to say
+    running = [dict(r, status="running") for r in resources] + [{"vmid": 102, "status": "running"}]
+    assert reach.absent_vm_problems(d, hosts, running, {"k3s"}) == []

@@ -37,7 +37,7 @@ def two_node_inventory(tmp_path: pathlib.Path) -> str:
     children["k3s_cluster"]["children"]["k3s_agent"]["hosts"].update({"vm-3": None, "vm-gpu2": None})
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
     pve = yaml.safe_load((inv / "host_vars" / "pve.yml").read_text())
-    # vm-1, the only k3s server, is on pve: with two nodes, stage host may not reboot it (preflight)
+    # vm-1, the only k3s server, is on pve: once k3s runs there, stage host would refuse to reboot it
     pve.pop("pve_host_reboot_allowed")
     (inv / "host_vars" / "pve.yml").write_text(yaml.safe_dump(pve))
     prefix = "{{ labsim_prefix }}"

@@ -5,14 +5,18 @@
   gets that node's card: the same id on two nodes must name the same kind of card (vendor_device), else a
   node is used through a mapping for a card it lacks.
 - Stage host reboots the nodes one at a time, each only where ``pve_host_reboot_allowed`` is true. With
-  several nodes, the k3s servers left while a node it may reboot is down must still be a majority of all
-  servers (etcd's quorum, n // 2 + 1: :func:`quorum_losses`), else the k3s API stops answering for the whole
-  reboot; one server (SQLite) must not be on such a node (one node alone goes down with its VMs whatever
-  runs where).
+  several nodes, the k3s servers left while a node is down should still be a majority of all servers
+  (etcd's quorum, n // 2 + 1: :func:`quorum_losses`), else the k3s API stops answering for the whole reboot;
+  one server (SQLite) is lost with its node. Whether that matters is known only when the reboot comes: a
+  lab with no cluster yet (its first run) or whose servers there are stopped loses nothing. So preflight
+  only names such a node in the plan (:func:`reboot_plan_lines`), and stage host decides at the reboot from
+  the node's VMs and whether k3s answers on them (:func:`reboot_gate`, playbooks/tasks/host_quorum_gate.yml),
+  refusing it with :func:`quorum_refusal`'s message while a cluster would lose its quorum.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpulab.doctor import nomodeset_setting
@@ -27,6 +31,11 @@ def _true(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "on", "1")
     return bool(value)
+
+
+def reboot_allowed(d: LabDefinition, host: str) -> bool:
+    """Whether stage host may reboot node host `host` (pve_host_reboot_allowed as the run sees it)."""
+    return _true(d.node_reboot_allowed.get(host))
 
 
 def check_mapping_ids(d: LabDefinition, out: Problems) -> None:
@@ -74,41 +83,108 @@ def quorum_losses(
     return out
 
 
-def check_reboots(d: LabDefinition, out: Problems) -> None:
-    """With several nodes, the k3s servers left while a node stage host may reboot is down keep the quorum."""
-    servers = [h for h in d.k3s_servers if h in d.vms]
-    if len(d.nodes) < 2 or not servers:
-        return
-    host_of = {str(node.get("pve_node")): host for host, node in d.nodes.items()}
+def quorum_refusal(name: str, host: str, mine: list[str], total: int) -> tuple[str, str]:
+    """Why node `name` (inventory host `host`) may not reboot while its k3s servers `mine` (of `total`) run a
+    cluster, and what to do instead: (why, fix)."""
+    if total == 1:
+        why = (
+            f"stage host may reboot node {name}, and its VMs hold the only k3s server ({mine[0]}): the "
+            "reboot would take the k3s API away from every node"
+        )
+        fix = (
+            f"set pve_host_reboot_allowed: false for {host} and reboot it yourself when the cluster may "
+            "stop, or run a k3s server on another node (vm_node)"
+        )
+        return why, fix
+    left = total - len(mine)
+    why = (
+        f"stage host may reboot node {name}, and its VMs hold {len(mine)} of the {total} k3s servers "
+        f"({', '.join(mine)}): while it is down {left} of {total} are left, fewer than etcd's quorum "
+        f"of {etcd_quorum(total)}, so the k3s API stops answering (etcdserver: request timed out) until "
+        "it is back"
+    )
+    fix = (
+        f"set pve_host_reboot_allowed: false for {host} and reboot it yourself when the cluster may "
+        f"stop, or move a k3s server to another node (vm_node), so that no node stage host may reboot "
+        f"holds more than {total - etcd_quorum(total)} of them"
+    )
+    return why, fix
+
+
+def servers_by_node(d: LabDefinition) -> dict[str, list[str]]:
+    """Each Proxmox node's k3s servers (vm_node), in the inventory's order."""
     servers_on: dict[str, list[str]] = {}
-    for h in servers:
-        servers_on.setdefault(str(d.vms[h].get("vm_node")), []).append(h)
-    rebootable = [str(n.get("pve_node")) for h, n in d.nodes.items() if _true(d.node_reboot_allowed.get(h))]
-    total = len(servers)
-    for name, mine, left in quorum_losses(servers_on, rebootable):
-        host = host_of[name]
-        if total == 1:
-            why = (
-                f"stage host may reboot node {name}, and its VMs hold the only k3s server ({mine[0]}): the "
-                "reboot would take the k3s API away from every node"
-            )
-            fix = (
-                f"set pve_host_reboot_allowed: false for {host} and reboot it yourself when the cluster may "
-                "stop, or run a k3s server on another node (vm_node)"
-            )
-        else:
-            why = (
-                f"stage host may reboot node {name}, and its VMs hold {len(mine)} of the {total} k3s servers "
-                f"({', '.join(mine)}): while it is down {left} of {total} are left, fewer than etcd's quorum "
-                f"of {etcd_quorum(total)}, so the k3s API stops answering (etcdserver: request timed out) until "
-                "it is back"
-            )
-            fix = (
-                f"set pve_host_reboot_allowed: false for {host} and reboot it yourself when the cluster may "
-                f"stop, or move a k3s server to another node (vm_node), so that no node stage host may reboot "
-                f"holds more than {total - etcd_quorum(total)} of them"
-            )
-        out.add(host, "pve_host_reboot_allowed", True, why, fix)
+    for h in d.k3s_servers:
+        if h in d.vms:
+            servers_on.setdefault(str(d.vms[h].get("vm_node")), []).append(h)
+    return servers_on
+
+
+def reboot_plan_lines(d: LabDefinition) -> list[str]:
+    """The plan's word on each node stage host may reboot whose reboot would take etcd's quorum (or the only
+    server): no longer a preflight refusal, as a lab with no cluster yet loses nothing; stage host decides
+    when it would reboot the node, from the cluster as it is then (:func:`reboot_gate`)."""
+    servers_on = servers_by_node(d)
+    if len(d.nodes) < 2 or not servers_on:
+        return []
+    rebootable = [str(n.get("pve_node")) for h, n in d.nodes.items() if reboot_allowed(d, h)]
+    total = sum(len(s) for s in servers_on.values())
+    return [
+        f"Reboot of node {name}: it holds {len(mine)} of the {total} k3s servers ({', '.join(mine)}), {left} "
+        f"would be left; decided at reboot time: it reboots while no cluster runs there yet or those servers "
+        f"are stopped, and is refused while they run k3s"
+        for name, mine, left in quorum_losses(servers_on, rebootable)
+    ]
+
+
+def qm_list_status(qm_list: str) -> dict[str, str]:
+    """Each VM's status by name in `qm list`'s text (a header, then VMID NAME STATUS MEM(MB) ... per VM)."""
+    out = {}
+    for line in qm_list.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 3:
+            out[fields[1]] = fields[2]
+    return out
+
+
+def reboot_gate(
+    name: str,
+    host: str,
+    servers_on: Mapping[str, Sequence[str]],
+    status: Mapping[str, str],
+    k3s_up: Iterable[str],
+) -> dict[str, Any]:
+    """Whether stage host may reboot node `name` (inventory host `host`) now, decided from the cluster as it is
+    at the reboot: {reboot (bool), why, fix ('' when it reboots)}.
+
+    `servers_on`: node -> its k3s servers (vm_node); `status`: the node's server VMs' status (``running``,
+    ``stopped``, ...; a server missing from it has no VM yet); `k3s_up`: the servers whose k3s API answered.
+    A reboot that keeps etcd's quorum (:func:`quorum_losses`) always may; one that would not may when there
+    is nothing to lose: no cluster yet (none of the node's servers exists, or none that runs answers as k3s),
+    or the node's servers are stopped already. Otherwise it is refused with preflight's message of old
+    (:func:`quorum_refusal`). A lab of one node is not asked (it goes down with all its VMs whatever runs where:
+    its reboot is the user's call), as preflight never asked it."""
+    lost = quorum_losses({k: list(v) for k, v in servers_on.items()}, [name])
+    if not lost:
+        mine = list(servers_on.get(name) or [])
+        if not mine:
+            return {"reboot": True, "why": f"node {name} holds no k3s server", "fix": ""}
+        return {"reboot": True, "why": "the k3s servers on other nodes keep etcd's quorum", "fix": ""}
+    _, mine, _ = lost[0]
+    total = sum(len(s) for s in servers_on.values())
+    exist = [s for s in mine if s in status]
+    running = [s for s in exist if status[s] == "running"]
+    members = [s for s in running if s in set(k3s_up)]
+    if not exist:
+        why = f"no cluster yet: none of its k3s servers ({', '.join(mine)}) has a VM"
+    elif not running:
+        why = f"its k3s servers ({', '.join(exist)}) are stopped already: the reboot takes nothing from a cluster"
+    elif not members:
+        why = f"no cluster yet: its k3s servers that run ({', '.join(running)}) do not answer as k3s (port 6443)"
+    else:
+        why, fix = quorum_refusal(name, host, mine, total)
+        return {"reboot": False, "why": f"{why}; k3s runs on {', '.join(members)} now", "fix": fix}
+    return {"reboot": True, "why": why, "fix": ""}
 
 
 def check_nomodeset(d: LabDefinition, out: Problems) -> None:
@@ -125,5 +201,4 @@ def check_nomodeset(d: LabDefinition, out: Problems) -> None:
 
 def check_cluster(d: LabDefinition, out: Problems) -> None:
     check_mapping_ids(d, out)
-    check_reboots(d, out)
     check_nomodeset(d, out)

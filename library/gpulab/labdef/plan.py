@@ -7,6 +7,7 @@ from gpulab import routerspec
 from gpulab.doctor import nomodeset_setting
 from gpulab.labdef.definition import LabDefinition, gpu_ids, pinned_mib
 from gpulab.labdef.hami_values import image_lines
+from gpulab.labdef.node_checks import reboot_plan_lines
 from gpulab.routers.kinds import KINDS
 
 
@@ -66,6 +67,7 @@ def plan_text(definition: LabDefinition) -> str:
                 f"IOMMU group {gpu.get('iommu_group', '?')}{disp}) -> {', '.join(users) or 'unused'}"
             )
         lines.append(f"  {nomodeset_line(node, definition.node_nomodeset.get(host))}")
+    lines += reboot_plan_lines(definition)
     lines += driver_lines(definition)
     if definition.router:
         rh, r = definition.router

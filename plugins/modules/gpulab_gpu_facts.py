@@ -532,8 +532,8 @@ def parse_kernel_metas(text):
     linux-image-<release> (or linux-image-unsigned-<release>); the kernel packages themselves are left out."""
     metas = {}
     for line in text.splitlines():
-        name, _, rest = line.partition("\t")
-        status, _, depends = rest.partition("\t")
+        name, _tab, rest = line.partition("\t")
+        status, _tab, depends = rest.partition("\t")
         # a kernel's own package (linux-image-<release>: the release starts with its version) is no metapackage
         if not status.startswith("ii") or name.removeprefix("linux-image-")[:1].isdigit():
             continue
@@ -584,7 +584,7 @@ def apt_candidate(module, package):
         return None
     rc, out, _err = module.run_command([apt_cache, "policy", package])
     for line in out.splitlines() if rc == 0 else []:
-        key, _, value = line.strip().partition(":")
+        key, _colon, value = line.strip().partition(":")
         if key == "Candidate":
             return None if value.strip() in ("", "(none)") else value.strip()
     return None

@@ -53,7 +53,7 @@ options:
         loads, so no softdep can put vfio-pci first; Proxmox VE unbinds every function of the card's IOMMU
         group and binds it to vfio-pci when the VM starts (qemu-server C(PVE::QemuServer::PCI)
         C(prepare_pci_device), pve-common C(PVE::SysFSTools::pci_dev_group_bind_to_vfio)).
-      - The display function stays strict: its host driver also holds the console and the framebuffer.
+      - The display function stays strict, because its host driver also holds the console and the framebuffer.
     type: bool
     default: true
   forbidden_modules:

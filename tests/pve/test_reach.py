@@ -87,6 +87,7 @@ def _preflight(lab, secret: str, tags: str) -> tuple[subprocess.CompletedProcess
         "pve_api_fingerprint": lab.desc["fingerprint"],
         "vault_vm_become_password": "sudo-pw",  # the ISO guests' sudo password, as the vault gives it
         "pve_vms_vfio_proof": False,  # the API-only lab has no node to read the GPU's driver on
+        "gpulab_download_check": False,  # no internet here; tests/test_downloads.py proves the check
     }
     mark = lab.mark()
     proc = subprocess.run(
@@ -113,10 +114,13 @@ def test_preflight_play_reaches_the_api_for_stage_vms(lab):
     proc, sent = _preflight(lab, lab.desc["token_secret"], "vms")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"Proxmox VE API at {lab.desc['pve_url']}: version 9.2.11" in proc.stdout
-    # /version, then one read of the guests that exist (what stage vms would refuse half way)
+    # /version, one read of the guests that exist (what stage vms would refuse half way), then the node's
+    # storages and the content of the one its ISO goes on (is the file there already?)
     assert [(r["method"], r["path"]) for r in sent] == [
         ("GET", "/api2/json/version"),
         ("GET", "/api2/json/cluster/resources"),
+        ("GET", "/api2/json/nodes/pve/storage"),
+        ("GET", "/api2/json/nodes/pve/storage/local/content"),
     ]
 
 

@@ -14,7 +14,6 @@ first start and keeps it. Like the agent, the server sets config.yaml's ``node-l
 
 import contextlib
 import hashlib
-import http.server
 import json
 import os
 import secrets
@@ -24,7 +23,7 @@ import sys
 import threading
 import time
 
-from . import hami_metrics, monitoring_charts
+from . import hami_metrics, monitoring_charts, tls
 from .apiserver import make_handler
 from .cluster import MANIFESTS, Cluster, manifest_docs
 from .common import (
@@ -60,6 +59,26 @@ RUNTIME_CLASSES = (
     "wasmtime",
     "wws",
 )
+
+
+def tls_sans(cfg):
+    """config.yaml's ``tls-san`` (a name or a list of them)."""
+    sans = cfg.get("tls-san") or []
+    return [str(s) for s in ([sans] if isinstance(sans, str) else sans)]
+
+
+def write_kubeconfig(url, cfg):
+    """k3s' admin kubeconfig (module tls), mode ``write-kubeconfig-mode`` (else 0600), never readable by others
+    while it is written."""
+    os.makedirs(os.path.dirname(KUBECONFIG), exist_ok=True)
+    text = tls.kubeconfig(url)
+    mode = int(str(cfg.get("write-kubeconfig-mode") or "600"), 8)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(KUBECONFIG + ".tmp")
+    with os.fdopen(os.open(KUBECONFIG + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
+    os.chmod(KUBECONFIG + ".tmp", mode)
+    os.replace(KUBECONFIG + ".tmp", KUBECONFIG)
 
 
 def sd_notify(message):
@@ -169,17 +188,17 @@ def run_server():
         os.symlink(TOKEN, node_token)  # k3s keeps node-token as a link to token, for older tools
     # like k3s: the kubeconfig names the bind address, or the loopback address when none (or 0.0.0.0) is set
     api_host = bind if bind not in ("", "0.0.0.0", "::") else "127.0.0.1"
-    os.makedirs(os.path.dirname(KUBECONFIG), exist_ok=True)
-    with open(KUBECONFIG, "w") as f:
-        f.write(
-            f"apiVersion: v1\nclusters:\n- cluster:\n    server: https://{api_host}:{port}\n  name: default\n"
-            "contexts:\n- context:\n    cluster: default\n    user: default\n  name: default\n"
-            "current-context: default\nkind: Config\nusers:\n- name: default\n  user: {}\n"
-        )
-    os.chmod(KUBECONFIG, int(str(cfg.get("write-kubeconfig-mode") or "600"), 8))
+    sans = [address, *([bind] if bind not in ("", "0.0.0.0", "::") else []), *tls_sans(cfg)]
+
+    def certificates():
+        # k3s' CAs, the admin's certificate and the API's serving one, and the kubeconfig that carries them
+        tls.ensure(address, socket.gethostname(), sans)
+        write_kubeconfig(f"https://{api_host}:{port}", cfg)
+
+    certificates()
     handler = make_handler(cluster, token)
     hosts = [bind] if bind else ["127.0.0.1", address]
-    servers = [http.server.ThreadingHTTPServer((host, port), handler) for host in dict.fromkeys(hosts)]
+    servers = [tls.DualServer((host, port), handler) for host in dict.fromkeys(hosts)]
     for srv in servers:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     if etcd is not None:
@@ -187,6 +206,7 @@ def run_server():
             # listening first: the leader sends the data to a new member as soon as it has added it
             token = handler.auth["token"] = join_cluster(etcd, join_url, token, name)
             write_token(token)  # a joined server holds the cluster's token
+            certificates()  # and the cluster's CAs (join_cluster kept them): its certificates follow
         elif not etcd.members:
             etcd.initialize()
         threading.Thread(target=etcd.run, daemon=True).start()

@@ -56,7 +56,9 @@ def kubectl(api, *args, check=True):
     return proc
 
 
-def test_kubectl_get_nodes_lists_the_node_over_tls_with_the_admin_certificate(api):
+def test_kube_api_server_side_table(api):
+    """kubectl get nodes / pods -A: the API answers a Table (kubectl prints its columns), over TLS with the
+    admin's certificate."""
     out = kubectl(api, "get", "nodes").stdout.splitlines()
     assert out[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
     assert out[1].split() == ["vm-1", "Ready", "control-plane", "10m", "v1.33.5+k3s1"]
@@ -65,7 +67,7 @@ def test_kubectl_get_nodes_lists_the_node_over_tls_with_the_admin_certificate(ap
     assert json.loads(kubectl(api, "get", "node", "vm-1", "-o", "json").stdout)["metadata"]["name"] == "vm-1"
 
 
-def test_kubectl_get_pods_all_namespaces_and_logs(api):
+def test_kube_api_pod_log(api):
     out = kubectl(api, "get", "pods", "-A").stdout.splitlines()
     assert out[0].split() == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     assert out[1].split()[:5] == ["gpu", "smi", "1/1", "Running", "0"] and out[1].split()[5] in ("60s", "61s")
@@ -75,18 +77,20 @@ def test_kubectl_get_pods_all_namespaces_and_logs(api):
     assert "No resources found in default namespace." in kubectl(api, "get", "pods").stderr
 
 
-def test_kubectl_describe_node_shows_its_lease_pods_and_events(api):
+def test_kube_api_describe_node_events(api):
+    """kubectl describe node: the node's Lease, its pods (a field selector on spec.nodeName) and its events
+    (a field selector on involvedObject)."""
     out = kubectl(api, "describe", "node", "vm-1").stdout
     assert "Name:               vm-1" in out and "Roles:              control-plane" in out
     assert "HolderIdentity:  vm-1" in out
     pods = out.split("Non-terminated Pods:")[1].split("Allocated resources:")[0]
-    assert "(1 in total)" in pods and ["gpu", "smi"] == pods.splitlines()[3].split()[:2]
+    assert "(1 in total)" in pods and pods.splitlines()[3].split()[:2] == ["gpu", "smi"]
     events = [line.split() for line in out.split("Events:")[1].splitlines()[3:] if line.strip()]
     assert [e[:2] + e[3:5] for e in events] == [["Normal", "Starting", "kubelet", "Starting"],
                                                 ["Normal", "NodeReady", "kubelet", "Node"]]  # fmt: skip
 
 
-def test_an_unknown_client_or_ca_is_refused(api, tmp_path):
+def test_kube_api_unauthorized(api, tmp_path):
     # no client certificate, a wrong token: 401, as the API server answers a client it cannot authenticate
     bare = tmp_path / "bare"
     bare.write_text(api.config.read_text().split("users:")[0] + "users:\n- name: default\n  user: {}\n")
@@ -116,7 +120,10 @@ def test_the_standins_own_clients_still_speak_plain_http(api):
         assert "vm-1" in json.load(resp)
 
 
-def test_the_serving_certificate_names_the_tls_sans_and_is_made_again_when_they_change(tmp_path):
+def test_k3s_tls_certificates(tmp_path):
+    """k3s' CAs (server-ca, client-ca: CN k3s-<name>@<time>), the admin's certificate (system:admin in
+    system:masters) and the serving one (kube-apiserver, kubernetes' names and the SANs), made again when the names
+    change, the CAs and the admin's kept."""
     folder = str(tmp_path)
     tls.ensure("10.0.0.5", "vm-1", ["10.0.0.100", "k3s.lan"], folder=folder)
     text = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
@@ -138,3 +145,51 @@ def test_the_serving_certificate_names_the_tls_sans_and_is_made_again_when_they_
     text = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
                            f"{folder}/serving-kube-apiserver.crt"], capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert "IP Address:10.0.0.6" in text
+
+    def subject(name):
+        return subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "compat", "-in", f"{folder}/{name}.crt"],
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+
+    assert "CN=k3s-server-ca@" in subject("server-ca") and "CN=k3s-client-ca@" in subject("client-ca")
+    assert "/O=system:masters/CN=system:admin" in subject("client-admin")
+    assert "CN=kube-apiserver" in subject("serving-kube-apiserver")
+
+
+def test_k3s_kubeconfig_admin(api):
+    """k3s.yaml: cluster, user and context `default`, the server CA's data, the admin's certificate and key."""
+    import base64
+
+    import yaml
+
+    doc = yaml.safe_load(api.config.read_text())
+    assert doc["current-context"] == "default" and doc["contexts"][0]["context"] == {
+        "cluster": "default",
+        "user": "default",
+    }
+    cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
+    assert (
+        base64.b64decode(cluster["certificate-authority-data"]).decode()
+        == (api.folder / "server-ca.crt").read_text()
+    )
+    assert (
+        base64.b64decode(user["client-certificate-data"]).decode()
+        == (api.folder / "client-admin.crt").read_text()
+    )
+    assert base64.b64decode(user["client-key-data"]).decode() == (api.folder / "client-admin.key").read_text()
+
+
+def test_kube_api_discovery():
+    """/version, /api, /apis and each group version's resource list, in apimachinery's shapes."""
+    st = state(time.time())
+    code, body = kubeapi.answer("GET", "/api", "application/json", st)
+    assert code == 200 and body["kind"] == "APIVersions" and body["versions"] == ["v1"]
+    groups = kubeapi.answer("GET", "/apis", "application/json", st)[1]
+    assert groups["kind"] == "APIGroupList"
+    assert {g["name"] for g in groups["groups"]} == {"apps", "node.k8s.io", "coordination.k8s.io"}
+    core = kubeapi.answer("GET", "/api/v1", "application/json", st)[1]
+    assert core["kind"] == "APIResourceList" and core["groupVersion"] == "v1"
+    assert {r["name"]: r["namespaced"] for r in core["resources"]}["nodes"] is False
+    version = kubeapi.answer("GET", "/version", "", st)[1]
+    assert version["gitVersion"].startswith("v1.") and (version["major"], version["minor"]) == ("1", "33")
+    code, body = kubeapi.answer("GET", "/api/v1/nodes/nope", "", st)
+    assert code == 404 and body["kind"] == "Status" and body["reason"] == "NotFound"

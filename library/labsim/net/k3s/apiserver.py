@@ -1,5 +1,6 @@
-"""The k3s stand-in's API server: the HTTP API every server answers (plain HTTP: the stand-in's clients know),
-the cluster token's check and the node edits kubectl makes (cordon, label, annotate).
+"""The k3s stand-in's API server: the HTTP API every server answers (plain HTTP to the stand-in's own parts, TLS
+to a real kubectl: module tls), the Kubernetes API that kubectl reads (module kubeapi), the cluster token's check
+and the node edits kubectl makes (cordon, label, annotate).
 
 With etcd a follower answers through its leader, and without a quorum nothing answers but ``etcdserver:
 request timed out``.

@@ -3,10 +3,11 @@ node and its loop over the manifests folder.
 
 ``k3s server`` keeps the cluster state in ``/var/lib/rancher/k3s/server/db/gpulab-state.json``, writes the
 join token to ``/var/lib/rancher/k3s/server/token`` (``K10<hash>::server:<secret>``) and the kubeconfig to
-``/etc/rancher/k3s/k3s.yaml``, registers itself as the control-plane node, creates k3s' packaged
-RuntimeClasses (``nvidia``, ``nvidia-experimental``, ``crun`` and the WASM ones) a moment after start and
+``/etc/rancher/k3s/k3s.yaml`` (with k3s' CA and the admin's client certificate, module tls), registers itself
+as the control-plane node, creates k3s' packaged RuntimeClasses (``nvidia``, ``nvidia-experimental``, ``crun`` and the WASM ones) a moment after start and
 answers on ``https-listen-port`` (6443) of ``bind-address`` when config.yaml sets one, else of 127.0.0.1 and
-the node's lab address (plain HTTP: the stand-in's clients know). ``node-token`` is a symlink to ``token``,
+the node's lab address: TLS with k3s' certificates to a client that opens with a handshake (a real kubectl with
+the kubeconfig), plain HTTP to the stand-in's own parts (module tls). ``node-token`` is a symlink to ``token``,
 as k3s makes it. The token is config.yaml's (``token-file``'s content, which wins, else ``token``) on the
 server that starts the cluster as on one that joins it, in k3s' full form; a server given none makes one at its
 first start and keeps it. Like the agent, the server sets config.yaml's ``node-label`` on its node at each start.

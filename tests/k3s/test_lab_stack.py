@@ -552,10 +552,14 @@ def test_the_lab_runs_the_charts_prometheus_and_stops_it_with_the_chart(lab, tmp
     config = lab.upper("vm-1") / "var/lib/rancher/k3s/gpulab-pods/monitoring/prometheus-server/prometheus.yml"
 
     def running():
-        ps = subprocess.run(
-            ["pgrep", "-f", f"--config.file={config}"], capture_output=True, text=True, check=False
-        )
-        return ps.stdout.split()
+        """The pids of the Prometheus processes that run the chart's config."""
+        found = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError):
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                if argv[0].endswith(b"prometheus") and f"--config.file={config}".encode() in argv:
+                    found.append(int(proc.name))
+        return found
 
     assert running()
     on_host(

@@ -152,7 +152,13 @@ def _vm_html(row: Mapping[str, str], bad: bool) -> str:
         f'<span class="role {kind}">{label}</span></h3>'
         f'<dl><dt>address</dt><dd class="address">{_e(row.get("address", "?"))}</dd>'
         f'<dt>k3s</dt><dd class="k3s">{_e(row.get("k3s", "-"))}</dd>'
-        f"<dt>shape</dt><dd>{_e(row.get('shape', ''))}</dd>"
+        + (
+            f'<dt>kubectl</dt><dd class="context" data-context="{_e(row["context"])}">--context '
+            f"{_e(row['context'])}</dd>"
+            if row.get("context")
+            else ""
+        )
+        + f"<dt>shape</dt><dd>{_e(row.get('shape', ''))}</dd>"
         f"<dt>HAMi</dt><dd>{_e(row.get('hami', '-'))} vGPUs</dd></dl>"
         f"{cards}</div>"
     )

@@ -89,11 +89,14 @@ def rows(
     gpus: Mapping[str, list[Mapping[str, Any]]],
     k8s_nodes: list[Mapping[str, Any]],
     k8s_pods: list[Mapping[str, Any]] | None = None,
+    kube_context: str = "",
 ) -> list[dict[str, str]]:
     """One row per VM. `vms`: {name, vmid, address, gpu (a card id, a list of them, or None), down (the run
     found it unreachable)}; `pve`: read_vm_configs(); `gpus`: GPU facts
     per VM name; `k8s_nodes`: items of `kubectl get nodes -o json` (node name = inventory name); `k8s_pods`:
-    items of `kubectl get pods -A -o json`, whose HAMi annotations say who holds what on each card."""
+    items of `kubectl get pods -A -o json`, whose HAMi annotations say who holds what on each card;
+    `kube_context`: the context of the cluster in the controller's kubeconfig (stage k3s writes it), named in the
+    row of each VM that is a node of the cluster."""
     nodes = {n.get("metadata", {}).get("name"): n for n in k8s_nodes}
     usage = card_usage({"items": list(k8s_nodes)}, {"items": list(k8s_pods or [])})
     table = []
@@ -127,6 +130,7 @@ def rows(
                 "k3s": f"{down}, {k3s}" if down and node else down or k3s,
                 "hami": str(alloc) if alloc is not None else "-",
                 "shares": shares_text([c for c in usage if c["node"] == name]),
+                **({"context": kube_context} if kube_context and node else {}),
             }
         )
     return table
@@ -184,6 +188,9 @@ def files(table: list[Mapping[str, str]], links: Mapping[str, str] | None = None
     """The stored forms of the table: file name -> content. `links`: where the lab's UIs are reached (name ->
     URL, e.g. stage monitoring's Prometheus and Grafana), listed under the table and on the page."""
     extra = "".join(f"- {name}: {url}\n" for name, url in (links or {}).items())
+    context = next((r["context"] for r in table if r.get("context")), "")
+    if context:  # the cluster in the controller's kubeconfig (stage k3s)
+        extra += f"- kubectl: context {context} (kubectl --context {context} get nodes)\n"
     return {
         "lab-table.md": "# gpulab lab\n\n"
         + markdown(table)

@@ -527,6 +527,13 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(log, 1)
     os.dup2(log, 2)
     threading.Thread(target=resume_guests, args=(server.lab, state_dir), daemon=True).start()
+    pods_stop = threading.Event()
+    pods = None
+    if type(server.lab.hooks) is not VmHooks:  # real hosts: the chart pods their k3s stand-ins ask for
+        from labsim.net import chart_pods
+
+        pods = threading.Thread(target=chart_pods.run, args=(state_dir, pods_stop), daemon=True)
+        pods.start()
     serve_node_api(server)
     serve_node_proxy(server)
     try:
@@ -536,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
             side.shutdown()
             side.server_close()
         server.server_close()
+        pods_stop.set()
+        if pods is not None:
+            pods.join(timeout=60)
         server.lab.close()
         (state_dir / "server.pid").unlink(missing_ok=True)
     return 0

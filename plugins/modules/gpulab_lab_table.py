@@ -57,6 +57,11 @@ options:
       Markdown table and on the page.
     type: dict
     default: {}
+  kube_context:
+    description: The cluster's context in the controller's kubeconfig (stage k3s writes it, gpulab_lab_name), named
+      in the row of each VM that is a node of the cluster, under the Markdown table and on the page.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""

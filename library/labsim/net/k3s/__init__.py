@@ -7,7 +7,8 @@ config.yaml). The binary is this package as one file, a zipapp (:func:`build_zip
 ``/usr/bin/python3`` runs.
 
 By concern: ``server`` (``k3s server``: token, kubeconfig, the server's loop), ``apiserver`` (the API and
-its node edits), ``cluster`` (the cluster state, the manifests' Deployments and their pods), ``etcd``
+its node edits), ``tls`` (k3s' certificates and the TLS listener), ``kubeapi`` (the Kubernetes API a real kubectl
+reads), ``cluster`` (the cluster state, the manifests' Deployments and their pods), ``etcd``
 (embedded etcd), ``kube_vip`` (kube-vip's control-plane VIP), ``hami`` (HAMi's device plugin, webhook and
 scheduler), ``hami_metrics`` (HAMi's scheduler and vGPU monitor metrics), ``monitoring_charts`` (the Prometheus
 and Grafana charts of stage monitoring), ``agent`` (``k3s agent``), ``kubectl`` (``k3s kubectl``), ``common`` (what they share) and

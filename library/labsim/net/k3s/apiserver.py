@@ -1,5 +1,6 @@
-"""The k3s stand-in's API server: the HTTP API every server answers (plain HTTP: the stand-in's clients know),
-the cluster token's check and the node edits kubectl makes (cordon, label, annotate).
+"""The k3s stand-in's API server: the HTTP API every server answers (plain HTTP to the stand-in's own parts, TLS
+to a real kubectl: module tls), the Kubernetes API that kubectl reads (module kubeapi), the cluster token's check
+and the node edits kubectl makes (cordon, label, annotate).
 
 With etcd a follower answers through its leader, and without a quorum nothing answers but ``etcdserver:
 request timed out``.
@@ -7,8 +8,10 @@ request timed out``.
 
 import http.server
 import json
+import ssl
 import time
 
+from . import kubeapi, tls
 from .cluster import node_object, pod_object, pod_status
 from .common import http_send
 from .etcd import NO_QUORUM
@@ -65,7 +68,40 @@ def make_handler(cluster, token):
         def body(self):
             return json.loads(self.raw() or b"{}")
 
+        def authenticated(self):
+            """A TLS client shows a certificate of the client CA or the cluster token as a bearer token (k3s'
+            kubeconfig carries the admin's certificate); the stand-in's own parts speak plain HTTP."""
+            if not isinstance(self.connection, ssl.SSLSocket):
+                return True
+            if self.connection.getpeercert():
+                return True
+            bearer = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+            return token_ok(bearer, auth["token"])
+
+        def kube_api(self):
+            """The Kubernetes API a real kubectl reads (module kubeapi), from this server's copy of the state;
+            with etcd, nothing without a quorum."""
+            if not self.authenticated():
+                return self.reply(401, kubeapi.status(401, "Unauthorized", "Unauthorized"))
+            etcd = cluster.etcd
+            if etcd is not None and not etcd.is_leader() and etcd.leader_peer() is None:
+                return self.reply(504, kubeapi.status(504, "Timeout", NO_QUORUM))
+            with cluster.lock:
+                state = json.loads(json.dumps(cluster.state))
+            code, body = kubeapi.answer(self.command, self.path, self.headers.get("Accept"), state)
+            if isinstance(body, str):
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return None
+            return self.reply(code, body)
+
         def do_GET(self):
+            if self.path.split("?", 1)[0].startswith(("/api", "/version")):
+                return self.kube_api()
             if self.forwarded("GET"):
                 return
             if self.path == "/gpulab/etcd/status" and cluster.etcd is not None:
@@ -121,7 +157,12 @@ def make_handler(cluster, token):
                     why = "this server runs no embedded etcd (it was started without cluster-init), so no server can join it"
                     return self.reply(400, {"error": why})
                 return self.reply(
-                    200, {**etcd.add_member(info["name"], info["peer"]), "token": auth["token"]}
+                    200,
+                    {
+                        **etcd.add_member(info["name"], info["peer"]),
+                        "token": auth["token"],
+                        "cas": tls.ca_files(),
+                    },
                 )
             if self.path == "/gpulab/etcd/addons" and etcd is not None:
                 # another server's manifests folder, as its deploy controller applies it

@@ -305,6 +305,7 @@ class Cluster:
                 vgpus.update(chart_vgpus)
             for key in [k for k in seen if k not in present]:
                 del seen[key]  # a chart taken out is uninstalled
+            monitoring_charts.remove_pods(set(deployments))  # and its pod goes (the lab's kubelet stops it)
             ports = self.state.setdefault("node_ports", {})
             for key in [k for k in ports if k.rsplit("/", 1)[0] not in services]:
                 del ports[key]  # a Service's NodePorts are freed with it

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+from . import tls
 from .common import http_send
 
 ETCD_META = "/var/lib/rancher/k3s/server/db/etcd/gpulab-member.json"
@@ -235,6 +236,7 @@ def join_cluster(etcd, url, token, name):
             code, body = 0, {"error": f"failed to contact server {host}: {exc}"}
         if code == 200:
             etcd.joined(body)
+            tls.adopt_cas(body.get("cas"))  # the cluster's CAs: this server's certificates are signed by them
             return body["token"]
         if code == 401:
             body = {"error": f"failed to get CA certs: https://{host}/cacerts: 401 Unauthorized"}

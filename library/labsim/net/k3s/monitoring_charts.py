@@ -9,8 +9,9 @@ modelled behaviour is taken from, and its test, is listed in library/labsim/UPST
   the entry's key), then ``serverFiles."prometheus.yml".scrape_configs``, then ``extraScrapeConfigs``. The
   stand-in runs no image: it writes that file and the pod's port (the Service's NodePort) to
   ``POD_DIR/<namespace>/<release>-server/`` on the server, and the Deployment is Ready once a Prometheus answers
-  ``/-/ready`` on that port of the server (the lab's tests run the distribution's real ``prometheus`` there, in
-  the server's network namespace, as the pod). Known differences: the chart's jobs that discover targets through
+  ``/-/ready`` on that port of the server (the lab runs the distribution's real ``prometheus`` there, in the
+  server's network namespace, as the pod: labsim.net.chart_pods); the folder goes when the chart is uninstalled
+  (:func:`remove_pods`), and that Prometheus with it. Known differences: the chart's jobs that discover targets through
   the Kubernetes API (``kubernetes_sd_configs``) are left out, since the stand-in's API is not Kubernetes'; the
   chart's rule files are not written; the NodePort is served on the server's address only.
 * ``grafana`` (grafana-community chart 12.11.1): the install job completes and Deployment ``<release>`` is Ready;
@@ -230,6 +231,21 @@ def install_chart(name, target, spec, node_ports=None):
     }
     key = f"{target}/{deployment}"
     return {key: {"ready": ready}}, {key: obj}, {}
+
+
+def remove_pods(deployments):
+    """Take out the pod folder of every Prometheus server whose Deployment (``namespace/name``) is no longer in
+    `deployments` (its chart was uninstalled): the lab's kubelet (labsim.net.chart_pods) then stops it."""
+    import shutil
+
+    try:
+        namespaces = os.listdir(POD_DIR)
+    except OSError:
+        return
+    for ns in namespaces:
+        for name in os.listdir(os.path.join(POD_DIR, ns)):
+            if f"{ns}/{name}" not in deployments:
+                shutil.rmtree(os.path.join(POD_DIR, ns, name), ignore_errors=True)
 
 
 WEBUI_PAGE = (

@@ -3,10 +3,11 @@ node and its loop over the manifests folder.
 
 ``k3s server`` keeps the cluster state in ``/var/lib/rancher/k3s/server/db/gpulab-state.json``, writes the
 join token to ``/var/lib/rancher/k3s/server/token`` (``K10<hash>::server:<secret>``) and the kubeconfig to
-``/etc/rancher/k3s/k3s.yaml``, registers itself as the control-plane node, creates k3s' packaged
-RuntimeClasses (``nvidia``, ``nvidia-experimental``, ``crun`` and the WASM ones) a moment after start and
+``/etc/rancher/k3s/k3s.yaml`` (with k3s' CA and the admin's client certificate, module tls), registers itself
+as the control-plane node, creates k3s' packaged RuntimeClasses (``nvidia``, ``nvidia-experimental``, ``crun`` and the WASM ones) a moment after start and
 answers on ``https-listen-port`` (6443) of ``bind-address`` when config.yaml sets one, else of 127.0.0.1 and
-the node's lab address (plain HTTP: the stand-in's clients know). ``node-token`` is a symlink to ``token``,
+the node's lab address: TLS with k3s' certificates to a client that opens with a handshake (a real kubectl with
+the kubeconfig), plain HTTP to the stand-in's own parts (module tls). ``node-token`` is a symlink to ``token``,
 as k3s makes it. The token is config.yaml's (``token-file``'s content, which wins, else ``token``) on the
 server that starts the cluster as on one that joins it, in k3s' full form; a server given none makes one at its
 first start and keeps it. Like the agent, the server sets config.yaml's ``node-label`` on its node at each start.
@@ -14,7 +15,6 @@ first start and keeps it. Like the agent, the server sets config.yaml's ``node-l
 
 import contextlib
 import hashlib
-import http.server
 import json
 import os
 import secrets
@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from . import hami_metrics, monitoring_charts, registry
+from . import hami_metrics, monitoring_charts, registry, tls
 from .apiserver import make_handler
 from .cluster import MANIFESTS, Cluster, manifest_docs
 from .common import (
@@ -61,6 +61,26 @@ RUNTIME_CLASSES = (
     "wasmtime",
     "wws",
 )
+
+
+def tls_sans(cfg):
+    """config.yaml's ``tls-san`` (a name or a list of them)."""
+    sans = cfg.get("tls-san") or []
+    return [str(s) for s in ([sans] if isinstance(sans, str) else sans)]
+
+
+def write_kubeconfig(url, cfg):
+    """k3s' admin kubeconfig (module tls), mode ``write-kubeconfig-mode`` (else 0600), never readable by others
+    while it is written."""
+    os.makedirs(os.path.dirname(KUBECONFIG), exist_ok=True)
+    text = tls.kubeconfig(url)
+    mode = int(str(cfg.get("write-kubeconfig-mode") or "600"), 8)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(KUBECONFIG + ".tmp")
+    with os.fdopen(os.open(KUBECONFIG + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
+    os.chmod(KUBECONFIG + ".tmp", mode)
+    os.replace(KUBECONFIG + ".tmp", KUBECONFIG)
 
 
 def sd_notify(message):
@@ -170,17 +190,17 @@ def run_server():
         os.symlink(TOKEN, node_token)  # k3s keeps node-token as a link to token, for older tools
     # like k3s: the kubeconfig names the bind address, or the loopback address when none (or 0.0.0.0) is set
     api_host = bind if bind not in ("", "0.0.0.0", "::") else "127.0.0.1"
-    os.makedirs(os.path.dirname(KUBECONFIG), exist_ok=True)
-    with open(KUBECONFIG, "w") as f:
-        f.write(
-            f"apiVersion: v1\nclusters:\n- cluster:\n    server: https://{api_host}:{port}\n  name: default\n"
-            "contexts:\n- context:\n    cluster: default\n    user: default\n  name: default\n"
-            "current-context: default\nkind: Config\nusers:\n- name: default\n  user: {}\n"
-        )
-    os.chmod(KUBECONFIG, int(str(cfg.get("write-kubeconfig-mode") or "600"), 8))
+    sans = [address, *([bind] if bind not in ("", "0.0.0.0", "::") else []), *tls_sans(cfg)]
+
+    def certificates():
+        # k3s' CAs, the admin's certificate and the API's serving one, and the kubeconfig that carries them
+        tls.ensure(address, socket.gethostname(), sans)
+        write_kubeconfig(f"https://{api_host}:{port}", cfg)
+
+    certificates()
     handler = make_handler(cluster, token)
     hosts = [bind] if bind else ["127.0.0.1", address]
-    servers = [http.server.ThreadingHTTPServer((host, port), handler) for host in dict.fromkeys(hosts)]
+    servers = [tls.DualServer((host, port), handler) for host in dict.fromkeys(hosts)]
     for srv in servers:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
     if etcd is not None:
@@ -188,6 +208,7 @@ def run_server():
             # listening first: the leader sends the data to a new member as soon as it has added it
             token = handler.auth["token"] = join_cluster(etcd, join_url, token, name)
             write_token(token)  # a joined server holds the cluster's token
+            certificates()  # and the cluster's CAs (join_cluster kept them): its certificates follow
         elif not etcd.members:
             etcd.initialize()
         threading.Thread(target=etcd.run, daemon=True).start()

@@ -11,18 +11,10 @@ one look and prints nothing.
 
 from __future__ import annotations
 
-from ansible.utils.display import Display
-from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_waiting_action import (
     ActionModule as WaitingAction,
 )
-
-try:
-    from gpulab import waiting
-except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    waiting = MissingEngine(err)
-
-display = Display()
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_waiting_action import waiting
 
 
 def gave_up(host: str, last: dict, waited: float, timeout: int) -> str:
@@ -40,27 +32,18 @@ def gave_up(host: str, last: dict, waited: float, timeout: int) -> str:
 class ActionModule(WaitingAction):
     MODULE = "gpulab.homelab.gpulab_apt_locks"
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = self.validated_args()
+    def wait(self, args: dict, task_vars: dict, host: str) -> dict:
         timeout, interval, paths = args["timeout"], args["interval"], args["paths"]
-        host = task_vars.get("inventory_hostname", "")
         last: dict = {}
-
-        def say(text: str) -> None:
-            display.display(f"{host}: {text}")
-
-        progress = waiting.Progress(
+        progress = self.progress(
+            host,
             "apt's locks",
             timeout,
-            every=args["progress_interval"],
-            emit=say,
+            args["progress_interval"],
             line=lambda elapsed: (
                 f"waiting for apt's locks: {last.get('msg', '')}: "
                 f"{waiting.seconds(elapsed)} of {waiting.seconds(timeout)}"
             ),
-            **self.clock_args(),
         )
 
         def look() -> dict:
@@ -68,7 +51,7 @@ class ActionModule(WaitingAction):
                 module_name=self.MODULE, module_args={"paths": paths}, task_vars=task_vars
             )
             if not last and res.get("holders") and not res.get("failed"):
-                say(
+                progress.emit(
                     f"{res.get('msg')}; waiting up to {waiting.seconds(timeout)} for it to let go "
                     "(Ubuntu's apt-daily and unattended-upgrades run after a boot, and daily)"
                 )
@@ -95,5 +78,4 @@ class ActionModule(WaitingAction):
             out.update(failed=True, msg=gave_up(host, out, outcome.waited, timeout))
         elif out.get("holders") == [] and outcome.looks > 1:
             out["msg"] = f"apt's locks are free (waited {waiting.seconds(outcome.waited)})"
-        result.update(out)
-        return result
+        return out

@@ -22,41 +22,23 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.template import Templar
-from ansible.utils.display import Display
-from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_waiting_action import (
     ActionModule as WaitingAction,
 )
-
-try:
-    from gpulab import waiting
-except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    waiting = MissingEngine(err)
-
-display = Display()
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_waiting_action import waiting
 
 
 class ActionModule(WaitingAction):
     MODULE = "gpulab.homelab.gpulab_wait"
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = self.validated_args()
+    def wait(self, args: dict, task_vars: dict, host: str) -> dict:
         what, timeout, interval = args["what"], args["timeout"], args["interval"]
         every, retry_unreachable, until = args["progress_interval"], args["retry_unreachable"], args["until"]
         module, module_args = args["module"], dict(args["module_args"])
-        host = task_vars.get("inventory_hostname", "")
         # register is a name, or (ansible-core 2.21) a mapping of names to what each takes of the result
         register = self._task.register or {}
         names = list(register) if isinstance(register, dict) else [register]
-        progress = waiting.Progress(
-            what,
-            timeout,
-            every=every,
-            emit=lambda text: display.display(f"{host}: {text}"),
-            **self.clock_args(),
-        )
+        progress = self.progress(host, what, timeout, every)
 
         def gave_up(msg):
             return (
@@ -97,8 +79,7 @@ class ActionModule(WaitingAction):
                 f"(timeout {waiting.seconds(timeout)}, {outcome.looks} looks, one every {waiting.seconds(interval)})"
             )
         out.update(waited=round(outcome.waited, 1), looks=outcome.looks, timed_out=outcome.timed_out)
-        result.update(out)
-        return result
+        return out
 
     def _address(self, task_vars, host):
         """The address the connection was given: its templated ansible_host (a VM's is `{{ vm_address }}`)."""

@@ -24,6 +24,8 @@ from fnmatch import translate
 from pathlib import Path
 from typing import Any
 
+from gpulab.labdef.problems import ProblemsError, described
+
 #: where each rule below was read (repository, path, version and commit)
 PINNED = {
     "pve-installer": "proxmox/pve-installer 9.2.7 (ec2af90)",
@@ -81,14 +83,11 @@ class Problem:
     fix: str
 
     def __str__(self) -> str:
-        shown = "(not set)" if self.value is None else repr(self.value)
-        return f"{self.key}={shown}: {self.why}. Fix: {self.fix}."
+        return described(self.key, self.value, self.why, self.fix)
 
 
-class AnswerError(ValueError):
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
+class AnswerError(ProblemsError, ValueError):
+    problems: list[Problem]
 
 
 # --- the format: one row a key ------------------------------------------------------------------------

@@ -177,22 +177,29 @@ def _fqdn(value: Any) -> str | None:
     return None
 
 
+def _parsed_by(parse: Callable[[Any], object], why: str) -> Callable[[Any], str | None]:
+    """A check that `parse` takes the value (`why` when it raises ValueError)."""
+
+    def check(value: Any) -> str | None:
+        try:
+            parse(value)
+        except ValueError:
+            return why
+        return None
+
+    return check
+
+
+_ip = _parsed_by(ipaddress.ip_address, "not an IP address")
+_interface = _parsed_by(
+    ipaddress.ip_interface, "an invalid IP address or prefix length (IPv4 /0 to /32, IPv6 /0 to /128)"
+)
+
+
 def _cidr(value: Any) -> str | None:
     if not isinstance(value, str) or "/" not in value:
         return "not ADDRESS/PREFIX"
-    try:
-        ipaddress.ip_interface(value)
-    except ValueError:
-        return "an invalid IP address or prefix length (IPv4 /0 to /32, IPv6 /0 to /128)"
-    return None
-
-
-def _ip(value: Any) -> str | None:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return "not an IP address"
-    return None
+    return _interface(value)
 
 
 def _email(value: Any) -> str | None:

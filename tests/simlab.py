@@ -60,6 +60,25 @@ def running_lab(
 
 #: a shell line that waits while a lab VM's unattended-upgrades (run after each boot) holds apt's locks, as a script
 #: on a fresh Ubuntu guest must before `apt-get update`, whose lists' lock apt never waits for
+def lab_ssh(
+    facts: dict[str, Any], user: str, address: str, command: str, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    """`command` as `user` on a lab host over SSH, with the lab's key and known_hosts (lab.json's `facts`),
+    the host key checked, never a prompt."""
+    argv = [
+        "ssh",
+        "-i", facts["ssh_private_key"],
+        "-o", f"UserKnownHostsFile={facts['ssh_known_hosts']}",
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", "BatchMode=yes",
+        "-o", "ConnectTimeout=3",
+        "-o", "LogLevel=ERROR",
+        f"{user}@{address}",
+        command,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
 WAIT_FOR_UNATTENDED_UPGRADES = "while pgrep -x unattended-upgr >/dev/null; do sleep 0.5; done"
 
 

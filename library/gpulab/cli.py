@@ -248,8 +248,14 @@ def _unreadable(inventory: str, exc: Exception) -> int:
     return 1
 
 
-def _ssh_options(parser: argparse.ArgumentParser) -> None:
-    """The SSH login options of the commands that read a node (discover, doctor)."""
+def _node_command(
+    sub: argparse._SubParsersAction, name: str, func: Any, target: tuple[str, str], **texts: str
+) -> argparse.ArgumentParser:
+    """A command that reads a node over SSH (discover, doctor): its login argument (`target`: metavar and
+    help), the SSH login options, and `func` to run; `texts` are its help and description."""
+    parser = sub.add_parser(name, **texts)
+    parser.add_argument("target", metavar=target[0], help=target[1])
+    parser.set_defaults(func=func)
     parser.add_argument("-i", "--identity", metavar="KEY", help="the SSH private key to log in with")
     parser.add_argument("-p", "--port", type=int, default=22, help="the node's SSH port (default 22)")
     parser.add_argument(
@@ -257,6 +263,7 @@ def _ssh_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a known_hosts file to trust besides ~/.ssh/known_hosts (host keys are always checked)",
     )
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,30 +292,28 @@ def main(argv: list[str] | None = None) -> int:
         "SHA256SUMS (preflight's check; gpulab_download_check: false skips it)",
     )
     plan.set_defaults(func=_plan)
-    disc = sub.add_parser(
+    disc = _node_command(
+        sub,
         "discover",
+        _discover,
+        ("USER@HOST", "the node's SSH login, e.g. root@192.168.100.5"),
         help="read a Proxmox VE node over SSH and write a new inventory folder for it",
         description="Read the node (pvesh, /sys, ip route) over SSH and write INVENTORY, a new folder in "
         "inventory/homelab's layout. Values it cannot read and those you must decide are CHANGE-ME, which "
         "`gpulab plan` refuses until they are filled. It never overwrites: INVENTORY must not exist.",
     )
-    disc.add_argument("target", metavar="USER@HOST", help="the node's SSH login, e.g. root@192.168.100.5")
     disc.add_argument("inventory", metavar="INVENTORY", help="the folder to write, e.g. inventory/mylab")
-    _ssh_options(disc)
-    disc.set_defaults(func=_discover)
-    doc = sub.add_parser(
+    _node_command(
+        sub,
         "doctor",
+        _doctor,
+        ("[USER@]HOST", "the node's SSH login (root when no user is given)"),
         help="read a Proxmox VE node over SSH and say, per NVIDIA card, what passthrough needs (read-only)",
         description="Read the node's /sys, /proc and package versions over SSH (nothing is written) and report per "
         "NVIDIA card: IOMMU and interrupt remapping, the IOMMU group's other devices, the driver bound now, the "
         "boot display's framebuffer, reset methods, BAR sizes against the guest's address width, the PVE version; "
         "each finding with its fix. Exit 0 when nothing blocks passthrough, 1 otherwise.",
     )
-    doc.add_argument(
-        "target", metavar="[USER@]HOST", help="the node's SSH login (root when no user is given)"
-    )
-    _ssh_options(doc)
-    doc.set_defaults(func=_doctor)
     media = sub.add_parser(
         "install-media",
         help="write the Proxmox VE automated install of the node (answer.toml, first-boot hook), or check one",

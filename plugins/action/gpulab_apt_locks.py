@@ -11,32 +11,10 @@ one look and prints nothing.
 
 from __future__ import annotations
 
-import importlib.util
-
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
-
-try:
-    from gpulab import waiting
-except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    waiting = MissingEngine(err)
-
-display = Display()
-
-MODULE = "gpulab.homelab.gpulab_apt_locks"
-_SPEC: dict = {}
-
-
-def _argument_spec(loaders) -> dict:
-    """The options, as plugins/modules/gpulab_apt_locks.py declares them."""
-    if not _SPEC:
-        path = loaders.module_loader.find_plugin_with_context(MODULE).plugin_resolved_path
-        spec = importlib.util.spec_from_file_location("_gpulab_apt_locks_doc", path)
-        doc = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(doc)
-        _SPEC.update(doc.ARGUMENT_SPEC)
-    return _SPEC
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_waiting_action import (
+    ActionModule as WaitingAction,
+)
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_waiting_action import waiting
 
 
 def gave_up(host: str, last: dict, waited: float, timeout: int) -> str:
@@ -51,42 +29,29 @@ def gave_up(host: str, last: dict, waited: float, timeout: int) -> str:
     )
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
+class ActionModule(WaitingAction):
+    MODULE = "gpulab.homelab.gpulab_apt_locks"
 
-    # a test runs the plugin on a fake clock
-    clock = None
-    sleep = None
-
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = self.validate_argument_spec(argument_spec=_argument_spec(self._shared_loader_obj))[1]
+    def wait(self, args: dict, task_vars: dict, host: str) -> dict:
         timeout, interval, paths = args["timeout"], args["interval"], args["paths"]
-        host = task_vars.get("inventory_hostname", "")
         last: dict = {}
-
-        def say(text: str) -> None:
-            display.display(f"{host}: {text}")
-
-        extra = {k: v for k, v in {"clock": self.clock, "sleep": self.sleep}.items() if v is not None}
-        progress = waiting.Progress(
+        progress = self.progress(
+            host,
             "apt's locks",
             timeout,
-            every=args["progress_interval"],
-            emit=say,
+            args["progress_interval"],
             line=lambda elapsed: (
                 f"waiting for apt's locks: {last.get('msg', '')}: "
                 f"{waiting.seconds(elapsed)} of {waiting.seconds(timeout)}"
             ),
-            **extra,
         )
 
         def look() -> dict:
-            res = self._execute_module(module_name=MODULE, module_args={"paths": paths}, task_vars=task_vars)
+            res = self._execute_module(
+                module_name=self.MODULE, module_args={"paths": paths}, task_vars=task_vars
+            )
             if not last and res.get("holders") and not res.get("failed"):
-                say(
+                progress.emit(
                     f"{res.get('msg')}; waiting up to {waiting.seconds(timeout)} for it to let go "
                     "(Ubuntu's apt-daily and unattended-upgrades run after a boot, and daily)"
                 )
@@ -113,5 +78,4 @@ class ActionModule(ActionBase):
             out.update(failed=True, msg=gave_up(host, out, outcome.waited, timeout))
         elif out.get("holders") == [] and outcome.looks > 1:
             out["msg"] = f"apt's locks are free (waited {waiting.seconds(outcome.waited)})"
-        result.update(out)
-        return result
+        return out

@@ -20,64 +20,25 @@ has the last word, as for any module).
 
 from __future__ import annotations
 
-import importlib.util
-
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
-from ansible.plugins.action import ActionBase
 from ansible.template import Templar
-from ansible.utils.display import Display
-from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine
-
-try:
-    from gpulab import waiting
-except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    waiting = MissingEngine(err)
-
-display = Display()
-
-_SPEC: dict = {}
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_waiting_action import (
+    ActionModule as WaitingAction,
+)
+from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_waiting_action import waiting
 
 
-def _argument_spec(loaders) -> dict:
-    """The options, as plugins/modules/gpulab_wait.py (the documentation) declares them."""
-    if not _SPEC:
-        path = loaders.module_loader.find_plugin_with_context(
-            "gpulab.homelab.gpulab_wait"
-        ).plugin_resolved_path
-        spec = importlib.util.spec_from_file_location("_gpulab_wait_doc", path)
-        doc = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(doc)
-        _SPEC.update(doc.ARGUMENT_SPEC)
-    return _SPEC
+class ActionModule(WaitingAction):
+    MODULE = "gpulab.homelab.gpulab_wait"
 
-
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-
-    # a test runs the plugin on a fake clock
-    clock = None
-    sleep = None
-
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = self.validate_argument_spec(argument_spec=_argument_spec(self._shared_loader_obj))[1]
+    def wait(self, args: dict, task_vars: dict, host: str) -> dict:
         what, timeout, interval = args["what"], args["timeout"], args["interval"]
         every, retry_unreachable, until = args["progress_interval"], args["retry_unreachable"], args["until"]
         module, module_args = args["module"], dict(args["module_args"])
-        host = task_vars.get("inventory_hostname", "")
         # register is a name, or (ansible-core 2.21) a mapping of names to what each takes of the result
         register = self._task.register or {}
         names = list(register) if isinstance(register, dict) else [register]
-        extra = {"clock": self.clock, "sleep": self.sleep}
-        progress = waiting.Progress(
-            what,
-            timeout,
-            every=every,
-            emit=lambda text: display.display(f"{host}: {text}"),
-            **{k: v for k, v in extra.items() if v is not None},
-        )
+        progress = self.progress(host, what, timeout, every)
 
         def gave_up(msg):
             return (
@@ -118,8 +79,7 @@ class ActionModule(ActionBase):
                 f"(timeout {waiting.seconds(timeout)}, {outcome.looks} looks, one every {waiting.seconds(interval)})"
             )
         out.update(waited=round(outcome.waited, 1), looks=outcome.looks, timed_out=outcome.timed_out)
-        result.update(out)
-        return result
+        return out
 
     def _address(self, task_vars, host):
         """The address the connection was given: its templated ansible_host (a VM's is `{{ vm_address }}`)."""

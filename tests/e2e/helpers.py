@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ansible_runs
 import pytest
 import yaml
+
+from gpulab.pve import privileges
+
+if TYPE_CHECKING:
+    import requests
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "inventory" / "demo"
@@ -124,6 +130,103 @@ def run_local_play(
 def inventory_copy(dest: Path) -> Path:
     shutil.copytree(DEMO, dest)
     return dest
+
+
+VAULT_PASS = "correct horse battery"
+
+
+def user_inventory(dest: Path) -> Path:
+    """inventory/demo copied to `dest` and made like a user's: token id named, its secret from the vault (none
+    yet), no fingerprint; the vault's password in `dest`/../vault-pass."""
+    inventory_copy(dest)
+    main = dest / "group_vars" / "all" / "main.yml"
+    text = main.read_text()
+    text = re.sub(r"^pve_api_token_id:.*$", "pve_api_token_id: gpulab@pve!ansible", text, flags=re.M)
+    text = re.sub(
+        r"^pve_api_token_secret:.*$",
+        "pve_api_token_secret: \"{{ vault_pve_api_token_secret | default('') }}\"",
+        text,
+        flags=re.M,
+    )
+    text = re.sub(r"^pve_api_fingerprint:.*$", '# pve_api_fingerprint: "AA:BB:...:FF"', text, flags=re.M)
+    main.write_text(text)
+    (dest.parent / "vault-pass").write_text(VAULT_PASS + "\n")
+    return dest
+
+
+def access(lab: RunningLab, inv: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """playbooks/access.yml on a user_inventory, with its vault password."""
+    return run_playbook(
+        lab,
+        inv,
+        "--vault-password-file",
+        str(inv.parent / "vault-pass"),
+        *extra,
+        playbook="playbooks/access.yml",
+        env=ansible_runs.playbook_env(GPULAB_LAB_STATE=str(lab.state)),  # ansible.cfg's YAML results
+        timeout=180,
+    )
+
+
+def vault_values(inv: Path) -> dict[str, Any]:
+    """The decrypted vault of a user_inventory (checked to be written encrypted)."""
+    vault = inv / "group_vars" / "all" / "vault.yml"
+    assert vault.read_text().startswith("$ANSIBLE_VAULT;1.1;AES256"), "the vault is written encrypted"
+    plain = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-vault"),
+            "view",
+            "--vault-password-file",
+            str(inv.parent / "vault-pass"),
+            str(vault),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return yaml.safe_load(plain)
+
+
+def on_node(
+    lab: RunningLab, command: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`command` as root on the lab's node over SSH, with the lab's key and known_hosts."""
+    return subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(lab.state / "ssh" / "id_ed25519"),
+            "-o",
+            f"UserKnownHostsFile={lab.info['ssh_known_hosts']}",
+            "-o",
+            "BatchMode=yes",
+            f"root@{lab.info['node_host']['address']}",
+            command,
+        ],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def token_call(
+    lab: RunningLab, secret: str, method: str = "GET", path: str = "", **params: Any
+) -> requests.Response:
+    """One PVE API call with gpulab's token and `secret` (default: the node's status); the response as is."""
+    import requests
+    import urllib3
+
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    return requests.request(
+        method,
+        f"{lab.info['pve_url']}/api2/json{path or '/nodes/' + lab.info['node'] + '/status'}",
+        headers={"Authorization": f"PVEAPIToken={privileges.TOKEN_ID}={secret}"},
+        data=params or None,
+        verify=False,  # the lab's own self-signed certificate; tests compare the fingerprint themselves
+        timeout=30,
+    )
 
 
 def vars_file(inventory: Path, host: str) -> Path:

@@ -11,7 +11,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import ansible_runs
 import pytest
 import requests
 import urllib3
@@ -19,46 +18,13 @@ import yaml
 
 from gpulab.pve import privileges
 
-from .helpers import (
-    VENV_BIN,
-    RunningLab,
-    inventory_copy,
-    run_playbook,
-)
-
-VAULT_PASS = "correct horse battery"
+from .helpers import RunningLab, access, on_node, token_call, user_inventory, vault_values
 
 
 @pytest.fixture(scope="module")
 def inv(bare: RunningLab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """inventory/demo made like a user's: token id named, its secret from the vault, no fingerprint yet."""
-    dest = inventory_copy(tmp_path_factory.mktemp("inv") / "mylab")
-    main = dest / "group_vars" / "all" / "main.yml"
-    text = main.read_text()
-    text = re.sub(r"^pve_api_token_id:.*$", "pve_api_token_id: gpulab@pve!ansible", text, flags=re.M)
-    text = re.sub(
-        r"^pve_api_token_secret:.*$",
-        "pve_api_token_secret: \"{{ vault_pve_api_token_secret | default('') }}\"",
-        text,
-        flags=re.M,
-    )
-    text = re.sub(r"^pve_api_fingerprint:.*$", '# pve_api_fingerprint: "AA:BB:...:FF"', text, flags=re.M)
-    main.write_text(text)
-    (dest.parent / "vault-pass").write_text(VAULT_PASS + "\n")
-    return dest
-
-
-def access(lab: RunningLab, inv: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return run_playbook(
-        lab,
-        inv,
-        "--vault-password-file",
-        str(inv.parent / "vault-pass"),
-        *extra,
-        playbook="playbooks/access.yml",
-        env=ansible_runs.playbook_env(GPULAB_LAB_STATE=str(lab.state)),  # ansible.cfg's YAML results
-        timeout=180,
-    )
+    return user_inventory(tmp_path_factory.mktemp("inv") / "mylab")
 
 
 def refused(lab: RunningLab, inv: Path, *extra: str) -> str:
@@ -77,59 +43,6 @@ def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
     m = re.search(r"^pve\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", proc.stdout, re.M)
     assert m, proc.stdout + proc.stderr
     return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()), strict=True))
-
-
-def vault_values(inv: Path) -> dict:
-    vault = inv / "group_vars" / "all" / "vault.yml"
-    assert vault.read_text().startswith("$ANSIBLE_VAULT;1.1;AES256"), "the vault is written encrypted"
-    plain = subprocess.run(
-        [
-            str(VENV_BIN / "ansible-vault"),
-            "view",
-            "--vault-password-file",
-            str(inv.parent / "vault-pass"),
-            str(vault),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return yaml.safe_load(plain)
-
-
-def token_call(
-    lab: RunningLab, secret: str, method: str = "GET", path: str = "", **params
-) -> requests.Response:
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    return requests.request(
-        method,
-        f"{lab.info['pve_url']}/api2/json{path or '/nodes/' + lab.info['node'] + '/status'}",
-        headers={"Authorization": f"PVEAPIToken={privileges.TOKEN_ID}={secret}"},
-        data=params or None,
-        verify=False,  # the fingerprint the playbook wrote is compared below instead
-        timeout=30,
-    )
-
-
-def on_node(lab: RunningLab, command: str) -> subprocess.CompletedProcess[str]:
-    node = lab.info["node_host"]
-    return subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(lab.state / "ssh" / "id_ed25519"),
-            "-o",
-            f"UserKnownHostsFile={lab.info['ssh_known_hosts']}",
-            "-o",
-            "BatchMode=yes",
-            f"root@{node['address']}",
-            command,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def snapshot(inv: Path) -> dict[str, bytes]:

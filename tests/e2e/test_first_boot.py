@@ -10,23 +10,28 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import ansible_runs
 import pytest
-import requests
-import urllib3
 import yaml
+from install import install_media
 
 from gpulab.pve import privileges
 
-from .helpers import GPULAB, REPO, RunningLab, inventory_copy, run_playbook
+from .helpers import (
+    GPULAB,
+    RunningLab,
+    access,
+    on_node,
+    run_playbook,
+    token_call,
+    user_inventory,
+    vault_values,
+)
 
 pytestmark = [pytest.mark.root]
-VAULT_PASS = "correct horse battery"
 ROOT_PASSWORD = "a root password"
 SECRET_FILE = "/root/.gpulab/pve-api-token.json"
 
@@ -35,61 +40,23 @@ SECRET_FILE = "/root/.gpulab/pve-api-token.json"
 def inv(bare: RunningLab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """inventory/demo made like a user's after a bare-metal install: token secret from the vault (none yet),
     no fingerprint, the install settings of the node."""
-    dest = inventory_copy(tmp_path_factory.mktemp("inv") / "mylab")
-    main = dest / "group_vars" / "all" / "main.yml"
-    text = main.read_text()
-    text = re.sub(r"^pve_api_token_id:.*$", "pve_api_token_id: gpulab@pve!ansible", text, flags=re.M)
-    text = re.sub(
-        r"^pve_api_token_secret:.*$",
-        "pve_api_token_secret: \"{{ vault_pve_api_token_secret | default('') }}\"",
-        text,
-        flags=re.M,
-    )
-    text = re.sub(r"^pve_api_fingerprint:.*$", '# pve_api_fingerprint: "AA:BB:...:FF"', text, flags=re.M)
-    main.write_text(text)
+    dest = user_inventory(tmp_path_factory.mktemp("inv") / "mylab")
     node = dest / "host_vars" / "pve.yml"
     node.write_text(node.read_text() + "pve_install_country: at\npve_install_disks: [sda]\n")
-    (dest.parent / "vault-pass").write_text(VAULT_PASS + "\n")
     return dest
 
 
 @pytest.fixture(scope="module")
 def media(bare: RunningLab, inv: Path) -> Path:
     out = inv.parent / "media"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULAB_")}
-    env.update(GPULAB_LAB_STATE=str(bare.state), GPULAB_PVE_ROOT_PASSWORD=ROOT_PASSWORD)
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpulab.cli", "install-media", str(inv), str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
+    proc = install_media(inv, out, GPULAB_LAB_STATE=str(bare.state), GPULAB_PVE_ROOT_PASSWORD=ROOT_PASSWORD)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
 
-def on_node(lab: RunningLab, command: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    node = lab.info["node_host"]
-    return subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(lab.state / "ssh" / "id_ed25519"),
-            "-o",
-            f"UserKnownHostsFile={lab.info['ssh_known_hosts']}",
-            "-o",
-            "BatchMode=yes",
-            f"root@{node['address']}",
-            command,
-        ],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+def run_hook(lab: RunningLab, media: Path) -> subprocess.CompletedProcess[str]:
+    """The media's first-boot hook, run on the node as root as the installer runs it."""
+    return on_node(lab, "bash -s", stdin=(media / "first-boot.sh").read_text(), timeout=180)
 
 
 def access_state(lab: RunningLab, settled: Callable[[dict], bool]) -> dict:
@@ -102,29 +69,6 @@ def access_state(lab: RunningLab, settled: Callable[[dict], bool]) -> dict:
         time.sleep(0.2)
 
 
-def token_works(lab: RunningLab, secret: str) -> bool:
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    answer = requests.get(
-        f"{lab.info['pve_url']}/api2/json/nodes/{lab.info['node']}/status",
-        headers={"Authorization": f"PVEAPIToken={privileges.TOKEN_ID}={secret}"},
-        verify=False,
-        timeout=30,
-    )
-    return answer.status_code == 200
-
-
-def access(lab: RunningLab, inv: Path) -> subprocess.CompletedProcess[str]:
-    return run_playbook(
-        lab,
-        inv,
-        "--vault-password-file",
-        str(inv.parent / "vault-pass"),
-        playbook="playbooks/access.yml",
-        env=ansible_runs.playbook_env(GPULAB_LAB_STATE=str(lab.state)),
-        timeout=180,
-    )
-
-
 def changed(proc: subprocess.CompletedProcess[str], host: str = "pve") -> int:
     m = re.search(rf"^{host}\s+: ok=\d+\s+changed=(\d+)", proc.stdout, re.M)
     assert m, proc.stdout[-3000:] + proc.stderr
@@ -133,7 +77,7 @@ def changed(proc: subprocess.CompletedProcess[str], host: str = "pve") -> int:
 
 def test_the_hook_makes_the_node_ready_and_keeps_the_secret_for_root(bare: RunningLab, media: Path) -> None:
     assert "gpulab@pve" not in bare.pve_state()["access"]["users"]
-    proc = on_node(bare, "bash -s", stdin=(media / "first-boot.sh").read_text())
+    proc = run_hook(bare, media)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "made token gpulab@pve!ansible" in proc.stdout
     state = access_state(bare, lambda s: len(s["acl"]) >= 2)
@@ -147,7 +91,7 @@ def test_the_hook_makes_the_node_ready_and_keeps_the_secret_for_root(bare: Runni
     mode, data = kept.stdout.split("\n", 1)
     assert mode == "600"
     secret = json.loads(data)
-    assert secret["token_id"] == privileges.TOKEN_ID and token_works(bare, secret["secret"])
+    assert secret["token_id"] == privileges.TOKEN_ID and token_call(bare, secret["secret"]).status_code == 200
     assert secret["secret"] not in proc.stdout + proc.stderr
     # the seed's kernel parameters and the blacklist, as stage host writes them
     files = on_node(
@@ -164,7 +108,7 @@ def test_a_second_run_changes_nothing(bare: RunningLab, media: Path) -> None:
         bare, f"md5sum /etc/kernel/cmdline /etc/modprobe.d/pve-blacklist.conf {SECRET_FILE}"
     ).stdout
     since = len(bare.requests())
-    proc = on_node(bare, "bash -s", stdin=(media / "first-boot.sh").read_text())
+    proc = run_hook(bare, media)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "made " not in proc.stdout and "kernel command line:" not in proc.stdout
     assert (
@@ -214,19 +158,7 @@ def test_access_moves_the_secret_into_the_vault_and_removes_the_node_s_copy(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert changed(proc) == 1
     assert secret not in proc.stdout + proc.stderr
-    vault = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-vault"),
-            "view",
-            "--vault-password-file",
-            str(inv.parent / "vault-pass"),
-            str(inv / "group_vars" / "all" / "vault.yml"),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert yaml.safe_load(vault)["vault_pve_api_token_secret"] == secret
+    assert vault_values(inv)["vault_pve_api_token_secret"] == secret
     assert on_node(bare, f"test -e {SECRET_FILE}").returncode == 1
     again = access(bare, inv)
     assert again.returncode == 0 and changed(again) == 0

@@ -25,6 +25,11 @@ def uuids_from_list(name, gpu_facts):
 # --- the project's own query ------------------------------------------------------------------------------
 
 
+def in_every_format(stem: str) -> list[str]:
+    """The sample files of one query as nvidia-smi prints it: without units, with units, and with the header."""
+    return [f"{stem}-{form}.csv" for form in ("nounits", "units", "header-units")]
+
+
 def test_query_command_line_is_the_documented_one(gpu_facts):
     assert [*gpu_facts.QUERY_ARGS] == [
         "--query-gpu=uuid,name,memory.total,driver_version,pci.bus_id",
@@ -32,14 +37,7 @@ def test_query_command_line_is_the_documented_one(gpu_facts):
     ]
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "constructed-nvidia-smi-query-1gpu-nounits.csv",
-        "constructed-nvidia-smi-query-1gpu-units.csv",
-        "constructed-nvidia-smi-query-1gpu-header-units.csv",
-    ],
-)
+@pytest.mark.parametrize("name", in_every_format("constructed-nvidia-smi-query-1gpu"))
 def test_one_gpu_in_every_format_gives_the_same_card(gpu_facts, name):
     gpus = gpu_facts.parse_gpus(sample(name))
     assert len(gpus) == 1
@@ -268,14 +266,7 @@ def test_diagnosis_all_clear_secure_boot_off(gpu_facts, tmp_path):
 H100_UUID = "GPU-01485eb9-bbd8-6499-de5a-36a7a2d3bc1e"
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "recorded-h100-query-nounits.csv",
-        "recorded-h100-query-units.csv",
-        "recorded-h100-query-header-units.csv",
-    ],
-)
+@pytest.mark.parametrize("name", in_every_format("recorded-h100-query"))
 def test_real_h100_in_every_format_gives_the_same_card(gpu_facts, name):
     gpus = gpu_facts.parse_gpus(sample(name))
     assert uuids_from_list("recorded-h100-L.txt", gpu_facts) == [H100_UUID]

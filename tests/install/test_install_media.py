@@ -15,24 +15,15 @@ import pytest
 from gpulab.install import answer
 from gpulab.install.sha512crypt import sha512_crypt
 
+from . import install_media as run_install_media
+
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"
 
 
 def install_media(inventory: Path, out: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    import os
-
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("GPULAB_")}
-    environ.update(env)
-    environ["HOME"] = str(out.parent / "home")  # no ~/.ssh keys of this machine's user
-    return subprocess.run(
-        [sys.executable, "-m", "gpulab.cli", "install-media", str(inventory), str(out)],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=ROOT,
-        check=False,
-    )
+    # no ~/.ssh keys of this machine's user
+    return run_install_media(inventory, out, HOME=str(out.parent / "home"), **env)
 
 
 @pytest.fixture(scope="module")

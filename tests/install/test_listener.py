@@ -12,8 +12,6 @@ import json
 import os
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 import tomllib
 from pathlib import Path
@@ -22,6 +20,8 @@ import pytest
 import requests
 
 from gpulab.install import listener
+
+from . import install_media
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {
@@ -40,25 +40,14 @@ def free_port() -> int:
 @pytest.fixture
 def written(tmp_path: Path) -> tuple[Path, int]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULAB_")}
-    env.update(GPULAB_PVE_ROOT_PASSWORD="correct horse battery", HOME=str(tmp_path / "home"))
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpulab.cli",
-            "install-media",
-            str(ROOT / "inventory" / "homelab"),
-            str(out),
-            "--webhook",
-            f"https://127.0.0.1:{port}/",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        check=False,
+    proc = install_media(
+        ROOT / "inventory" / "homelab",
+        out,
+        "--webhook",
+        f"https://127.0.0.1:{port}/",
+        GPULAB_PVE_ROOT_PASSWORD="correct horse battery",
+        HOME=str(tmp_path / "home"),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, port

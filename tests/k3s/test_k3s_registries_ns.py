@@ -13,8 +13,8 @@ import yaml
 
 from labsim.net.k3s import registry
 
-from .conftest import VERSION, free_port, recap
-from .test_k3s_roles_ns import play_on, wait_nodes
+from .conftest import free_port, recap
+from .test_k3s_roles_ns import lab_agent_vars, lab_server_vars, play_on, wait_nodes
 from .test_roles_local import CLUSTER, HAMI, WORKLOADS, FakeK3sFolder, engines
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -37,16 +37,7 @@ def test_registries_yaml_before_k3s_starts_and_pulls_through_the_mirror(nshosts,
     server = nshosts("vm-1", airgap=True)
     # Docker Hub gives the lab's address no anonymous pull (the registry knob of the stand-in's cluster, on the server)
     server.put(registry.KNOB, json.dumps({"registry-1.docker.io": {"limit": 0}}))
-    server_vars = {
-        "k3s_server_version": VERSION,
-        "k3s_server_airgap": True,
-        "k3s_server_node_name": "vm-1",
-        "k3s_server_address": "127.0.0.1",
-        "k3s_server_config": {"bind-address": "127.0.0.1", "https-listen-port": port},
-        "k3s_server_poll_interval": 1,
-        "k3s_server_ready_timeout": 60,
-        "k3s_server_registries": REGISTRIES,
-    }
+    server_vars = lab_server_vars("vm-1", port, k3s_server_registries=REGISTRIES)
 
     # (1) written with its content and mode before k3s first started: the node registered with it, no restart but
     # the install's own; the secret is in no output, -v and --diff included
@@ -79,14 +70,7 @@ def test_registries_yaml_before_k3s_starts_and_pulls_through_the_mirror(nshosts,
     # (3) a GPU agent without a mirror: the engine's image is refused 429 by Docker Hub, and stage workloads stops
     # at its first look, naming the pod, the image, the kubelet's reason and the fix
     token = server.upper("/var/lib/rancher/k3s/server/token").read_text().strip()
-    agent_vars = {
-        "k3s_agent_version": VERSION,
-        "k3s_agent_token": token,
-        "k3s_agent_server_url": f"https://127.0.0.1:{port}",
-        "k3s_agent_node_name": "vm-gpu",
-        "k3s_agent_gpu": True,
-        "k3s_agent_airgap": True,
-    }
+    agent_vars = lab_agent_vars(token, f"https://127.0.0.1:{port}")
     gpu = nshosts("vm-gpu", gpu=True, toolkit=True, airgap=True)
     assert recap(gpu.play("k3s_agent", agent_vars))["failed"] == 0
     assert not gpu.upper("/etc/rancher/k3s/registries.yaml").exists()

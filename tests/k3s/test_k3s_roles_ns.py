@@ -47,19 +47,40 @@ def play_on(server, lab, tasks, extra_vars):
     )
 
 
-def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
-    outside = [os.path.exists(p) for p in OUTSIDE]
-    port = free_port()
-    server = nshosts("vm-1", airgap=True)
-    server_vars = {
+def lab_server_vars(name: str, port: int, **more) -> dict:
+    """k3s_server's variables for the lab server `name` (air-gapped, its API on 127.0.0.1:`port`, quick
+    polls), with `more` added."""
+    return {
         "k3s_server_version": VERSION,
         "k3s_server_airgap": True,
-        "k3s_server_node_name": "vm-1",
+        "k3s_server_node_name": name,
         "k3s_server_address": "127.0.0.1",
         "k3s_server_config": {"bind-address": "127.0.0.1", "https-listen-port": port},
         "k3s_server_poll_interval": 1,
         "k3s_server_ready_timeout": 60,
+        **more,
     }
+
+
+def lab_agent_vars(token: str, server_url: str, name: str = "vm-gpu", **more) -> dict:
+    """k3s_agent's variables for the lab agent `name` (air-gapped, a GPU node unless `more` says otherwise),
+    joining `server_url` with `token`."""
+    return {
+        "k3s_agent_version": VERSION,
+        "k3s_agent_token": token,
+        "k3s_agent_server_url": server_url,
+        "k3s_agent_node_name": name,
+        "k3s_agent_gpu": True,
+        "k3s_agent_airgap": True,
+        **more,
+    }
+
+
+def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
+    outside = [os.path.exists(p) for p in OUTSIDE]
+    port = free_port()
+    server = nshosts("vm-1", airgap=True)
+    server_vars = lab_server_vars("vm-1", port)
 
     # First run: config, install (air-gap), k3s started, token generated and read back, node Ready.
     first = server.play("k3s_server", server_vars)
@@ -109,14 +130,7 @@ def test_k3s_roles_install_join_and_drive_the_lab_cluster(nshosts, tmp_path):
     assert server.systemctl_calls().count(["restart", "k3s"]) == 2
     assert server.unit_pid("k3s") != pid
 
-    agent_vars = {
-        "k3s_agent_version": VERSION,
-        "k3s_agent_token": token,
-        "k3s_agent_server_url": f"https://127.0.0.1:{port}",
-        "k3s_agent_node_name": "vm-gpu",
-        "k3s_agent_gpu": True,
-        "k3s_agent_airgap": True,
-    }
+    agent_vars = lab_agent_vars(token, f"https://127.0.0.1:{port}")
 
     # A GPU agent without its container toolkit is refused before anything is installed.
     bare = nshosts("vm-gpu-bare", gpu=True, airgap=True)
@@ -225,19 +239,14 @@ def test_three_servers_form_one_etcd_cluster_that_keeps_answering_without_one(ns
     for name, port in ports.items():
         first = name == "vm-1"
         host = servers[name] = nshosts(name, airgap=True)
-        server_vars = {
-            "k3s_server_version": VERSION,
-            "k3s_server_airgap": True,
-            "k3s_server_node_name": name,
-            "k3s_server_address": "127.0.0.1",
-            "k3s_server_tls_san": ["k3s.lab.example"],
-            "k3s_server_cluster_init": first,
-            "k3s_server_join_url": "" if first else url,
-            "k3s_server_token": token,
-            "k3s_server_config": {"bind-address": "127.0.0.1", "https-listen-port": port},
-            "k3s_server_poll_interval": 1,
-            "k3s_server_ready_timeout": 60,
-        }
+        server_vars = lab_server_vars(
+            name,
+            port,
+            k3s_server_tls_san=["k3s.lab.example"],
+            k3s_server_cluster_init=first,
+            k3s_server_join_url="" if first else url,
+            k3s_server_token=token,
+        )
         results[name] = (host.play("k3s_server", server_vars), server_vars)
         assert recap(results[name][0])["failed"] == 0, results[name][0].stdout[-4000:]
         if first:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from k3s.engines import VLLM  # the reference vLLM engine, as the k3s tests run it
 
 from gpulab.k8s import workloads
 
@@ -15,15 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SECRETS = {"GPULAB_PVE_API_TOKEN_SECRET": "0b1f8a3e-5a43-4c2e-9d8e", "GPULAB_ROUTER_PASSWORD": "pw-for-test"}
 UUID = "GPU-6f2a1c3e-0d4b-4c6a-9e1f-2b3c4d5e6f70"
-VLLM = {
-    "name": "vllm",
-    "image": "vllm/vllm-openai:v0.11.0",
-    "node": "vm-gpu",
-    "gpus": [0],
-    "gpu_memory_percent": 45,
-    "port": 8000,
-    "readiness_path": "/health",
-}
 
 
 def engines(*more):

@@ -54,6 +54,7 @@ EXTRA_TOKENS = [
 NOBLE = "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img"
 NOBLE_SHA256 = "d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac"
 # the map entry of the reference node's RTX 3090
+UBUNTU_ISO = "https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso"
 MAP = "node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"
 
 
@@ -144,6 +145,11 @@ def download(api: Api, **params: Any) -> str:
     """Start a download-url of the cloud image to storage local (``params`` change any); its UPID."""
     base = {"content": "import", "filename": "noble-server-cloudimg-amd64.qcow2", "url": NOBLE}
     return api.data("POST", "/nodes/pve/storage/local/download-url", **{**base, **params})
+
+
+def download_iso(api: Api, filename: str = "u.iso") -> dict:
+    """The Ubuntu server ISO downloaded to storage local as `filename`; the finished task's status."""
+    return api.wait(download(api, content="iso", filename=filename, url=UBUNTU_ISO))
 
 
 def task_log(api: Api, upid: str, node: str = "pve") -> list[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import NETWORK_LAB
+from simlab import lab_ssh
 
 from labsim import network_lab
 from labsim.fixture import load_fixture
@@ -32,18 +33,7 @@ pytestmark = [*NETWORK_LAB, pytest.mark.slow]
 
 
 def ssh(facts, address, command, timeout=30):
-    argv = [
-        "ssh",
-        "-i", facts["ssh_private_key"],
-        "-o", f"UserKnownHostsFile={facts['ssh_known_hosts']}",
-        "-o", "StrictHostKeyChecking=yes",
-        "-o", "BatchMode=yes",
-        "-o", "ConnectTimeout=3",
-        "-o", "LogLevel=ERROR",
-        f"ubuntu@{address}",
-        command,
-    ]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    return lab_ssh(facts, "ubuntu", address, command, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

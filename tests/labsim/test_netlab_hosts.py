@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import NETWORK_LAB
-from simlab import WAIT_FOR_UNATTENDED_UPGRADES, machine_apt_lists_aged
+from simlab import WAIT_FOR_UNATTENDED_UPGRADES, lab_ssh, machine_apt_lists_aged
 
 from labsim import network_lab
 from labsim.fixture import load_fixture
@@ -30,18 +30,7 @@ pytestmark = NETWORK_LAB
 
 
 def ssh(facts, user, address, command, check=True, timeout=20):
-    argv = [
-        "ssh",
-        "-i", facts["ssh_private_key"],
-        "-o", f"UserKnownHostsFile={facts['ssh_known_hosts']}",
-        "-o", "StrictHostKeyChecking=yes",
-        "-o", "BatchMode=yes",
-        "-o", "ConnectTimeout=3",
-        "-o", "LogLevel=ERROR",
-        f"{user}@{address}",
-        command,
-    ]  # fmt: skip
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    res = lab_ssh(facts, user, address, command, timeout=timeout)
     if check:
         assert res.returncode == 0, res.stderr
     return res

@@ -8,7 +8,7 @@ import re
 import time
 
 import pytest
-from pve_sim_client import MAP, create_vm
+from pve_sim_client import MAP, create_vm, download_iso
 
 from labsim.fixture import load_fixture, network_settings
 from labsim.pve_tasks import UPID_RE
@@ -280,15 +280,7 @@ def test_cloudinit_drive_and_options(api):
 
 
 def test_running_vm_takes_fast_plug_options_and_cdrom_at_once_but_not_agent(api):
-    api.wait(
-        api.data(
-            "POST",
-            "/nodes/pve/storage/local/download-url",
-            content="iso",
-            filename="u.iso",
-            url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
-        )
-    )
+    download_iso(api)
     create_vm(api, 296, agent="0", ide2="none,media=cdrom")
     api.run("POST", "/nodes/pve/qemu/296/status/start")
     api.run(

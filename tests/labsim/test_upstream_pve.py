@@ -10,7 +10,7 @@ import time
 
 import pytest
 from conftest import InProcessPveSim, start_lab, stop_lab
-from pve_sim_client import create_vm, vm_params, write_fast_fixture
+from pve_sim_client import UBUNTU_ISO, create_vm, download_iso, vm_params, write_fast_fixture
 
 NOBLE = "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img"
 NOBLE_SHA256 = "d1940f7d69d343355e183dff1e08a59852d32e7309baa7a4bad8365b11b005ac"
@@ -210,16 +210,7 @@ def test_pve_download_url_content_type(storage_labs):
     assert r.json()["message"] == "storage 'local' is not configured for content-type 'import'\n"
     assert api.data("GET", "/nodes/pve/storage/local/content") == []
     # the content it has is fine
-    st = api.wait(
-        api.data(
-            "POST",
-            "/nodes/pve/storage/local/download-url",
-            content="iso",
-            filename="u.iso",
-            url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
-        )
-    )
-    assert st["exitstatus"] == "OK"
+    assert download_iso(api)["exitstatus"] == "OK"
 
 
 def test_pve_storage_disabled(storage_labs):
@@ -236,7 +227,7 @@ def test_pve_storage_disabled(storage_labs):
         "/nodes/pve/storage/local/download-url",
         content="iso",
         filename="u.iso",
-        url="https://releases.ubuntu.com/24.04/ubuntu-24.04.3-live-server-amd64.iso",
+        url=UBUNTU_ISO,
     )
     assert r.status_code == 500 and r.json()["message"] == "storage 'local' is disabled\n"
     st = api.wait(

@@ -24,6 +24,8 @@ from fnmatch import translate
 from pathlib import Path
 from typing import Any
 
+from gpulab.labdef.problems import ProblemsError, described
+
 #: where each rule below was read (repository, path, version and commit)
 PINNED = {
     "pve-installer": "proxmox/pve-installer 9.2.7 (ec2af90)",
@@ -81,14 +83,11 @@ class Problem:
     fix: str
 
     def __str__(self) -> str:
-        shown = "(not set)" if self.value is None else repr(self.value)
-        return f"{self.key}={shown}: {self.why}. Fix: {self.fix}."
+        return described(self.key, self.value, self.why, self.fix)
 
 
-class AnswerError(ValueError):
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
+class AnswerError(ProblemsError, ValueError):
+    problems: list[Problem]
 
 
 # --- the format: one row a key ------------------------------------------------------------------------
@@ -178,22 +177,29 @@ def _fqdn(value: Any) -> str | None:
     return None
 
 
+def _parsed_by(parse: Callable[[Any], object], why: str) -> Callable[[Any], str | None]:
+    """A check that `parse` takes the value (`why` when it raises ValueError)."""
+
+    def check(value: Any) -> str | None:
+        try:
+            parse(value)
+        except ValueError:
+            return why
+        return None
+
+    return check
+
+
+_ip = _parsed_by(ipaddress.ip_address, "not an IP address")
+_interface = _parsed_by(
+    ipaddress.ip_interface, "an invalid IP address or prefix length (IPv4 /0 to /32, IPv6 /0 to /128)"
+)
+
+
 def _cidr(value: Any) -> str | None:
     if not isinstance(value, str) or "/" not in value:
         return "not ADDRESS/PREFIX"
-    try:
-        ipaddress.ip_interface(value)
-    except ValueError:
-        return "an invalid IP address or prefix length (IPv4 /0 to /32, IPv6 /0 to /128)"
-    return None
-
-
-def _ip(value: Any) -> str | None:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return "not an IP address"
-    return None
+    return _interface(value)
 
 
 def _email(value: Any) -> str | None:

@@ -69,6 +69,19 @@ def _mapping(out: Problems, where: str, value: Any, what: str, example: str) -> 
     return False
 
 
+def _known_keys(
+    out: Problems, where: str, value: Any, known: tuple[str, ...], what: str, example: str
+) -> bool:
+    """`value` must be a map (of `what`, as `example`) with only the keys k3s reads there (`known`); False
+    when it is no map."""
+    if not _mapping(out, where, value, what, example):
+        return False
+    for key in value:
+        if key not in known:
+            _unknown(out, where, key, known)
+    return True
+
+
 def _host(out: Problems, where: str, host: Any, star: bool) -> None:
     if isinstance(host, str) and (HOST_RE.match(host) or (star and host == "*")):
         return
@@ -80,11 +93,10 @@ def _host(out: Problems, where: str, host: Any, star: bool) -> None:
 
 def _mirror(out: Problems, host: str, mirror: Any) -> None:
     where = _where("mirrors", host)
-    if not _mapping(out, where, mirror, "endpoint and rewrite", '{endpoint: ["https://mirror.lan:5000"]}'):
+    if not _known_keys(
+        out, where, mirror, MIRROR, "endpoint and rewrite", '{endpoint: ["https://mirror.lan:5000"]}'
+    ):
         return
-    for key in mirror:
-        if key not in MIRROR:
-            _unknown(out, where, key, MIRROR)
     endpoints = mirror.get("endpoint", [])
     if isinstance(endpoints, str) or not isinstance(endpoints, list):
         why = "k3s reads endpoint as a list of URLs (tried in order, then the registry itself)"
@@ -119,11 +131,8 @@ def _mirror(out: Problems, host: str, mirror: Any) -> None:
 
 def _config(out: Problems, host: str, config: Any) -> None:
     where = _where("configs", host)
-    if not _mapping(out, where, config, "auth and tls", "{auth: {username: ..., password: ...}}"):
+    if not _known_keys(out, where, config, CONFIG, "auth and tls", "{auth: {username: ..., password: ...}}"):
         return
-    for key in config:
-        if key not in CONFIG:
-            _unknown(out, where, key, CONFIG)
     auth = config.get("auth")
     if auth is not None and not isinstance(auth, dict):
         why = f"expected a map of credentials, got {type(auth).__name__}"
@@ -167,11 +176,10 @@ def check_registries(d: LabDefinition, out: Problems) -> None:
     value = d.globals.get(NAME)
     if not value:
         return
-    if not _mapping(out, NAME, value, "mirrors and configs", "{mirrors: {docker.io: {endpoint: [...]}}}"):
+    if not _known_keys(
+        out, NAME, value, TOP, "mirrors and configs", "{mirrors: {docker.io: {endpoint: [...]}}}"
+    ):
         return
-    for key in value:
-        if key not in TOP:
-            _unknown(out, NAME, key, TOP)
     mirrors = value.get("mirrors") or {}
     if _mapping(
         out, _where("mirrors"), mirrors, "registry -> mirror", '{docker.io: {endpoint: ["https://..."]}}'

@@ -340,6 +340,24 @@ def _packages(kernel: str) -> dict[str, list[dict]]:
     return {"ubuntu": ubuntu, "nvidia/stable/deb/amd64": nvidia}
 
 
+def _stanza(pkg: dict) -> list[str]:
+    """The control fields a stand-in package's DEBIAN/control and its Packages entry share."""
+    fields = [
+        f"Package: {pkg['name']}",
+        f"Version: {pkg['version']}",
+        "Architecture: amd64",
+        "Maintainer: gpulab lab <lab@gpulab.invalid>",
+        "Section: misc",
+        "Priority: optional",
+    ]
+    fields += [
+        f"{field.capitalize()}: {pkg[field]}"
+        for field in ("depends", "conflicts", "replaces")
+        if pkg.get(field)
+    ]
+    return fields
+
+
 def _build_deb(pkg: dict, out_dir: Path, work: Path) -> Path:
     root = work / pkg["name"]
     (root / "DEBIAN").mkdir(parents=True)
@@ -348,17 +366,7 @@ def _build_deb(pkg: dict, out_dir: Path, work: Path) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text)
         dest.chmod(mode)
-    control = [
-        f"Package: {pkg['name']}",
-        f"Version: {pkg['version']}",
-        "Architecture: amd64",
-        "Maintainer: gpulab lab <lab@gpulab.invalid>",
-        "Section: misc",
-        "Priority: optional",
-    ]
-    for field in ("depends", "conflicts", "replaces"):
-        if pkg.get(field):
-            control.append(f"{field.capitalize()}: {pkg[field]}")
+    control = _stanza(pkg)
     control.append(f"Description: gpulab lab stand-in for {pkg['name']}\n records what it is asked to do")
     (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
     if pkg.get("postinst"):
@@ -379,17 +387,7 @@ def _index(repo: Path, debs: list[Path], pkgs: list[dict]) -> None:
     entries = []
     for deb, pkg in zip(debs, pkgs, strict=True):
         data = deb.read_bytes()
-        lines = [
-            f"Package: {pkg['name']}",
-            f"Version: {pkg['version']}",
-            "Architecture: amd64",
-            "Maintainer: gpulab lab <lab@gpulab.invalid>",
-            "Priority: optional",
-            "Section: misc",
-        ]
-        for field in ("depends", "conflicts", "replaces"):
-            if pkg.get(field):
-                lines.append(f"{field.capitalize()}: {pkg[field]}")
+        lines = _stanza(pkg)
         lines += [
             f"Filename: ./{deb.name}",
             f"Size: {len(data)}",

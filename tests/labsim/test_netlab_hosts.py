@@ -22,7 +22,7 @@ from simlab import WAIT_FOR_UNATTENDED_UPGRADES, lab_ssh, machine_apt_lists_aged
 
 from labsim import network_lab
 from labsim.fixture import load_fixture
-from labsim.net import addressing
+from labsim.net import addressing, guest_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -198,9 +198,11 @@ def test_vm_boots_from_the_guest_image_and_borrows_nothing_of_the_machine(lab):
         def vm(command):
             return ssh(facts, "ubuntu", addr, command).stdout
 
-        # package selections: the image's; what the machine installed for the lab is not in the VM
+        # package selections: the image's and the Ubuntu kernel the lab lays over it (labsim.net.guest_kernel);
+        # what the machine installed for the lab is not in the VM
         packages = _image_list(img, "dpkg-query", "-W", "-f", "${Package}\n").split()
-        assert vm("dpkg-query -W -f '${Package}\\n'").split() == packages
+        kernel = sorted(guest_kernel.dpkg_stanzas(guest_kernel.DEFAULT_SERIES))
+        assert sorted(vm("dpkg-query -W -f '${Package}\\n'").split()) == sorted([*packages, *kernel])
         assert {"sudo", "python3-apt", "systemd-timesyncd", "openssh-server", "gnupg"} <= set(packages)
         assert "dnsmasq-base" not in packages and Path("/usr/sbin/dnsmasq").exists()
         assert vm("test -e /usr/sbin/dnsmasq || echo absent") == "absent\n"

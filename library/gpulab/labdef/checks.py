@@ -17,7 +17,6 @@ from typing import Any
 
 from gpulab.constants import DOWNLOAD_EXTENSION_HINTS, DOWNLOAD_EXTENSIONS, PLACEHOLDER
 from gpulab.k8s import workloads
-from gpulab.labdef import k3s_inputs
 from gpulab.labdef.catalogue import (
     BY_NAME,
     CHECKSUM_LENGTHS,
@@ -39,6 +38,7 @@ from gpulab.labdef.catalogue import (
 from gpulab.labdef.definition import LabDefinition, gpu_ids, load, pinned_mib
 from gpulab.labdef.hami_values import check_hami_values
 from gpulab.labdef.k3s_inputs import check_k3s_inputs
+from gpulab.labdef.k3s_inputs import extra_problems as k3s_extra_problems
 from gpulab.labdef.monitoring_values import check_monitoring_values
 from gpulab.labdef.node_checks import check_cluster
 from gpulab.labdef.problems import Problem, Problems
@@ -454,7 +454,7 @@ def check_extra_vars(extra: dict[str, Any], d: LabDefinition | None = None) -> l
             p = _unknown(EXTRA_VARS, name, extra[name], known)
             out.append(replace(p, why=p.why.replace("unknown variable", "unknown variable given with -e", 1)))
     if d is not None:
-        out.extend(k3s_inputs.extra_problems(d, extra))
+        out.extend(k3s_extra_problems(d, extra))
     return out
 
 

@@ -106,15 +106,20 @@ def owned_prefixes() -> tuple[str, ...]:
 
 
 def run_switches() -> frozenset[str]:
-    """The names with a prefix gpulab owns that the playbooks read themselves, beyond the catalogue and the roles'
-    options: switches given with -e for one run (gpulab_run_lock_break, gpulab_teardown_confirm, ...)."""
-    return _run_switches(ROLES_DIR.parent / "playbooks", owned_prefixes())
+    """The names with a prefix gpulab owns that the playbooks and roles read themselves, beyond the catalogue and
+    the roles' options: switches given with -e for one run (gpulab_run_lock_break, gpulab_teardown_confirm, ...)
+    and the facts one stage leaves for the next (pve_host_gpu_state, which a run of stage vms alone may be given)."""
+    return _run_switches(ROLES_DIR.parent, owned_prefixes())
 
 
 @functools.cache
-def _run_switches(playbooks_dir: Path, prefixes: tuple[str, ...]) -> frozenset[str]:
+def _run_switches(root: Path, prefixes: tuple[str, ...]) -> frozenset[str]:
     word = re.compile(r"\b(?:" + "|".join(map(re.escape, prefixes)) + r")[a-z0-9_]+\b")
-    files = [*sorted(playbooks_dir.rglob("*.yml")), playbooks_dir.parent / "site.yml"]
+    files = [
+        *sorted((root / "playbooks").rglob("*.yml")),
+        *sorted((root / "roles").rglob("*.yml")),
+        root / "site.yml",
+    ]
     return frozenset(w for f in files if f.is_file() for w in word.findall(f.read_text()))
 
 

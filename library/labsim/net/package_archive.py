@@ -604,8 +604,14 @@ def build(dest: Path, gnupghome: Path, kernel: str | None = None, files_url: str
     ``files_url`` is where ``dest/k3s`` is served (the install script fetches the k3s binary there).
     """
     kernel = kernel or os.uname().release
+    gnupghome.mkdir(parents=True, exist_ok=True)
+    # gpg-agent's sockets live in the home and a Unix socket's path has at most 107 bytes: a deep state folder
+    # (a test's) is reached through a short link instead
+    short = Path(tempfile.mkdtemp(prefix="gl-gpg-"))
+    home = short / "h"
+    home.symlink_to(gnupghome.resolve(), target_is_directory=True)
     try:
-        paths = _build(dest, gnupghome, kernel)
+        paths = _build(dest, home, kernel)
         k3s = dest / "k3s"
         k3s.mkdir()
         (k3s / "install.sh").write_text(K3S_INSTALL.replace("@FILES@", files_url.rstrip("/")))
@@ -614,9 +620,8 @@ def build(dest: Path, gnupghome: Path, kernel: str | None = None, files_url: str
         return {**paths, "k3s_install": "k3s/install.sh", "k3s_binary": "k3s/k3s"}
     finally:
         # gpg starts an agent for the key's home; the lab leaves no process behind
-        subprocess.run(
-            ["gpgconf", "--homedir", str(gnupghome), "--kill", "all"], capture_output=True, check=False
-        )
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True, check=False)
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def _build(dest: Path, gnupghome: Path, kernel: str) -> dict[str, str]:

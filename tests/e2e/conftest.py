@@ -7,41 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import RunningLab, lab_down, lab_up, need_root
+from .helpers import RunningLab, running_lab
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    need_root()
-    state = tmp_path_factory.mktemp("lab")
-    try:
-        yield lab_up(state)
-    finally:
-        lab_down(state)
+    yield from running_lab(tmp_path_factory.mktemp("lab"))
 
 
 @pytest.fixture(scope="module")
 def homelab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
     """The lab as the user has it before gpulab (fixture homelab: VMs made by hand, leases held)."""
-    need_root()
-    state = tmp_path_factory.mktemp("lab")
-    try:
-        yield lab_up(state, Path("homelab"))
-    finally:
-        lab_down(state)
+    yield from running_lab(tmp_path_factory.mktemp("lab"), Path("homelab"))
 
 
 def _bare_lab(tmp_path_factory: pytest.TempPathFactory, extends: str) -> Iterator[RunningLab]:
     """Fixture `extends` with a node that has no gpulab API access yet (access.bootstrap false)."""
-    need_root()
     root = tmp_path_factory.mktemp("bare")
     fixture = root / f"bare-{extends}.yml"
     fixture.write_text(f"extends: {extends}\naccess:\n  bootstrap: false\n")
-    state = root / "lab"
-    try:
-        yield lab_up(state, fixture)
-    finally:
-        lab_down(state)
+    yield from running_lab(root / "lab", fixture)
 
 
 @pytest.fixture(scope="module")

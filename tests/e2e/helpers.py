@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +89,15 @@ def lab_down(state: Path) -> None:
     subprocess.run(
         [GPULAB, "lab", "down", "--state", str(state)], capture_output=True, timeout=120, check=False
     )
+
+
+def running_lab(state: Path, fixture: Path | None = None) -> Iterator[RunningLab]:
+    """A lab in ``state`` (root only) for a module's fixture to yield, taken down even when a test fails."""
+    need_root()
+    try:
+        yield lab_up(state, fixture)
+    finally:
+        lab_down(state)
 
 
 def playbook_env(lab: RunningLab, **extra: str) -> dict[str, str]:

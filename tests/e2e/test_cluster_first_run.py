@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import REPO, RunningLab, api, lab_down, lab_up, need_root, run_playbook
+from .helpers import REPO, RunningLab, api, run_playbook, running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -22,12 +22,7 @@ VMS = ["server-1", "server-2", "server-3", "agent-1", "gpu-3090", "gpu-4090"]
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    need_root()
-    state = tmp_path_factory.mktemp("lab")
-    try:
-        yield lab_up(state, Path("cluster"))
-    finally:
-        lab_down(state)
+    yield from running_lab(tmp_path_factory.mktemp("lab"), Path("cluster"))
 
 
 def boots(lab: RunningLab, node: str) -> list[dict]:

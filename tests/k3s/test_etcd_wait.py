@@ -4,6 +4,7 @@ wait), and when the wait is over (every server Ready and a voting etcd member, r
 
 import json
 
+import plugin_files
 import pytest
 
 from gpulab.k8s.speaker import etcd_settled, reboot_wait
@@ -67,14 +68,7 @@ def test_settled_without_an_answer_is_no_leader():
 
 
 def test_the_filters_read_kubectls_text():
-    from importlib import util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "gpulab_k3s.py"
-    spec = util.spec_from_file_location("_gpulab_k3s_filters", path)
-    mod = util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    filters = mod.FilterModule().filters()
+    filters = plugin_files.filters("gpulab_k3s")
     text = json.dumps({"items": [node(s) for s in SERVERS]})
     assert filters["gpulab_k3s_etcd_settled"](text, SERVERS)["done"]
     # kubectl's error text (etcdserver: request timed out) is no node list: no leader
@@ -102,14 +96,7 @@ def test_servers_not_running_reads_qm_list():
 def test_the_quorum_gate_filters_read_qm_list_by_vm_name():
     """Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml): the servers at stake, those whose VM
     runs (by its VM name, `qm list`'s NAME), and the decision."""
-    from importlib import util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "gpulab_k3s.py"
-    spec = util.spec_from_file_location("_gpulab_k3s_filters_gate", path)
-    mod = util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    filters = mod.FilterModule().filters()
+    filters = plugin_files.filters("gpulab_k3s")
     assert filters["gpulab_k3s_quorum_at_stake"]("pve", VM_NODES) == ["server-1", "server-2"]
     assert filters["gpulab_k3s_quorum_at_stake"]("pve2", VM_NODES) == []
     qm = (

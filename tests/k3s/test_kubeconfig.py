@@ -1,9 +1,7 @@
 """The admin kubeconfig on the controller (gpulab.k8s.kubeconfig and filter gpulab_kubeconfig): k3s' entries
 under the lab's name, pointed at the registration address, merged into the user's file keeping the rest."""
 
-from importlib import util
-from pathlib import Path
-
+import plugin_files
 import pytest
 import yaml
 
@@ -69,11 +67,7 @@ def test_a_broken_file_is_refused_without_showing_its_text():
 
 
 def test_the_filter_plugin_merges_and_summarises():
-    path = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "gpulab_kubeconfig.py"
-    spec = util.spec_from_file_location("gpulab_kubeconfig_filter", path)
-    module = util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    filters = module.FilterModule().filters()
+    filters = plugin_files.filters("gpulab_kubeconfig")
     text = filters["gpulab_kubeconfig"](K3S_YAML, "demo", "https://10.0.0.5:6443", OTHER)
     assert yaml.safe_load(text)["clusters"][1]["name"] == "demo"
     assert filters["gpulab_kubeconfig"](K3S_YAML, "demo", "https://10.0.0.5:6443") == kubeconfig.merge(

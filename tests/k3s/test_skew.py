@@ -4,6 +4,7 @@ playbooks/upgrade.yml refuses anything else before any change, naming the releas
 import json
 from pathlib import Path
 
+import plugin_files
 import pytest
 import yaml
 
@@ -77,12 +78,7 @@ def test_upgrade_yml_checks_the_path_before_the_first_change():
 
 
 def test_the_filter_reads_kubectls_text():
-    from importlib import util
-
-    spec = util.spec_from_file_location("gpulab_k3s_filter", ROOT / "plugins/filter/gpulab_k3s.py")
-    mod = util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    skew = mod.FilterModule().filters()["gpulab_k3s_upgrade_skew"]
+    skew = plugin_files.filters("gpulab_k3s")["gpulab_k3s_upgrade_skew"]
     text = json.dumps(nodes(**{"vm-1": "v1.33.5+k3s1"}))
     (problem,) = skew(text, "v1.35.6+k3s1")
     assert problem.startswith("vm-1: v1.33.5+k3s1 -> v1.35.6+k3s1 skips 1 minor release(s)")

@@ -46,12 +46,19 @@ def now_iso():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def read_text(path):
+    """The text of the file at `path`, or None when it cannot be read (absent, a folder, no permission)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def load_config():
     """config.yaml (PyYAML when present, else the flat `key: value` / `- item` subset k3s configs use)."""
-    try:
-        with open(CONFIG) as f:
-            text = f.read()
-    except OSError:
+    text = read_text(CONFIG)
+    if text is None:
         return {}
     try:
         import yaml

@@ -35,6 +35,8 @@ import json
 import re
 import time
 
+from .common import read_text
+
 REGISTRIES = "/etc/rancher/k3s/registries.yaml"
 KNOB = "/var/lib/gpulab-sim/registry.json"
 DEFAULT_REGISTRY = "docker.io"
@@ -46,10 +48,8 @@ TOO_MANY = "toomanyrequests: You have reached your unauthenticated pull rate lim
 
 def load_registries(path=REGISTRIES):
     """registries.yaml as k3s reads it at start ({} when absent or unreadable)."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError:
+    text = read_text(path)
+    if text is None:
         return {}
     try:
         import yaml

@@ -803,6 +803,11 @@ def boot_state(
     `classes` its USB functions).
     """
     drivers = boot_drivers(cmdline, modprobe_d, modules_load, gpu_functions, classes, builtin)
+    return state_of(drivers, builtin)
+
+
+def state_of(drivers: dict[str, str | None], builtin: list[str] | None = None) -> str:
+    """The boot state (:func:`boot_state`) of the drivers :func:`boot_drivers` gave, its display function first."""
     display, *others = drivers
     inside = {MODULE_DRIVERS.get(_norm(m), _norm(m)) for m in builtin or []}
     gpu = drivers[display]

@@ -273,8 +273,9 @@ def boot(root: Path, view: Path, options: dict[str, Any]) -> dict[str, Any]:
     states, bindings = {}, {}
     for card in cards:
         display = min(card or sysfs_tree.GPU_FUNCTIONS)
-        states[display] = sysfs_tree.boot_state(cmdline, modprobe_d, modules_load, card, classes, builtin)
-        bindings.update(sysfs_tree.boot_drivers(cmdline, modprobe_d, modules_load, card, classes, builtin))
+        drivers = sysfs_tree.boot_drivers(cmdline, modprobe_d, modules_load, card, classes, builtin)
+        states[display] = sysfs_tree.state_of(drivers, builtin)
+        bindings.update(drivers)
     state = next(iter(states.values()))
     sysfs_tree.materialise(
         view,

@@ -28,8 +28,21 @@ def seconds(value: float) -> str:
 HOST_KEY_FAILURES = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
 
 
+# What ssh prints when the ControlPath (Ansible's control_path_dir plus a hash, and ssh's own 17-character
+# suffix while it makes the socket) does not fit a Unix socket's 107 bytes: ssh gives up before it connects.
+CONTROL_PATH_TOO_LONG = "too long for Unix domain socket"
+
+
 def host_key_problem(host: str, address: str, message: str) -> str | None:
-    """The message for a connection failure that waiting cannot cure (the host's SSH key), or None."""
+    """The message for a connection failure that waiting cannot cure (the host's SSH key, an SSH control
+    socket path that is too long), or None."""
+    if CONTROL_PATH_TOO_LONG in message:
+        return (
+            f"ssh cannot make its control socket for {host} ({address}): its path is too long for a Unix socket "
+            f"({message.strip().splitlines()[-1]}); waiting does not cure that. Fix: give Ansible a shorter "
+            "folder for it (ansible_control_path_dir, or ANSIBLE_SSH_CONTROL_PATH_DIR=/tmp/ansible-cp), then "
+            "run again."
+        )
     if not any(f in message for f in HOST_KEY_FAILURES):
         return None
     changed = "REMOTE HOST IDENTIFICATION HAS CHANGED" in message

@@ -107,6 +107,9 @@ def guest_base(facts, address, tmp_path, *extra: str) -> subprocess.CompletedPro
         "HOME": str(tmp_path),
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "ANSIBLE_NOCOLOR": "1",
+        # the lab's short folder for SSH control sockets (as inventory/demo's ansible_control_path_dir): under
+        # pytest-xdist, HOME's .ansible/cp is too deep for ssh's socket path
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": facts["ssh_control_path_dir"],
     }
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, cwd=ROOT, env=env)
 

@@ -146,11 +146,13 @@ def test_a_first_look_that_outlasts_the_timeout_still_gets_a_second():
 def test_a_control_socket_path_too_long_stops_the_wait_at_once_naming_the_fix():
     # what OpenSSH 9.2 prints (after the connection) when Ansible's control_path_dir is too deep
     message = (
-        "Failed to connect to the host via ssh: unix_listener: path \"/tmp/pytest-of-root/pytest-0/popen-gw1/"
-        "test_guest_base_fails_naming_u0/.ansible/cp/d3874a4287.kn7YUYocNqaw2dRx\" too long for Unix domain socket"
+        'Failed to connect to the host via ssh: unix_listener: path "/tmp/pytest-of-root/pytest-0/popen-gw1/'
+        'test_guest_base_fails_naming_u0/.ansible/cp/d3874a4287.kn7YUYocNqaw2dRx" too long for Unix domain socket'
     )
     problem = waiting.host_key_problem("vm1", "10.0.0.7", message)
     assert problem is not None
     assert problem.startswith("ssh cannot make its control socket for vm1 (10.0.0.7)")
     assert "ansible_control_path_dir" in problem and "waiting does not cure that" in problem
-    assert waiting.host_key_problem("vm1", "10.0.0.7", "ssh: connect to host 10.0.0.7 port 22: No route") is None
+    assert (
+        waiting.host_key_problem("vm1", "10.0.0.7", "ssh: connect to host 10.0.0.7 port 22: No route") is None
+    )

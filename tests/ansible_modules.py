@@ -1,7 +1,7 @@
 """The modules of plugins/modules run outside Ansible, as the tests load and start them.
 
 The controller modules import their shared prologue as a collection's modules do,
-`from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import ...`. Ansible finds it
+`from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import ...`. Ansible finds it
 through the collection (the checkout is gpulab.homelab through .collections, ansible.cfg `collections_path`)
 and ships it with each module; outside Ansible, `use_module_utils()` starts Ansible's collection loader on
 .collections, so the package `ansible_collections.gpulab.homelab` is this checkout (tests/conftest.py does

@@ -118,7 +118,7 @@ def test_nothing_of_ansible_is_assigned_or_patched(path):
 
 def test_the_files_are_found():
     names = {p.relative_to(ROOT).as_posix() for p in FILES}
-    assert {"plugins/plugin_utils/gpulab_controller.py", "library/gpulab/tasks/__init__.py"} <= names
+    assert {"plugins/plugin_utils/controller.py", "library/gpulab/tasks/__init__.py"} <= names
 
 
 @pytest.mark.parametrize(

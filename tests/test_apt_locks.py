@@ -1,4 +1,4 @@
-"""gpulab_apt_locks: the holder of apt's and dpkg's locks found on real fcntl locks (its PID and the name apt
+"""apt_locks: the holder of apt's and dpkg's locks found on real fcntl locks (its PID and the name apt
 shows), free locks and missing lock files seen as free, and the task in a play on this machine: it waits while
 a process holds a lock, naming it at once and at a steady pace, and fails naming it when the time is up."""
 
@@ -27,7 +27,7 @@ APT_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/
 
 
 def module():
-    spec = importlib.util.spec_from_file_location("gpulab_apt_locks_test", MODULES / "gpulab_apt_locks.py")
+    spec = importlib.util.spec_from_file_location("gpulab_apt_locks_test", MODULES / "apt_locks.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -134,7 +134,7 @@ def test_a_lock_on_part_of_the_file_and_an_open_file_description_lock_count_too(
 
 def test_the_module_reports_holders_in_check_mode_and_changes_nothing(tmp_path):
     with unattended_upgrade(tmp_path, 30) as proc:
-        res = run_json(MODULES / "gpulab_apt_locks.py", {"paths": locks(tmp_path)}, check_mode=True)
+        res = run_json(MODULES / "apt_locks.py", {"paths": locks(tmp_path)}, check_mode=True)
     assert res["changed"] is False and res["timeout"] == 900
     assert [(h["pid"], h["name"]) for h in res["holders"]] == [(proc.pid, "unattended-upgr")]
     assert res["msg"].endswith(f"are held by process {proc.pid} (unattended-upgr)")
@@ -146,7 +146,7 @@ def test_the_module_reports_holders_in_check_mode_and_changes_nothing(tmp_path):
 def _play(tmp_path: Path, paths: list[str], timeout: int) -> subprocess.CompletedProcess:
     task = {
         "name": "Wait until no other process holds apt's and dpkg's locks",
-        "gpulab.homelab.gpulab_apt_locks": {
+        "gpulab.homelab.apt_locks": {
             "timeout": timeout,
             "interval": 1,
             "progress_interval": 2,
@@ -222,7 +222,7 @@ def test_unattended_upgrades_lock_taken_gives_up(tmp_path):
 
 
 def test_apt_get_lock_holder(tmp_path):
-    """This machine's apt-get, pointed at the stand-in's lists folder, names the holder gpulab_apt_locks names."""
+    """This machine's apt-get, pointed at the stand-in's lists folder, names the holder apt_locks names."""
     if shutil.which("apt-get") is None:
         pytest.skip("no apt-get on this machine")
     lists = tmp_path / "host" / "var/lib/apt/lists"
@@ -268,14 +268,14 @@ def _tasks(items: list) -> Iterator[dict]:
 
 
 def test_every_apt_task_of_the_roles_waits_for_apt_s_locks_as_long():
-    """A role's apt task (the guests' and any on the Proxmox node) follows a gpulab_apt_locks wait of its own
+    """A role's apt task (the guests' and any on the Proxmox node) follows a apt_locks wait of its own
     file and gives apt the timeout that wait used, so a lock taken in between is waited for as long."""
     found = 0
     for path in sorted(ROOT.glob("roles/*/tasks/*.yml")):
         waits: list[str] = []
         for task in _tasks(yaml.safe_load(path.read_text()) or []):
-            if "gpulab.homelab.gpulab_apt_locks" in task:
-                assert task["gpulab.homelab.gpulab_apt_locks"] == {
+            if "gpulab.homelab.apt_locks" in task:
+                assert task["gpulab.homelab.apt_locks"] == {
                     "timeout": "{{ gpulab_apt_lock_timeout | default(omit) }}"
                 }, path
                 waits.append(task["register"])
@@ -284,7 +284,7 @@ def test_every_apt_task_of_the_roles_waits_for_apt_s_locks_as_long():
                 continue
             found += 1
             assert module == "ansible.builtin.apt", f"{path}: {task['name']}: use ansible.builtin.apt"
-            assert waits, f"{path}: {task['name']}: no gpulab_apt_locks wait before it"
+            assert waits, f"{path}: {task['name']}: no apt_locks wait before it"
             assert task[module].get("lock_timeout") == f"{{{{ {waits[-1]}.timeout }}}}", (
                 f"{path}: {task['name']}"
             )

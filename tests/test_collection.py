@@ -30,13 +30,13 @@ FQCN = f"{GALAXY['namespace']}.{GALAXY['name']}"
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 MISSING = "Failed to import the required Python library (gpulab"
-# The modules whose main() is the engine's task (plugins/module_utils/gpulab_module.py's run_module).
+# The modules whose main() is the engine's task (plugins/module_utils/controller_module.py's run_module).
 ENGINE_MODULES = {
     m
     for m in MODULES
     if any(
         isinstance(n, ast.ImportFrom)
-        and n.module == "ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module"
+        and n.module == "ansible_collections.gpulab.homelab.plugins.module_utils.controller_module"
         for n in ast.walk(ast.parse((ROOT / "plugins" / "modules" / f"{m}.py").read_text()))
     )
 }
@@ -117,7 +117,7 @@ def test_ansible_doc_finds_every_module_of_the_installed_collection_with_its_fra
         fragments = module.get("extends_documentation_fragment") or []
         for fragment in fragments:
             assert fragment.startswith((f"{FQCN}.", "ansible.builtin.")), (name, fragment)
-        if f"{FQCN}.gpulab_pve" in fragments:
+        if f"{FQCN}.pve" in fragments:
             assert {"api_url", "api_token_id", "api_token_secret"} <= set(module["options"]), name
         # a module that runs the engine says so where ansible-doc shows what a module needs
         needs = [r for r in module.get("requirements") or [] if "gpulab" in r and "requirements.txt" in r]
@@ -176,7 +176,7 @@ def test_the_pve_action_group_is_every_module_with_the_pve_connection_options():
             for n in tree.body
             if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "DOCUMENTATION" for t in n.targets)
         ]
-        if f"{FQCN}.gpulab_pve" in (yaml.safe_load(doc).get("extends_documentation_fragment") or []):
+        if f"{FQCN}.pve" in (yaml.safe_load(doc).get("extends_documentation_fragment") or []):
             with_connection.add(module)
     assert with_connection and set(runtime["action_groups"]["pve"]) == with_connection
 
@@ -185,7 +185,7 @@ def test_module_defaults_of_the_pve_group_give_a_pve_module_its_connection(tmp_p
     """From the checkout (ansible.cfg's collections_path holds it as gpulab.homelab), a task that names the
     module by its full name takes the connection of `group/gpulab.homelab.pve`: its request goes to that URL
     (a closed port here), where without the defaults the module says the URL is missing."""
-    task = {"name": "Read the node", f"{FQCN}.gpulab_pve_info": {"node": "pve"}}
+    task = {"name": "Read the node", f"{FQCN}.pve_info": {"node": "pve"}}
     defaults = {"api_url": "https://127.0.0.1:9", "api_token_id": "u@pve!t", "api_token_secret": "s3cret"}
     defaults |= {"api_retries": 0, "api_timeout": 5}
 
@@ -229,7 +229,7 @@ def test_a_module_run_by_a_python_without_the_engine_fails_with_the_missing_libr
     playbook = tmp_path / "no_engine.yml"
     task = {
         "name": "Plan the workloads",
-        "gpulab.homelab.gpulab_hami_workloads": {"engines": [], "gpus_by_node": {}},
+        "gpulab.homelab.hami_workloads": {"engines": [], "gpus_by_node": {}},
     }
     task["environment"] = {"GPULAB_EXAMPLE": "1"}  # a task environment: the module runs in its own Python
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
@@ -263,7 +263,7 @@ def test_a_controller_without_the_engine_stops_with_the_missing_library_message(
     playbook = tmp_path / "no_engine.yml"
     task = {
         "name": "Plan the workloads",
-        "gpulab.homelab.gpulab_hami_workloads": {"engines": [], "gpus_by_node": {}},
+        "gpulab.homelab.hami_workloads": {"engines": [], "gpus_by_node": {}},
     }
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
     proc = run(
@@ -282,7 +282,7 @@ def test_a_controller_without_the_engine_stops_with_the_missing_library_message(
 PLUGINS_WITH_ENGINE = sorted(
     p
     for kind in ("action", "filter", "lookup", "plugin_utils")
-    for p in (ROOT / "plugins" / kind).glob("gpulab_*.py")
+    for p in (ROOT / "plugins" / kind).glob("[!_]*.py")
     if any(
         (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "gpulab")
         or (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "gpulab" for a in n.names))
@@ -310,7 +310,7 @@ def test_every_plugin_that_imports_the_engine_loads_without_it_and_names_it_when
         f"init_plugin_loader([{str(ROOT / '.collections')!r}])\n"
         f"plugin = importlib.import_module({name!r})\n"
         "print('loaded')\n"
-        "from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_engine import MissingEngine\n"
+        "from ansible_collections.gpulab.homelab.plugins.plugin_utils.engine import MissingEngine\n"
         "for what, value in vars(plugin).items():\n"
         "    if isinstance(value, MissingEngine):\n"
         "        for use in (lambda: value(), lambda: value.anything):\n"
@@ -357,13 +357,16 @@ def test_every_changelog_fragment_uses_the_sections_of_the_changelog_config():
 def test_the_collection_s_playbooks_and_roles_call_its_plugins_and_roles_by_full_name():
     """What an installed copy runs (playbooks/, roles/) names gpulab's modules, filters, lookups and roles as
     gpulab.homelab.<name>: a short name resolves only in a checkout (ansible.cfg's plugin and role paths)."""
-    modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("gpulab_*.py"))
+    # one-word names (files, units, wait) are also option names; ansible.cfg resolves no short name anyway
+    modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("[!_]*.py") if "_" in p.stem)
     roles = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+    filters = sorted(yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())["plugin_routing"]["filter"])
+    filters = [name.removeprefix("gpulab_") for name in filters]
     short = [
         re.compile(rf"^\s*(?:- )?({'|'.join(modules)}):", re.M),  # a task calling a module
-        re.compile(rf"^\s*module: ({'|'.join(modules)})\s*$", re.M),  # gpulab_wait's module option
-        re.compile(r"\|\s*(gpulab_\w+)"),  # a filter
-        re.compile(r"""(?:query|lookup)\(\s*['"](gpulab_\w+)"""),  # a lookup
+        re.compile(rf"^\s*module: ({'|'.join(modules)})\s*$", re.M),  # wait's module option
+        re.compile(rf"\|\s*({'|'.join(filters)})\b"),  # a filter
+        re.compile(r"""(?:query|lookup)\(\s*['"](reach)"""),  # a lookup
         re.compile(rf"^\s*- role: ({'|'.join(roles)})\s*$", re.M),
         re.compile(rf"_role:\n\s+name: ({'|'.join(roles)})\s*$", re.M),
     ]

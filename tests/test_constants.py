@@ -29,7 +29,7 @@ def test_the_router_kinds_are_one_list():
 
 
 def test_the_dhcp_module_offers_the_router_kinds():
-    path = ROOT / "plugins" / "modules" / "gpulab_dhcp_reservation.py"
+    path = ROOT / "plugins" / "modules" / "dhcp_reservation.py"
     spec = importlib.util.spec_from_file_location("dhcp_module_kinds", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

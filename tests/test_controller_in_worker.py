@@ -1,4 +1,4 @@
-"""The controller modules run inside the task's worker (plugins/plugin_utils/gpulab_controller.py runs the engine's
+"""The controller modules run inside the task's worker (plugins/plugin_utils/controller.py runs the engine's
 task, gpulab.tasks, with the module's argument spec) and answer exactly as when Ansible starts the module as
 its own Python (which it still does for a task with `environment`): the same result, the same failures and
 argument errors, check and diff mode, and no secret in the -vvv output."""
@@ -53,17 +53,17 @@ def _same(result):
 def test_a_module_runs_in_the_worker_and_answers_as_its_own_python(tmp_path):
     split = {**VALUES, "device_split_count": 4}
     tasks = [
-        {"name": "in the worker", "gpulab_hami_values": split},
-        {"name": "own python", "gpulab_hami_values": split, "environment": {"GPULAB_PROBE": "1"}},
+        {"name": "in the worker", "hami_values": split},
+        {"name": "own python", "hami_values": split, "environment": {"GPULAB_PROBE": "1"}},
         {
             "name": "loop",
-            "gpulab_hami_values": {**VALUES, "device_split_count": "{{ item }}"},
+            "gpulab.homelab.hami_values": {**VALUES, "device_split_count": "{{ item }}"},
             "loop": [2, 3],
         },
     ]
     proc, (worker, own, loop) = _playbook(tmp_path, tasks)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert proc.stdout.count("gpulab_hami_values: running gpulab.tasks.hami_values in this worker") == 3
+    assert proc.stdout.count("hami_values: running gpulab.tasks.hami_values in this worker") == 3
     assert worker["values"]["devicePlugin"]["deviceSplitCount"] == 4
     assert _same(worker) == _same(own)
     assert set(_same(worker)) >= {"values", "values_content", "manifest", "keys_known", "changed"}
@@ -74,11 +74,11 @@ def test_a_module_runs_in_the_worker_and_answers_as_its_own_python(tmp_path):
 def test_a_failure_keeps_its_message_and_hides_the_secret(tmp_path, environment):
     bad = {
         "name": "bad key",
-        "gpulab_hami_values": {**VALUES, "extra_values": {"devicePlugin": {"nosuchkey": 1}}},
+        "gpulab.homelab.hami_values": {**VALUES, "extra_values": {"devicePlugin": {"nosuchkey": 1}}},
     }
     pve = {
         "name": "unreachable PVE",
-        "gpulab_pve_info": {
+        "gpulab.homelab.pve_info": {
             "node": "pve",
             "api_url": "https://127.0.0.1:9",
             "api_token_id": "gpulab@pve!ansible",
@@ -102,7 +102,7 @@ def test_a_failure_keeps_its_message_and_hides_the_secret(tmp_path, environment)
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        ({**VALUES, "bogus": 1}, "Unsupported parameters for (gpulab_hami_values) module: bogus."),
+        ({**VALUES, "bogus": 1}, "Unsupported parameters for (hami_values) module: bogus."),
         ({**VALUES, "device_split_count": "many"}, "device_split_count"),
         (
             {k: v for k, v in VALUES.items() if k != "chart_version"},
@@ -114,10 +114,10 @@ def test_a_failure_keeps_its_message_and_hides_the_secret(tmp_path, environment)
 )
 def test_an_argument_error_reads_the_same_in_both(tmp_path, args, says):
     tasks = [
-        {"name": "worker", "gpulab_hami_values": args, "ignore_errors": True},
+        {"name": "worker", "hami_values": args, "ignore_errors": True},
         {
             "name": "own",
-            "gpulab_hami_values": args,
+            "hami_values": args,
             "ignore_errors": True,
             "environment": {"GPULAB_PROBE": "1"},
         },
@@ -150,11 +150,11 @@ def test_check_and_diff_mode_and_a_secret_in_both(tmp_path):
     own = {"environment": {"GPULAB_PROBE": "1"}}
     check = {"check_mode": True, "diff": True}
     tasks = [
-        {"name": "worker, check", "gpulab_dhcp_reservation": router, **check},
-        {"name": "own, check", "gpulab_dhcp_reservation": router, **check, **own},
-        {"name": "worker, run", "gpulab_dhcp_reservation": router, "diff": True},
-        {"name": "own, again", "gpulab_dhcp_reservation": router, "diff": True, **own},
-        {"name": "worker, again", "gpulab_dhcp_reservation": router},
+        {"name": "worker, check", "dhcp_reservation": router, **check},
+        {"name": "own, check", "dhcp_reservation": router, **check, **own},
+        {"name": "worker, run", "dhcp_reservation": router, "diff": True},
+        {"name": "own, again", "dhcp_reservation": router, "diff": True, **own},
+        {"name": "worker, again", "dhcp_reservation": router},
     ]
     proc, (w_check, o_check, w_run, o_again, w_again) = _playbook(tmp_path, tasks)
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -1,4 +1,4 @@
-"""gpulab_files run the way Ansible runs it (JSON arguments, this interpreter) on files in a temporary folder:
+"""files run the way Ansible runs it (JSON arguments, this interpreter) on files in a temporary folder:
 directories, whole files, secret files and line sets, each idempotent, in check mode and with diffs."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[1] / "plugins" / "modules" / "gpulab_files.py"
+MODULE = Path(__file__).resolve().parents[1] / "plugins" / "modules" / "files.py"
 
 
 def run(files, check=False, diff=True):

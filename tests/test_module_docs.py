@@ -19,7 +19,7 @@ import yaml
 from gpulab import tasks
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("gpulab_*.py"))
+MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("[!_]*.py"))
 # Modules name their doc fragments by full name, as an installed collection needs (galaxy.yml's namespace.name).
 COLLECTION = "gpulab.homelab"
 
@@ -37,13 +37,13 @@ def module(name: str) -> ModuleType:
 
 def argument_spec(mod: ModuleType, fallback=None) -> dict | None:
     """The module's whole argument spec: its task's in gpulab.tasks (with the connection options of a PVE
-    task, which a PVE module documents with the gpulab_pve fragment), else its own ARGUMENT_SPEC."""
+    task, which a PVE module documents with the pve fragment), else its own ARGUMENT_SPEC."""
     task = tasks.of(mod.__name__.removeprefix("docs_"))
     if task is None:
         return getattr(mod, "ARGUMENT_SPEC", None)
     fragments = yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment") or []
-    pve = f"{COLLECTION}.gpulab_pve" in fragments
-    assert getattr(task, "PVE", False) == pve, f"{mod.__name__}: the gpulab_pve fragment goes with a PVE task"
+    pve = f"{COLLECTION}.pve" in fragments
+    assert getattr(task, "PVE", False) == pve, f"{mod.__name__}: the pve fragment goes with a PVE task"
     return tasks.argument_spec(task, fallback)
 
 
@@ -105,9 +105,7 @@ def compare(doc: dict, spec: dict, where: str = "") -> list[str]:
 
 
 def test_every_module_is_found():
-    assert {"gpulab_pve_vm", "gpulab_dhcp_reservation", "gpulab_gpu_facts", "gpulab_preflight"} <= set(
-        MODULES
-    )
+    assert {"pve_vm", "dhcp_reservation", "gpu_facts", "preflight"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

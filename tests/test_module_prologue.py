@@ -1,7 +1,7 @@
 """Every controller module is its documentation and one task of the engine (gpulab.tasks), started through the
-one main() (plugins/module_utils/gpulab_module.py) or run in the worker by the one action plugin
-(plugins/plugin_utils/gpulab_controller.py); every PVE module takes its connection through
-plugins/plugin_utils/gpulab_pve_connection.py."""
+one main() (plugins/module_utils/controller_module.py) or run in the worker by the one action plugin
+(plugins/plugin_utils/controller.py); every PVE module takes its connection through
+plugins/plugin_utils/pve_connection.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.plugins.loader import action_loader
-from ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module import GPULAB_MISSING
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import GPULAB_MISSING
 from ansible_modules import MODULES, command
 
 from gpulab import tasks
@@ -22,17 +22,17 @@ from gpulab.pve.client import PveError
 ROOT = Path(__file__).resolve().parents[1]
 ACTIONS = ROOT / "plugins" / "action"
 PVE_MODULES = {
-    "gpulab_pve_info",
-    "gpulab_pve_download",
-    "gpulab_pve_pci_mapping",
-    "gpulab_pve_vm",
-    "gpulab_lab_table",
+    "pve_info",
+    "pve_download",
+    "pve_pci_mapping",
+    "pve_vm",
+    "lab_table",
 }
 CONTROLLER = PVE_MODULES | {
-    "gpulab_hami_values",
-    "gpulab_hami_workloads",
-    "gpulab_dhcp_reservation",
-    "gpulab_monitoring_charts",
+    "hami_values",
+    "hami_workloads",
+    "dhcp_reservation",
+    "monitoring_charts",
 }
 
 
@@ -49,9 +49,9 @@ def imports(tree: ast.Module) -> set[str]:
 def controller_modules() -> dict[str, ast.Module]:
     """The modules whose main() is a task of the engine (they run on the controller), by name."""
     out = {}
-    for path in sorted(MODULES.glob("gpulab_*.py")):
+    for path in sorted(MODULES.glob("[!_]*.py")):
         tree = ast.parse(path.read_text())
-        if "ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module" in imports(tree):
+        if "ansible_collections.gpulab.homelab.plugins.module_utils.controller_module" in imports(tree):
             out[path.stem] = tree
     return out
 
@@ -59,18 +59,18 @@ def controller_modules() -> dict[str, ast.Module]:
 def test_the_controller_modules_are_found_and_each_has_its_task():
     assert set(controller_modules()) == CONTROLLER
     engine = {p.stem for p in (ROOT / "library" / "gpulab" / "tasks").glob("*.py")} - {"__init__"}
-    assert {f"gpulab_{name}" for name in engine} == CONTROLLER
+    assert engine == CONTROLLER
     for name in CONTROLLER:
         assert tasks.of(name) is not None and tasks.of(f"ansible.legacy.{name}") is tasks.of(name)
         assert callable(tasks.of(name).run)
-    assert tasks.of("gpulab_gpu_facts") is None and tasks.of("ansible.builtin.copy") is None
+    assert tasks.of("gpu_facts") is None and tasks.of("ansible.builtin.copy") is None
 
 
 @pytest.mark.parametrize("name", sorted(CONTROLLER))
 def test_a_controller_module_is_its_documentation_and_its_task(name):
     tree = controller_modules()[name]
     assert imports(tree) - {"__future__"} == {
-        "ansible_collections.gpulab.homelab.plugins.module_utils.gpulab_module"
+        "ansible_collections.gpulab.homelab.plugins.module_utils.controller_module"
     }, "the engine is the task's"
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
     [main] = [n for n in calls if n.func.id == "run_module"]
@@ -86,7 +86,7 @@ def test_a_controller_module_is_its_documentation_and_its_task(name):
     pve = getattr(tasks.of(name), "PVE", False)
     assert pve == (name in PVE_MODULES)
     doc = assigns["DOCUMENTATION"].value
-    fragment = "gpulab.homelab.gpulab_pve"  # by its full name, as an installed collection finds it
+    fragment = "gpulab.homelab.pve"  # by its full name, as an installed collection finds it
     assert (fragment in yaml.safe_load(doc).get("extends_documentation_fragment", [])) == pve
     # Run returns the request counts of a PVE task: its RETURN documents them, itself or by the fragment
     returned = yaml.safe_load(assigns["RETURN"].value)
@@ -96,24 +96,24 @@ def test_a_controller_module_is_its_documentation_and_its_task(name):
 
 def test_every_controller_module_runs_in_the_worker_and_only_pve_modules_take_the_inventory_connection():
     # by their full names, as the playbooks call them (tests/conftest.py: the checkout is gpulab.homelab)
-    from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_controller import (
+    from ansible_collections.gpulab.homelab.plugins.plugin_utils.controller import (
         ActionModule as worker,
     )
-    from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_pve_connection import (
+    from ansible_collections.gpulab.homelab.plugins.plugin_utils.pve_connection import (
         ActionModule as pve,
     )
 
-    plugins = {p.stem for p in ACTIONS.glob("gpulab_*.py")}
-    # gpulab_pve_access runs its module on the node; its action plugin does the controller's part.
-    # gpulab_wait runs another module (on the task's host) until it reports what was waited for.
-    # gpulab_run_lock runs its module on the node; its action plugin says who this run is.
-    # gpulab_apt_locks runs its module on the guest until no process holds apt's locks, saying who does.
+    plugins = {p.stem for p in ACTIONS.glob("[!_]*.py")}
+    # pve_access runs its module on the node; its action plugin does the controller's part.
+    # wait runs another module (on the task's host) until it reports what was waited for.
+    # run_lock runs its module on the node; its action plugin says who this run is.
+    # apt_locks runs its module on the guest until no process holds apt's locks, saying who does.
     assert plugins == CONTROLLER | {
-        "gpulab_preflight",
-        "gpulab_pve_access",
-        "gpulab_wait",
-        "gpulab_run_lock",
-        "gpulab_apt_locks",
+        "preflight",
+        "pve_access",
+        "wait",
+        "run_lock",
+        "apt_locks",
     }
     for name in sorted(CONTROLLER):
         plugin = action_loader.get(f"gpulab.homelab.{name}", class_only=True)
@@ -124,8 +124,8 @@ def test_every_controller_module_runs_in_the_worker_and_only_pve_modules_take_th
 @pytest.mark.parametrize(
     ("name", "args"),
     [
-        ("gpulab_pve_info", {"node": "pve", "api_url": "https://pve:8006", "api_token_secret": "tok-S3cret"}),
-        ("gpulab_hami_workloads", {"engines": [], "gpus_by_node": {}}),
+        ("pve_info", {"node": "pve", "api_url": "https://pve:8006", "api_token_secret": "tok-S3cret"}),
+        ("hami_workloads", {"engines": [], "gpus_by_node": {}}),
     ],
 )
 def test_without_gpulab_a_module_says_what_is_missing(name, args):
@@ -167,10 +167,10 @@ def test_only_the_named_errors_are_mapped_and_a_task_without_pve_reports_no_requ
 
 
 def test_no_log_values_are_found_in_suboptions_and_lists():
-    spec = tasks.argument_spec(tasks.of("gpulab_dhcp_reservation"))
+    spec = tasks.argument_spec(tasks.of("dhcp_reservation"))
     params = {"password": "top", "ssh": {"password": "ssh-pw", "user": "u"}, "reservations": [{"mac": "m"}]}
     assert tasks.no_log_values(spec, params) == {"top", "ssh-pw"}
-    pve = tasks.argument_spec(tasks.of("gpulab_pve_vm"))
+    pve = tasks.argument_spec(tasks.of("pve_vm"))
     assert {"api_token_secret", "api_password"} <= {k for k, v in pve.items() if v.get("no_log")}
     found = tasks.no_log_values(pve, {"api_token_secret": "tok", "cloudinit": {"password": "ci-pw"}})
     assert found == {"tok", "ci-pw"}

@@ -1,4 +1,4 @@
-"""plugins/lookup/gpulab_reach.py: whether a TCP port answers, from the controller, with real sockets."""
+"""plugins/lookup/reach.py: whether a TCP port answers, from the controller, with real sockets."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ansible_runs import ROOT
 
 # through Ansible's plugin loader, as a task's query() finds it (its options come from DOCUMENTATION)
 lookup_loader.add_directory(str(ROOT / "plugins" / "lookup"))
-reach = lookup_loader.get("gpulab_reach")
+reach = lookup_loader.get("reach")
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""One run at a time (gpulab.runlock and the node module gpulab_run_lock): the lock file is taken by one run only,
+"""One run at a time (gpulab.runlock and the node module run_lock): the lock file is taken by one run only,
 a run whose process is gone is found gone (a reused PID too), and the refusal names the holder's PID,
 controller and start."""
 
@@ -21,7 +21,7 @@ from gpulab import runlock
 def lock(path, holder, **args):
     payload = json.dumps({"ANSIBLE_MODULE_ARGS": {"path": str(path), "holder": holder, **args}})
     proc = subprocess.run(
-        command(MODULES / "gpulab_run_lock.py", payload), capture_output=True, text=True, timeout=60
+        command(MODULES / "run_lock.py", payload), capture_output=True, text=True, timeout=60
     )
     return json.loads(proc.stdout)
 
@@ -45,7 +45,7 @@ def test_check_mode_writes_nothing(tmp_path):
     payload = json.dumps(
         {"ANSIBLE_MODULE_ARGS": {"path": str(path), "holder": {"id": "a"}, "_ansible_check_mode": True}}
     )
-    out = json.loads(subprocess.run(command(MODULES / "gpulab_run_lock.py", payload), capture_output=True, text=True,
+    out = json.loads(subprocess.run(command(MODULES / "run_lock.py", payload), capture_output=True, text=True,
                                     timeout=60).stdout)  # fmt: skip
     assert out["acquired"] and not path.exists()
 
@@ -121,8 +121,7 @@ def test_every_stage_playbook_that_changes_something_takes_the_lock_first_and_gi
             if first.get("ansible.builtin.import_playbook") == "preflight.yml":
                 continue
             checks = [
-                t.get("gpulab.homelab.gpulab_pve_access", {}).get("preconditions_only")
-                for t in first["tasks"]
+                t.get("gpulab.homelab.pve_access", {}).get("preconditions_only") for t in first["tasks"]
             ]
             assert all(checks), stage
         assert plays[0].get("ansible.builtin.import_playbook") == "run_lock.yml", stage

@@ -1,4 +1,4 @@
-"""gpulab_units run the way Ansible runs it, against a fake systemctl first on the PATH that keeps each unit's
+"""units run the way Ansible runs it, against a fake systemctl first on the PATH that keeps each unit's
 state in files and logs every call: one call starts and enables what is not, and nothing else."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[1] / "plugins" / "modules" / "gpulab_units.py"
+MODULE = Path(__file__).resolve().parents[1] / "plugins" / "modules" / "units.py"
 
 FAKE = """#!/bin/sh
 # fake systemctl: STATE/<unit>.active and STATE/<unit>.enabled exist when it is; STATE/known lists the units

@@ -1,4 +1,4 @@
-"""gpulab_wait in a play on the controller: progress lines at a steady pace and no retry lines, a wait that
+"""wait in a play on the controller: progress lines at a steady pace and no retry lines, a wait that
 is over at its first look costs one look and no line, a timeout names what was waited for and how long,
 a skipped look ends the wait, and a module that waits itself gets its lines while it blocks."""
 
@@ -26,7 +26,7 @@ def _run(tmp_path, task, *args, check_name="probe"):
 def _wait_for_file(flag, timeout=10, **extra):
     return {
         "name": "wait for the flag",
-        "gpulab_wait": {
+        "gpulab.homelab.wait": {
             "what": f"the flag {flag}",
             "timeout": timeout,
             "interval": 1,
@@ -113,7 +113,7 @@ def test_check_mode_skips_the_look_and_ends_the_wait_at_once(tmp_path):
 def test_a_module_that_waits_itself_gets_its_lines_while_it_blocks(tmp_path):
     task = {
         "name": "a blocking look",
-        "gpulab_wait": {
+        "gpulab.homelab.wait": {
             "what": "a slow command",
             "timeout": 20,
             "progress_interval": 1,
@@ -137,7 +137,7 @@ def _unanswered_host(tmp_path, stderr: str, retry: int = 600, host_vars: str = "
     fake.chmod(0o755)
     task = {
         "name": "wait for the guest",
-        "gpulab_wait": {
+        "gpulab.homelab.wait": {
             "what": "vm-x to answer over SSH",
             "timeout": 600,
             "interval": 1,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-# --- routers (gpulab.routers, the lab definition, module gpulab_dhcp_reservation) ---
+# --- routers (gpulab.routers, the lab definition, module dhcp_reservation) ---
 ROUTER_KINDS = ("dnsmasq", "openwrt", "kea", "mikrotik", "opnsense", "pfsense", "huawei_ont")
 # Reached over SSH with keys; every other kind logs in with a password.
 SSH_ROUTER_KINDS = ("dnsmasq", "openwrt")

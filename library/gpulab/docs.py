@@ -74,8 +74,8 @@ def update_readme(root: Path) -> bool:
     return new != text
 
 
-# gpulab_pve_vm's DOCUMENTATION options: generated from the option table gpulab.pve.vmoptions.
-VM_MODULE = "plugins/modules/gpulab_pve_vm.py"
+# pve_vm's DOCUMENTATION options: generated from the option table gpulab.pve.vmoptions.
+VM_MODULE = "plugins/modules/pve_vm.py"
 VM_OPTIONS_START = (
     "options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, not this block\n"
 )
@@ -114,9 +114,9 @@ def update_vm_module(root: Path) -> bool:
     return _rewrite_block(root / VM_MODULE, vm_options_block, render_vm_options)
 
 
-# gpulab_dhcp_reservation's documentation of `options`: generated from the router kinds table
+# dhcp_reservation's documentation of `options`: generated from the router kinds table
 # gpulab.routers.kinds (one line per kind).
-ROUTER_MODULE = "plugins/modules/gpulab_dhcp_reservation.py"
+ROUTER_MODULE = "plugins/modules/dhcp_reservation.py"
 ROUTER_OPTIONS_START = "  options:\n    description:  # generated from gpulab.routers.kinds by `make docs`\n"
 ROUTER_OPTIONS_END = "    type: dict\n"
 

@@ -209,7 +209,7 @@ def _iommu_bits(caps: list[str]) -> int | None:
 
 
 def display_adapters(lines: list[str]) -> list[dict]:
-    """The read's `display` lines as gpulab_pci_facts' display_adapters (modules guessed by vendor)."""
+    """The read's `display` lines as pci_facts' display_adapters (modules guessed by vendor)."""
     out = []
     for line in lines:
         words = line.split()
@@ -450,7 +450,7 @@ def nomodeset_decision(adapters: list[dict], slots: list[str], setting: object =
     """Whether stage host puts `nomodeset` on the kernel command line, and why.
 
     ``adapters``: the node's display controllers (class 0x03xx) as {address, vendor_device, boot_vga, driver,
-    modules} (gpulab_pci_facts' display_adapters); ``slots``: the passed-through cards (pve_gpus[].pci);
+    modules} (pci_facts' display_adapters); ``slots``: the passed-through cards (pve_gpus[].pci);
     ``setting``: pve_host_nomodeset (auto, or the owner's true/false, which stays). `nomodeset` makes every
     DRM driver refuse to load (Linux drivers/video/nomodeset.c video_firmware_drivers_only(); i915's
     i915_check_nomodeset, amdgpu and xe alike), so on auto it is on only when a passed-through card is the

@@ -282,7 +282,7 @@ def build_values(
     return deep_merge(values, extra_values or {})
 
 
-#: role hami's variables (defaults/main.yml) that tasks/chart.yml passes to module gpulab_hami_values as values
+#: role hami's variables (defaults/main.yml) that tasks/chart.yml passes to module hami_values as values
 ROLE_VALUE_ARGS = {
     "device_split_count": "hami_device_split_count",
     "device_memory_scaling": "hami_device_memory_scaling",

@@ -2,7 +2,7 @@
 
 `resolve(lab, setting)` is pure: it takes a lab definition (defaults applied, see gpulab.labdef) and
 `setting(name)`, the run's value of an option of role router_dhcp that shapes the reservations (None when
-the run does not set it: the role's declared default applies). It returns the router as gpulab_dhcp_reservation
+the run does not set it: the role's declared default applies). It returns the router as dhcp_reservation
 takes it, every default and decision made (the kind's row of gpulab.routers.kinds, its URL, the SSH target,
 the options merged), and one reservation per VM: its inventory name, the host name stored with it, its MAC
 normalised (when the inventory fixes one) and the address it wants (planned mode) or must keep (keep mode);
@@ -11,7 +11,7 @@ has as a static address and keeps in either mode, with the MAC of its LAN bridge
 from the node (fact gpulab_node_lan_mac). A node's reservation is left out, with the reason in `skipped`, where
 the router would refuse it (an address outside the router's subnet, or inside the pool on a router that takes
 static mappings outside its pool only); nothing of gpulab ever changes a node's address.
-Preflight publishes the result as the fact `gpulab_router`; plugins/action/gpulab_dhcp_reservation.py reads
+Preflight publishes the result as the fact `gpulab_router`; plugins/action/dhcp_reservation.py reads
 it, and roles/router_dhcp passes nothing of it by hand.
 
 The spec holds no secret: `secrets` names the router host's variables that hold them (router_password, and
@@ -195,7 +195,7 @@ def reservations(
     new: Iterable[str] = (),
     known_only: bool = False,
 ) -> list[dict[str, Any]]:
-    """The spec's reservations as gpulab_dhcp_reservation takes them, with what the run recorded:
+    """The spec's reservations as dhcp_reservation takes them, with what the run recorded:
     `facts[host]` holds `mac` (a VM's gpulab_vm_mac, the MAC PVE gave a VM without vm_mac; a node's
     gpulab_node_lan_mac, read from its bridge by stage network: MAC_FACT) and `address` (gpulab_vm_address,
     the address a VM holds now; a node holds its own). The VMs of `new` (not created yet) are left out, and

@@ -1,6 +1,6 @@
 """One run at a time: who a run is, whether a run that holds the lab's lock is gone, and the refusal.
 
-The lock itself is a file on the lab's first Proxmox node (plugins/modules/gpulab_run_lock.py writes it under
+The lock itself is a file on the lab's first Proxmox node (plugins/modules/run_lock.py writes it under
 flock, so every controller of the lab sees it); the action plugin of that name describes this run with
 `this_run`, and when another run holds the lock asks `gone` whether that run still exists. A run is its
 ansible-playbook process: the PID, the process's start (clock ticks since boot, /proc/PID/stat field 22, so a

@@ -2,7 +2,7 @@
 
 `resolve(lab)` is pure: it takes a validated lab definition (defaults applied, see gpulab.labdef) and
 returns, for each VM in the order stage "vms" brings them up (GPU VMs last), where it lives, how it is
-installed, the NVIDIA driver of a GPU VM (`driver`, gpulab.cards.driver_for), and the options of gpulab_pve_vm (`gpulab.pve.vmoptions`) with every decision made: the
+installed, the NVIDIA driver of a GPU VM (`driver`, gpulab.cards.driver_for), and the options of pve_vm (`gpulab.pve.vmoptions`) with every decision made: the
 defaults, the GPUs (one hostpci entry per card of vm_gpu, hostpci0, hostpci1, ... in its order) and whether
 each goes through its resource mapping or its raw address, start at boot, the balloon and its floor, the
 name, the install kind. Preflight publishes the result as the fact `gpulab_vms`; roles/pve_vms passes it
@@ -24,18 +24,18 @@ from gpulab.pve.client import raw_pci_login
 # Hardware every VM gets.
 OSTYPE = "l26"
 SCSIHW = "virtio-scsi-single"
-# Options a VM installed from the ISO gets only when gpulab creates it (gpulab_pve_vm's create_only).
+# Options a VM installed from the ISO gets only when gpulab creates it (pve_vm's create_only).
 ISO_CREATE_ONLY = ("cdrom", "boot_order", "agent", "ostype", "scsihw")
 # The cloud image has no QEMU guest agent: a cloud-init vendor snippet on the node installs it, kept on the
 # storage gpulab_snippet_storage names (default `local`, as the catalogue says).
 SNIPPET_NAME = "gpulab-vendor.yaml"
 # The PVE tag that marks a VM gpulab created, and nothing else does: it is set in the create call only
-# (gpulab_pve_vm's create_only), so a VM gpulab adopts never gets it, and teardown destroys only VMs that
+# (pve_vm's create_only), so a VM gpulab adopts never gets it, and teardown destroys only VMs that
 # carry it (or that the owner names, gpulab_teardown_adopted).
 OWNER_TAG = "gpulab"
 
 
-# inventory variable -> the gpulab_pve_vm option it sets (its path in the options), and how an option's
+# inventory variable -> the pve_vm option it sets (its path in the options), and how an option's
 # value reads back as the variable (None: as it is; vm_machine names the kind of a pinned machine version).
 VARIABLES: tuple[tuple[str, tuple[str | int, ...], Any], ...] = (
     ("vm_cores", ("cores",), None),
@@ -61,7 +61,7 @@ def _at(options: Any, path: tuple[str | int, ...]) -> Any:
 
 
 def variables(options: dict[str, Any]) -> dict[str, Any]:
-    """The inventory variables that give these gpulab_pve_vm options (VARIABLES backwards; those the options
+    """The inventory variables that give these pve_vm options (VARIABLES backwards; those the options
     leave unset are left out), and vm_balloon / vm_balloon_min_mib from the balloon (balloon_mib's other way)."""
     out = {}
     for var, path, back in VARIABLES:
@@ -84,7 +84,7 @@ def balloon_mib(vm: dict[str, Any]) -> int:
 
 
 def image_download(image: dict[str, Any], content: str) -> dict[str, Any]:
-    """What the node downloads for an install (gpulab_pve_download's options) and the volume it becomes."""
+    """What the node downloads for an install (pve_download's options) and the volume it becomes."""
     storage = image.get("storage") or "local"
     return {
         "storage": storage,
@@ -109,7 +109,7 @@ def _device(gpu: dict[str, Any], raw: bool, passthrough: str | None) -> dict[str
 
 
 def resolve_vm(lab: Any, host: str) -> dict[str, Any]:
-    """One VM's plan: identity, install kind, the image its node downloads, address, and the gpulab_pve_vm
+    """One VM's plan: identity, install kind, the image its node downloads, address, and the pve_vm
     options (`spec`)."""
     g = lab.globals
     vm = lab.vms[host]

@@ -1,5 +1,5 @@
-"""Long waits that say how far they have got: the engine of plugins/action/gpulab_wait.py and of the
-image download's progress (plugins/action/gpulab_pve_download.py).
+"""Long waits that say how far they have got: the engine of plugins/action/wait.py and of the
+image download's progress (plugins/action/pve_download.py).
 
 A `Progress` prints one line every `every` seconds of a wait ("waiting for <what>: 40 s of 600 s"), never
 at its start: a wait that is over at its first look prints nothing. While a blocking call runs (a reboot,

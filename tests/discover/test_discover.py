@@ -402,7 +402,7 @@ def test_gpu_ids_come_from_the_cards_name(name, ident):
     [("60G", 60), ("61440M", 60), ("1T", 1024), ("4M", 1), ("60.5G", 61), ("x", None)],
 )
 def test_disk_sizes_are_read_as_the_module_option(text, size_gb):
-    """A VM's disk size reads back as gpulab_pve_vm's size_gb (vmoptions.read, whole GiB rounded up), the
+    """A VM's disk size reads back as pve_vm's size_gb (vmoptions.read, whole GiB rounded up), the
     vm_disk_gb that discover writes (vmspec.VARIABLES)."""
     options = vmoptions.read({"scsi0": f"local-zfs:vm-100-disk-0,iothread=1,size={text}"})
     assert options["disks"] == [

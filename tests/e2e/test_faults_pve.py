@@ -252,7 +252,7 @@ def _scratch_play(lab: RunningLab, tmp_path: Path, lock_timeout: int) -> subproc
     tasks = [
         {
             "name": "Scratch VM",
-            "gpulab_pve_vm": {
+            "gpulab.homelab.pve_vm": {
                 "api_url": lab.info["pve_url"],
                 "api_token_id": lab.info["token_id"],
                 "api_token_secret": "{{ (lookup('ansible.builtin.file', '"

@@ -41,7 +41,7 @@ def _play(tmp_path: Path, url: str, password: str) -> subprocess.CompletedProces
     tasks = [
         {
             "name": "Reservation",
-            "gpulab_dhcp_reservation": {
+            "gpulab.homelab.dhcp_reservation": {
                 "kind": "huawei_ont",
                 "address": "192.168.100.1",
                 "subnet": "192.168.100.0/24",

@@ -25,4 +25,4 @@ def run_ansible_module(name, args, check_mode=False, env=None):
 
 @pytest.fixture(scope="session")
 def gpu_facts():
-    return load_module("gpulab_gpu_facts")
+    return load_module("gpu_facts")

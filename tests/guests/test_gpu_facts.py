@@ -1,4 +1,4 @@
-"""gpulab_gpu_facts: nvidia-smi parsing on real and constructed output, failure classification, diagnosis."""
+"""gpu_facts: nvidia-smi parsing on real and constructed output, failure classification, diagnosis."""
 
 import json
 import os
@@ -340,7 +340,7 @@ def fake_smi(tmp_path, output, rc=0):
 
 def test_module_reports_the_card_and_sets_facts(tmp_path):
     smi, args_log = fake_smi(tmp_path, sample("constructed-nvidia-smi-query-2gpu-nounits.csv"))
-    result = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi, "min_gpus": 2})
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi, "min_gpus": 2})
     assert not result.get("failed"), result
     assert result["changed"] is False
     assert result["gpu_count"] == 2
@@ -355,13 +355,13 @@ def test_module_reports_the_card_and_sets_facts(tmp_path):
 
 def test_module_runs_in_check_mode(tmp_path):
     smi, _ = fake_smi(tmp_path, sample("constructed-nvidia-smi-query-1gpu-nounits.csv"))
-    result = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi}, check_mode=True)
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi}, check_mode=True)
     assert result["gpu_count"] == 1 and not result.get("failed")
 
 
 def test_module_fails_with_causes_when_driver_missing(tmp_path):
     smi, _ = fake_smi(tmp_path, sample("nvidia-smi-no-driver.txt"), rc=9)
-    result = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi})
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi})
     assert result["failed"] is True
     assert result["error"] == "driver_not_loaded"
     for cause in ("PCI passthrough", "nouveau", "Secure Boot"):
@@ -371,14 +371,14 @@ def test_module_fails_with_causes_when_driver_missing(tmp_path):
 
 def test_module_fails_when_too_few_cards(tmp_path):
     smi, _ = fake_smi(tmp_path, sample("constructed-nvidia-smi-query-1gpu-nounits.csv"))
-    result = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi, "min_gpus": 2})
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi, "min_gpus": 2})
     assert result["failed"] is True and result["gpu_count"] == 1
     assert "found 1 GPU(s), 2 wanted" in result["msg"]
 
 
 def test_module_probe_mode_never_fails(tmp_path):
     missing = str(tmp_path / "no-such-nvidia-smi")
-    result = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": missing, "min_gpus": 0})
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": missing, "min_gpus": 0})
     assert not result.get("failed")
     assert result["error"] == "not_installed" and result["gpus"] == []
     assert "diagnosis" in result
@@ -386,14 +386,14 @@ def test_module_probe_mode_never_fails(tmp_path):
 
 def test_module_reports_unparseable_output(tmp_path):
     smi, _ = fake_smi(tmp_path, sample("nvidia-smi-table-v100-partial.txt"))
-    result = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi})
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi})
     assert result["failed"] is True and result["error"] == "parse_error"
 
 
 def test_module_finds_nvidia_smi_on_path(tmp_path):
     _smi, _ = fake_smi(tmp_path, sample("constructed-nvidia-smi-query-1gpu-units.csv"))
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    result = run_ansible_module("gpulab_gpu_facts", {}, env=env)
+    result = run_ansible_module("gpu_facts", {}, env=env)
     assert result["gpu_count"] == 1, result
 
 
@@ -412,7 +412,7 @@ def test_module_reads_the_labs_nvidia_smi_stand_in(tmp_path):
     smi.write_text(script.replace("#!/usr/bin/python3", f"#!{sys.executable}", 1))
     smi.chmod(0o755)
 
-    before = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": str(smi)})
+    before = run_ansible_module("gpu_facts", {"nvidia_smi": str(smi)})
     assert before["failed"] and before["error"] == "driver_not_loaded"
 
     loaded.write_text("")
@@ -423,7 +423,7 @@ def test_module_reads_the_labs_nvidia_smi_stand_in(tmp_path):
         "pci_bus_id": "00000000:01:00.0",
     }
     gpus_json.write_text(json.dumps([card]))
-    after = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": str(smi)})
+    after = run_ansible_module("gpu_facts", {"nvidia_smi": str(smi)})
     assert not after.get("failed"), after
     assert after["uuids"] == [card["uuid"]] and after["gpus"][0]["memory_total_mib"] == 24576
     assert after["driver_version"] == repo.DRIVER_VERSION
@@ -434,7 +434,7 @@ def test_driver_warnings_among_the_rows_are_skipped(gpu_facts, tmp_path):
     text = "\n".join([rows[0], "WARNING: infoROM is corrupted at gpu 0000:02:00.0", rows[1]]) + "\n"
     assert [g["index"] for g in gpu_facts.parse_gpus(text)] == [0, 1]
     smi, _ = fake_smi(tmp_path, text)
-    result = run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi})
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi})
     assert result["gpu_count"] == 2 and "infoROM" in json.dumps(result.get("warnings", []))
 
 
@@ -444,9 +444,7 @@ def test_module_reports_the_kernel_and_the_container_toolkit_in_the_same_call(tm
     smi, _ = fake_smi(tmp_path, sample("constructed-nvidia-smi-query-1gpu-nounits.csv"))
     runtime = tmp_path / "nvidia-container-runtime"
     bare = {**os.environ, "PATH": "/usr/bin:/bin"}
-    result = run_ansible_module(
-        "gpulab_gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=bare
-    )
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=bare)
     assert result["kernel"] == os.uname().release
     assert result["mokutil"] is None
     assert result["container_toolkit"] == {
@@ -468,9 +466,7 @@ def test_module_reports_the_kernel_and_the_container_toolkit_in_the_same_call(tm
     mokutil.write_text('#!/bin/sh\n[ "$1" = --sb-state ] || exit 3\necho "SecureBoot disabled"\n')
     mokutil.chmod(0o755)
     env = {**bare, "PATH": f"{ctk.parent}:/usr/bin:/bin"}
-    result = run_ansible_module(
-        "gpulab_gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=env
-    )
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=env)
     assert result["mokutil"] == {"rc": 0, "stdout": "SecureBoot disabled\n", "stderr": ""}
     assert result["container_toolkit"] == {
         "runtime": str(runtime),
@@ -479,9 +475,7 @@ def test_module_reports_the_kernel_and_the_container_toolkit_in_the_same_call(tm
     }
 
     ctk.write_text("#!/bin/sh\necho 'libnvidia-container.so.1: cannot open' >&2\nexit 1\n")
-    result = run_ansible_module(
-        "gpulab_gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=env
-    )
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi, "container_runtime": str(runtime)}, env=env)
     assert result["container_toolkit"]["ctk_version"] is None
     assert (
         result["container_toolkit"]["ctk_error"]
@@ -544,18 +538,16 @@ def test_module_reports_the_series_and_apts_signed_modules_for_it(tmp_path):
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    result = run_ansible_module(
-        "gpulab_gpu_facts", {"nvidia_smi": smi, "signed_modules": "580-server"}, env=env
-    )
+    result = run_ansible_module("gpu_facts", {"nvidia_smi": smi, "signed_modules": "580-server"}, env=env)
     assert result["kernel_series"]["series"] == "generic-hwe-24.04"
     assert result["signed_modules"] == {
         "package": "linux-modules-nvidia-580-server-generic-hwe-24.04",
         "candidate": "580.173.02-0ubuntu0.24.04.1",
     }
     result = run_ansible_module(
-        "gpulab_gpu_facts",
+        "gpu_facts",
         {"nvidia_smi": smi, "signed_modules": "580-server", "kernel_series": "kvm"},
         env=env,
     )
     assert result["signed_modules"] == {"package": "linux-modules-nvidia-580-server-kvm", "candidate": None}
-    assert run_ansible_module("gpulab_gpu_facts", {"nvidia_smi": smi}, env=env)["signed_modules"] is None
+    assert run_ansible_module("gpu_facts", {"nvidia_smi": smi}, env=env)["signed_modules"] is None

@@ -37,12 +37,12 @@ def run_module(name, args, *, check_mode=False, diff=False, env=None):
 
 @pytest.fixture(scope="session")
 def cmdline_mod():
-    return load_module("gpulab_kernel_cmdline")
+    return load_module("kernel_cmdline")
 
 
 @pytest.fixture(scope="session")
 def facts_mod():
-    return load_module("gpulab_pci_facts")
+    return load_module("pci_facts")
 
 
 # The node's first-boot files, as the lab writes them (the installer's kernel line ends in a space).

@@ -1,4 +1,4 @@
-"""gpulab_kernel_cmdline: the merge (examples and properties), GRUB quoting against bash, the module run."""
+"""kernel_cmdline: the merge (examples and properties), GRUB quoting against bash, the module run."""
 
 import os
 import pathlib
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from .conftest import load_module, run_module
 
-k = load_module("gpulab_kernel_cmdline")
+k = load_module("kernel_cmdline")
 
 REF_BLACKLIST = ["nova_core", "nova_drm", "nova", "nouveau"]
 REF = {"present": ["nomodeset"], "blacklist": REF_BLACKLIST}
@@ -346,7 +346,7 @@ def esp_registered(node, efi=True):
 
 def test_module_check_mode_and_diff_change_nothing(node):
     esp_registered(node)
-    result = run_module("gpulab_kernel_cmdline", args_for(node), check_mode=True, diff=True)
+    result = run_module("kernel_cmdline", args_for(node), check_mode=True, diff=True)
     assert result["changed"] is True and result["boot_loader"] == "systemd-boot"
     assert result["diff"]["before"] == INSTALLER_LINE and result["diff"]["after"] == REFERENCE_LINE
     assert (node / "cmdline").read_text() == INSTALLER_LINE
@@ -363,7 +363,7 @@ def test_module_check_mode_and_diff_change_nothing(node):
 def test_module_writes_backup_and_is_idempotent(node):
     esp_registered(node)
     os.chmod(node / "cmdline", 0o640)
-    first = run_module("gpulab_kernel_cmdline", args_for(node))
+    first = run_module("kernel_cmdline", args_for(node))
     assert first["changed"] is True and first["refresh_command"] == ["proxmox-boot-tool", "refresh"]
     assert (
         first["reboot_needed"] is True and "nomodeset is not on the running command line" in first["pending"]
@@ -371,19 +371,19 @@ def test_module_writes_backup_and_is_idempotent(node):
     assert (node / "cmdline").read_text() == REFERENCE_LINE
     assert stat.S_IMODE(os.stat(node / "cmdline").st_mode) == 0o640
     assert pathlib.Path(first["backup_file"]).read_text() == INSTALLER_LINE
-    second = run_module("gpulab_kernel_cmdline", args_for(node))
+    second = run_module("kernel_cmdline", args_for(node))
     assert (
         second["changed"] is False and second["refresh_needed"] is False and second["reboot_needed"] is True
     )
     (node / "proc_cmdline").write_text("initrd=\\EFI\\x " + REFERENCE_LINE)
-    third = run_module("gpulab_kernel_cmdline", args_for(node))
+    third = run_module("kernel_cmdline", args_for(node))
     assert third["changed"] is False and third["reboot_needed"] is False and third["pending"] == []
     assert (node / "grub").read_text() == GRUB_DEFAULT
 
 
 def test_module_grub_when_no_kernel_cmdline(node):
     (node / "cmdline").unlink()
-    result = run_module("gpulab_kernel_cmdline", args_for(node))
+    result = run_module("kernel_cmdline", args_for(node))
     assert result["boot_loader"] == "grub" and result["refresh_command"] == ["update-grub"]
     assert (
         'GRUB_CMDLINE_LINUX_DEFAULT="quiet nomodeset modprobe.blacklist=nova_core,nova_drm,nova,nouveau"'
@@ -397,7 +397,7 @@ def test_module_grub_on_esp_from_proxmox_boot_tool(node):
         node,
         "System currently booted with legacy bios\n9A3B-1C2D is configured with: grub (versions: 6.17.2-1-pve)",
     )
-    result = run_module("gpulab_kernel_cmdline", args_for(node), env=env)
+    result = run_module("kernel_cmdline", args_for(node), env=env)
     assert result["boot_loader"] == "grub" and result["refresh_command"] == ["proxmox-boot-tool", "refresh"]
     assert "configured with grub only" in result["detected_by"]
     assert (node / "cmdline").read_text() == INSTALLER_LINE
@@ -407,7 +407,7 @@ def test_module_grub_on_esp_from_proxmox_boot_tool(node):
 def test_module_systemd_boot_from_proxmox_boot_tool(node):
     esp_registered(node)
     env = fake_tool(node, "9A3B-1C2D is configured with: uefi (versions: 6.14.11-4-pve, 6.17.2-1-pve)")
-    result = run_module("gpulab_kernel_cmdline", args_for(node), env=env)
+    result = run_module("kernel_cmdline", args_for(node), env=env)
     assert result["boot_loader"] == "systemd-boot" and "configured with uefi" in result["detected_by"]
     assert (node / "cmdline").read_text() == REFERENCE_LINE
 
@@ -415,13 +415,13 @@ def test_module_systemd_boot_from_proxmox_boot_tool(node):
 def test_module_forced_grub_and_dropin_warning(node):
     (node / "grub.d").mkdir()
     (node / "grub.d" / "override.cfg").write_text('GRUB_CMDLINE_LINUX_DEFAULT="splash"\n')
-    result = run_module("gpulab_kernel_cmdline", args_for(node, boot_loader="grub"))
+    result = run_module("kernel_cmdline", args_for(node, boot_loader="grub"))
     assert result["boot_loader"] == "grub" and result["changed"] is True
     assert "override.cfg also sets GRUB_CMDLINE_LINUX_DEFAULT" in str(result["warnings"])
 
 
 def test_module_refuses_with_clear_message(node):
-    result = run_module("gpulab_kernel_cmdline", args_for(node, absent=["nomodeset"]))
+    result = run_module("kernel_cmdline", args_for(node, absent=["nomodeset"]))
     assert result["failed"] is True and "both present and absent" in result["msg"]
     assert result["msg"].startswith("Editing the kernel command line: ")
 
@@ -471,7 +471,7 @@ def test_stray_kernel_cmdline_on_a_grub_node_is_refused_before_any_write(node):
     (node / "grub.cfg").write_text("# generated by grub-mkconfig\n")
     (node / "efi").mkdir()
     env = fake_tool(node, "E: /etc/kernel/proxmox-boot-uuids does not exist.", rc=2)
-    result = run_module("gpulab_kernel_cmdline", args_for(node), env=env)
+    result = run_module("kernel_cmdline", args_for(node), env=env)
     assert result["failed"] is True
     msg = result["msg"]
     assert "the boot loader signals disagree" in msg
@@ -490,7 +490,7 @@ def test_stray_kernel_cmdline_on_a_grub_node_is_refused_before_any_write(node):
 
 
 def test_stray_kernel_cmdline_is_left_alone_when_the_owner_names_grub(node):
-    result = run_module("gpulab_kernel_cmdline", args_for(node, boot_loader="grub"))
+    result = run_module("kernel_cmdline", args_for(node, boot_loader="grub"))
     assert result["boot_loader"] == "grub" and result["refresh_command"] == ["update-grub"]
     assert (node / "cmdline").read_text() == INSTALLER_LINE
     assert f"{node / 'uuids'}: no ESP registered" in result["signals"]
@@ -501,9 +501,9 @@ def test_registered_esp_without_an_answer_follows_the_firmware(node):
     on the ESP (what `proxmox-boot-tool init` installs on each)."""
     esp_registered(node)
     env = fake_tool(node, "WARN: /dev/disk/by-uuid/9A3B-1C2D does not exist - clean it! - skipping")
-    result = run_module("gpulab_kernel_cmdline", args_for(node), env=env, check_mode=True)
+    result = run_module("kernel_cmdline", args_for(node), env=env, check_mode=True)
     assert result["boot_loader"] == "systemd-boot" and "UEFI boot" in result["detected_by"]
     (node / "efi").rmdir()
-    result = run_module("gpulab_kernel_cmdline", args_for(node), env=env, check_mode=True)
+    result = run_module("kernel_cmdline", args_for(node), env=env, check_mode=True)
     assert result["boot_loader"] == "grub" and "legacy BIOS" in result["detected_by"]
     assert result["refresh_command"] == ["proxmox-boot-tool", "refresh"]

@@ -6,14 +6,14 @@ from .conftest import load_module
 
 
 def test_return_documents_what_the_modules_return(tmp_path):
-    cmdline = load_module("gpulab_kernel_cmdline")
+    cmdline = load_module("kernel_cmdline")
     documented = set(yaml.safe_load(cmdline.RETURN))
     (tmp_path / "cmdline").write_text("root=x \n")
     (tmp_path / "proc").write_text("root=x\n")
     from .conftest import run_module
 
     result = run_module(
-        "gpulab_kernel_cmdline",
+        "kernel_cmdline",
         {
             "cmdline_file": str(tmp_path / "cmdline"),
             "proc_cmdline": str(tmp_path / "proc"),
@@ -24,10 +24,10 @@ def test_return_documents_what_the_modules_return(tmp_path):
     returned = set(result) - {"changed", "invocation", "warnings", "diff", "failed"}
     assert returned == documented
 
-    facts = load_module("gpulab_pci_facts")
+    facts = load_module("pci_facts")
     contains = yaml.safe_load(facts.RETURN)["ansible_facts"]["contains"]["gpulab_pci"]["contains"]
     from labsim import sysfs_tree
 
     root = sysfs_tree.materialise(tmp_path / "n", "vfio")
-    pci = run_module("gpulab_pci_facts", {"root": str(root)})["ansible_facts"]["gpulab_pci"]
+    pci = run_module("pci_facts", {"root": str(root)})["ansible_facts"]["gpulab_pci"]
     assert set(pci) == set(contains)

@@ -1,4 +1,4 @@
-"""gpulab_pci_facts against the fixture trees, checked line by line against real lspci/lsmod output."""
+"""pci_facts against the fixture trees, checked line by line against real lspci/lsmod output."""
 
 import re
 
@@ -148,7 +148,7 @@ def test_missing_modules_alias_is_a_warning(facts_mod, tmp_path):
 def test_module_run_returns_facts_and_never_changes(tmp_path):
     root = sysfs_tree.materialise(tmp_path, "vfio")
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
-    result = run_module("gpulab_pci_facts", {"root": str(root), "slots": ["0000:02:00"]}, check_mode=True)
+    result = run_module("pci_facts", {"root": str(root), "slots": ["0000:02:00"]}, check_mode=True)
     assert result["changed"] is False
     pci = result["ansible_facts"]["gpulab_pci"]
     assert pci["slots"]["0000:02:00"]["drivers"] == {"0000:02:00.0": "vfio-pci", "0000:02:00.1": "vfio-pci"}
@@ -156,7 +156,7 @@ def test_module_run_returns_facts_and_never_changes(tmp_path):
 
 
 def test_module_run_fails_without_sys(tmp_path):
-    result = run_module("gpulab_pci_facts", {"root": str(tmp_path)})
+    result = run_module("pci_facts", {"root": str(tmp_path)})
     assert result["failed"] is True and "is not a directory" in result["msg"]
 
 
@@ -183,7 +183,7 @@ def test_binding_and_module_checks(tmp_path, state, binding, modules):
         "allowed_drivers": ["vfio-pci"],
         "forbidden_modules": ["nouveau", "nova-core", "nvidia", "nvidiafb"],
     }
-    pci = run_module("gpulab_pci_facts", args)["ansible_facts"]["gpulab_pci"]
+    pci = run_module("pci_facts", args)["ansible_facts"]["gpulab_pci"]
     assert sorted(pci["binding_problems"]) == sorted([*binding, "0000:0a:00 is not on this node"])
     assert pci["module_problems"] == modules
 

@@ -38,7 +38,7 @@ def node(tmp_path, request):
 
 def gpu_state(node):
     """Drivers of the GPU's functions and the loaded modules, read back from the node's stand-in tree."""
-    pci = load_module("gpulab_pci_facts").gather(str(node.sysroot), ["0000:02:00"])
+    pci = load_module("pci_facts").gather(str(node.sysroot), ["0000:02:00"])
     return pci["slots"]["0000:02:00"]["drivers"], pci["modules_loaded"]
 
 

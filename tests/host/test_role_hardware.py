@@ -22,7 +22,7 @@ def node(tmp_path, request):
 
 
 def facts(node, slots):
-    return load_module("gpulab_pci_facts").gather(str(node.sysroot), slots)
+    return load_module("pci_facts").gather(str(node.sysroot), slots)
 
 
 @pytest.mark.parametrize(

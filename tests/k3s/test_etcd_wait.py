@@ -68,14 +68,14 @@ def test_settled_without_an_answer_is_no_leader():
 
 
 def test_the_filters_read_kubectls_text():
-    filters = plugin_files.filters("gpulab_k3s")
+    filters = plugin_files.filters("k3s")
     text = json.dumps({"items": [node(s) for s in SERVERS]})
-    assert filters["gpulab_k3s_etcd_settled"](text, SERVERS)["done"]
+    assert filters["k3s_etcd_settled"](text, SERVERS)["done"]
     # kubectl's error text (etcdserver: request timed out) is no node list: no leader
-    assert not filters["gpulab_k3s_etcd_settled"](
-        "Error from server: etcdserver: request timed out", SERVERS
-    )["done"]
-    assert filters["gpulab_k3s_reboot_wait"]("pve", True, SERVERS, VM_NODES, [])["witnesses"] == ["server-3"]
+    assert not filters["k3s_etcd_settled"]("Error from server: etcdserver: request timed out", SERVERS)[
+        "done"
+    ]
+    assert filters["k3s_reboot_wait"]("pve", True, SERVERS, VM_NODES, [])["witnesses"] == ["server-3"]
 
 
 def test_servers_not_running_reads_qm_list():
@@ -96,9 +96,9 @@ def test_servers_not_running_reads_qm_list():
 def test_the_quorum_gate_filters_read_qm_list_by_vm_name():
     """Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml): the servers at stake, those whose VM
     runs (by its VM name, `qm list`'s NAME), and the decision."""
-    filters = plugin_files.filters("gpulab_k3s")
-    assert filters["gpulab_k3s_quorum_at_stake"]("pve", VM_NODES) == ["server-1", "server-2"]
-    assert filters["gpulab_k3s_quorum_at_stake"]("pve2", VM_NODES) == []
+    filters = plugin_files.filters("k3s")
+    assert filters["k3s_quorum_at_stake"]("pve", VM_NODES) == ["server-1", "server-2"]
+    assert filters["k3s_quorum_at_stake"]("pve2", VM_NODES) == []
     qm = (
         "      VMID NAME                 STATUS     MEM(MB)    BOOTDISK(GB) PID\n"
         "       100 k3s-a                running    4096              40.00 1234\n"
@@ -106,10 +106,10 @@ def test_the_quorum_gate_filters_read_qm_list_by_vm_name():
     )
     names = {"server-1": "k3s-a", "server-2": ""}  # server-2's VM name is unset: its own name
     mine = ["server-1", "server-2"]
-    assert filters["gpulab_k3s_servers_running"](qm, mine, names) == ["server-1"]
-    gate = filters["gpulab_k3s_reboot_gate"]("pve", "pve", VM_NODES, qm, names, ["server-1"])
+    assert filters["k3s_servers_running"](qm, mine, names) == ["server-1"]
+    gate = filters["k3s_reboot_gate"]("pve", "pve", VM_NODES, qm, names, ["server-1"])
     assert not gate["reboot"] and "k3s runs on server-1 now" in gate["why"]
-    gate = filters["gpulab_k3s_reboot_gate"]("pve", "pve", VM_NODES, qm, names, [])
+    gate = filters["k3s_reboot_gate"]("pve", "pve", VM_NODES, qm, names, [])
     assert gate["reboot"] and gate["why"].startswith("no cluster yet: its k3s servers that run (server-1)")
-    gate = filters["gpulab_k3s_reboot_gate"]("pve", "pve", VM_NODES, "", names, [])
+    gate = filters["k3s_reboot_gate"]("pve", "pve", VM_NODES, "", names, [])
     assert gate["reboot"] and gate["why"].startswith("no cluster yet: none of its k3s servers")

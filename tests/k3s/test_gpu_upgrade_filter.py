@@ -1,10 +1,10 @@
-"""plugins/filter/gpulab_gpu_upgrade.py: what playbooks/tasks/upgrade_gpu_node.yml plans from what it read."""
+"""plugins/filter/gpu_upgrade.py: what playbooks/tasks/upgrade_gpu_node.yml plans from what it read."""
 
 import json
 from importlib import util
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "gpulab_gpu_upgrade.py"
+_PATH = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "gpu_upgrade.py"
 _SPEC = util.spec_from_file_location("gpulab_gpu_upgrade_filter", _PATH)
 _MOD = util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(_MOD)
@@ -24,13 +24,13 @@ PODS = json.dumps({"items": [
 ]})  # fmt: skip
 FACTS = {"driver_version": "580.173.02", "uuids": [A], "error": None,
          "container_toolkit": {"ctk_version": "NVIDIA Container Toolkit CLI version 1.18.1"}}  # fmt: skip
-K3S = "v1.33.5+k3s1"  # gpulab_k3s_facts' version
+K3S = "v1.33.5+k3s1"  # k3s_facts' version
 ENGINES = [{"name": "vllm", "node": "vm-gpu"}, {"name": "ollama", "node": "vm-gpu", "namespace": "ai"},
            {"name": "web", "node": "vm-2"}]  # fmt: skip
 
 
 def test_a_branch_change_is_planned_with_the_cards_pods_and_engines():
-    plan = filters["gpulab_gpu_upgrade_plan"](
+    plan = filters["gpu_upgrade_plan"](
         "vm-gpu", FACTS, K3S, node_json(**{"hami.io/device-cordon": "GPU-other"}), PODS,
         {"driver_branch": 570, "toolkit": "1.18.1-1", "k3s": "v1.33.5+k3s1"}, ENGINES,
     )  # fmt: skip
@@ -42,14 +42,14 @@ def test_a_branch_change_is_planned_with_the_cards_pods_and_engines():
 
 
 def test_nothing_differs_and_a_silent_nvidia_smi_takes_hamis_cards():
-    same = filters["gpulab_gpu_upgrade_plan"](
+    same = filters["gpu_upgrade_plan"](
         "vm-gpu", FACTS, K3S, node_json(), PODS, {"driver_branch": "580", "toolkit": "", "k3s": ""}, []
     )
     assert same["upgrade"] == {} and same["text"] == [
         "1. vm-gpu: nothing to upgrade (driver 580, toolkit 1.18.1, k3s v1.33.5+k3s1)"
     ]
     mismatch = {"driver_version": None, "uuids": [], "error": "version_mismatch", "container_toolkit": {}}
-    plan = filters["gpulab_gpu_upgrade_plan"](
+    plan = filters["gpu_upgrade_plan"](
         "vm-gpu", mismatch, K3S, node_json(**{"hami.io/node-nvidia-register": REGISTER}), "",
         {"driver_branch": "580"}, [],
     )  # fmt: skip
@@ -57,11 +57,11 @@ def test_nothing_differs_and_a_silent_nvidia_smi_takes_hamis_cards():
 
 
 def test_lift_and_proof():
-    assert filters["gpulab_gpu_upgrade_lift"](
-        node_json(**{"hami.io/device-cordon": f"GPU-other,{A}"}), [A]
-    ) == ("GPU-other")
-    assert filters["gpulab_gpu_upgrade_lift"](node_json(**{"hami.io/device-cordon": A}), [A]) == ""
-    proof = filters["gpulab_gpu_upgrade_proof"]
+    assert filters["gpu_upgrade_lift"](node_json(**{"hami.io/device-cordon": f"GPU-other,{A}"}), [A]) == (
+        "GPU-other"
+    )
+    assert filters["gpu_upgrade_lift"](node_json(**{"hami.io/device-cordon": A}), [A]) == ""
+    proof = filters["gpu_upgrade_proof"]
     registered = node_json(**{"hami.io/node-nvidia-register": REGISTER})
     assert proof("vm-gpu", FACTS, registered, "580", [A]) == []
     assert "not branch 570" in proof("vm-gpu", FACTS, registered, "570", [A])[0]

@@ -192,26 +192,24 @@ def test_unknown_chart_version_names_the_known_ones():
 
 
 def test_module_renders_and_refuses():
-    ok = run_ansible_module("gpulab_hami_values", {"chart_version": "2.10.0", "device_split_count": 5})
+    ok = run_ansible_module("hami_values", {"chart_version": "2.10.0", "device_split_count": 5})
     assert not ok.get("failed"), ok
     assert ok["changed"] is False and ok["values"]["devicePlugin"]["deviceSplitCount"] == 5
     assert ok["values"]["devicePlugin"]["deviceMemoryScaling"] == 1
     assert "kind: HelmChart" in ok["manifest"] and ok["keys_known"] == len(FACTS["keys"])
 
     bad = run_ansible_module(
-        "gpulab_hami_values", {"chart_version": "2.10.0", "extra_values": {"devicePlugin": {"splitCount": 5}}}
+        "hami_values", {"chart_version": "2.10.0", "extra_values": {"devicePlugin": {"splitCount": 5}}}
     )
     assert bad["failed"] and "devicePlugin.splitCount" in bad["msg"]
 
-    boolean = run_ansible_module(
-        "gpulab_hami_values", {"chart_version": "2.10.0", "node_selector": {"gpu": True}}
-    )
+    boolean = run_ansible_module("hami_values", {"chart_version": "2.10.0", "node_selector": {"gpu": True}})
     assert boolean["failed"] and "quote" in boolean["msg"]
 
 
 def test_module_check_mode_renders_the_same():
     args = {"chart_version": "2.10.0"}
     assert (
-        run_ansible_module("gpulab_hami_values", args, check_mode=True)["manifest"]
-        == run_ansible_module("gpulab_hami_values", args)["manifest"]
+        run_ansible_module("hami_values", args, check_mode=True)["manifest"]
+        == run_ansible_module("hami_values", args)["manifest"]
     )

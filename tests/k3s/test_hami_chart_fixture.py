@@ -50,9 +50,9 @@ def test_the_fixture_was_rendered_with_role_hamis_values_of_today(version):
 
 
 def test_role_values_pass_the_same_variables_as_the_role_does():
-    # tasks/chart.yml hands module gpulab_hami_values these arguments: role_values must map every one of them
+    # tasks/chart.yml hands module hami_values these arguments: role_values must map every one of them
     (task, *_rest) = yaml.safe_load((ROOT / "roles" / "hami" / "tasks" / "chart.yml").read_text())
-    args = task["gpulab.homelab.gpulab_hami_values"]
+    args = task["gpulab.homelab.hami_values"]
     passed = {k: v.strip("{} ") for k, v in args.items() if k in hami.ROLE_VALUE_ARGS}
     assert passed == hami.ROLE_VALUE_ARGS
     assert set(args) - set(hami.ROLE_VALUE_ARGS) == {"chart_version", "repo", "name", "namespace"}

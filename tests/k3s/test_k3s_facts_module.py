@@ -1,10 +1,10 @@
-"""plugins/modules/gpulab_k3s_facts.py: the release it reads from `k3s --version` (roles k3s_server and k3s_agent,
+"""plugins/modules/k3s_facts.py: the release it reads from `k3s --version` (roles k3s_server and k3s_agent,
 playbooks/upgrade.yml)."""
 
 from importlib import util
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "gpulab_k3s_facts.py"
+_PATH = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "k3s_facts.py"
 _SPEC = util.spec_from_file_location("gpulab_k3s_facts_module", _PATH)
 _MOD = util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(_MOD)

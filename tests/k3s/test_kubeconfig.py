@@ -1,4 +1,4 @@
-"""The admin kubeconfig on the controller (gpulab.k8s.kubeconfig and filter gpulab_kubeconfig): k3s' entries
+"""The admin kubeconfig on the controller (gpulab.k8s.kubeconfig and filter gpulab.homelab.kubeconfig): k3s' entries
 under the lab's name, pointed at the registration address, merged into the user's file keeping the rest."""
 
 import plugin_files
@@ -67,10 +67,10 @@ def test_a_broken_file_is_refused_without_showing_its_text():
 
 
 def test_the_filter_plugin_merges_and_summarises():
-    filters = plugin_files.filters("gpulab_kubeconfig")
-    text = filters["gpulab_kubeconfig"](K3S_YAML, "demo", "https://10.0.0.5:6443", OTHER)
+    filters = plugin_files.filters("kubeconfig")
+    text = filters["kubeconfig"](K3S_YAML, "demo", "https://10.0.0.5:6443", OTHER)
     assert yaml.safe_load(text)["clusters"][1]["name"] == "demo"
-    assert filters["gpulab_kubeconfig"](K3S_YAML, "demo", "https://10.0.0.5:6443") == kubeconfig.merge(
+    assert filters["kubeconfig"](K3S_YAML, "demo", "https://10.0.0.5:6443") == kubeconfig.merge(
         None, K3S_YAML, "demo", "https://10.0.0.5:6443"
     )
 

@@ -93,10 +93,10 @@ def test_a_missing_version_or_address_is_refused():
 
 
 def test_the_module_returns_both_manifests():
-    result = run_ansible_module("gpulab_monitoring_charts", ARGS)
+    result = run_ansible_module("monitoring_charts", ARGS)
     assert result.get("failed") is not True, result
     assert result["changed"] is False and set(result["manifests"]) == {"prometheus", "grafana"}
-    bad = run_ansible_module("gpulab_monitoring_charts", {**ARGS, "grafana_extra_values": {"nosuch": 1}})
+    bad = run_ansible_module("monitoring_charts", {**ARGS, "grafana_extra_values": {"nosuch": 1}})
     assert bad["failed"] is True and "nosuch: not a value of" in bad["msg"]
 
 
@@ -172,10 +172,10 @@ def test_the_webui_address_is_the_nodeport_kubernetes_assigned_to_its_http_port(
 
 
 def test_the_module_renders_the_webui_beside_grafana():
-    result = run_ansible_module("gpulab_monitoring_charts", {**ARGS, "webui": True})
+    result = run_ansible_module("monitoring_charts", {**ARGS, "webui": True})
     assert result.get("failed") is not True, result
     assert set(result["manifests"]) == {"prometheus", "grafana", "hami-webui"}
-    bad = run_ansible_module("gpulab_monitoring_charts", {**ARGS, "webui": True, "hami_version": "2.8.1"})
+    bad = run_ansible_module("monitoring_charts", {**ARGS, "webui": True, "hami_version": "2.8.1"})
     assert bad["failed"] is True and "hami_chart_version = 2.8.1" in bad["msg"]
 
 

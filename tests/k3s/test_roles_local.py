@@ -243,7 +243,7 @@ class FakeK3sFolder:
         (delegated, facts kept on vm-gpu), then `tasks`."""
         facts = {
             "name": "GPU facts of vm-gpu",
-            "gpulab_gpu_facts": {"nvidia_smi": str(self.root / "bin" / "nvidia-smi")},
+            "gpulab.homelab.gpu_facts": {"nvidia_smi": str(self.root / "bin" / "nvidia-smi")},
             "delegate_to": "vm-gpu",
             "delegate_facts": True,
         }

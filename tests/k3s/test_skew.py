@@ -74,11 +74,11 @@ def test_upgrade_yml_checks_the_path_before_the_first_change():
     assert check < names.index("Upgrade | servers, one at a time")
     assert all(any(k.endswith("import_playbook") for k in p) for p in plays[:check])
     text = json.dumps(plays[check])
-    assert "gpulab_k3s_upgrade_skew(k3s_version)" in text and '"check_mode": false' in text
+    assert "gpulab.homelab.k3s_upgrade_skew(k3s_version)" in text and '"check_mode": false' in text
 
 
 def test_the_filter_reads_kubectls_text():
-    skew = plugin_files.filters("gpulab_k3s")["gpulab_k3s_upgrade_skew"]
+    skew = plugin_files.filters("k3s")["k3s_upgrade_skew"]
     text = json.dumps(nodes(**{"vm-1": "v1.33.5+k3s1"}))
     (problem,) = skew(text, "v1.35.6+k3s1")
     assert problem.startswith("vm-1: v1.33.5+k3s1 -> v1.35.6+k3s1 skips 1 minor release(s)")

@@ -70,12 +70,12 @@ def test_no_server_answers_means_no_speaker_and_says_which_were_tried():
 
 
 def test_the_filter_reads_kubectls_text():
-    filters = plugin_files.filters("gpulab_k3s")
-    speaker = filters["gpulab_k3s_speaker"]
+    filters = plugin_files.filters("k3s")
+    speaker = filters["k3s_speaker"]
     assert speaker(SERVERS, ["server-2"], json.dumps(nodes("server-2")))["speaker"] == "server-2"
     # an error text instead of a node list (k3s not answering): no cluster to ask
     assert speaker(SERVERS, ["server-2"], "The connection to the server was refused")["speaker"] == "server-2"
     assert speaker(SERVERS, ["server-2"], "")["why"].startswith("no cluster to ask yet")
-    ready = filters["gpulab_k3s_ready_nodes"]
+    ready = filters["k3s_ready_nodes"]
     assert ready(json.dumps(nodes("server-2", "agent-1", not_ready=["server-1"]))) == ["agent-1", "server-2"]
     assert ready("etcdserver: request timed out") == [] and ready("") == []

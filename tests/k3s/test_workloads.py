@@ -451,13 +451,11 @@ def test_a_vllm_memory_fraction_beyond_its_share_is_refused(args, message):
 
 
 def test_module_plans_and_refuses():
-    ok = run_ansible_module(
-        "gpulab_hami_workloads", {"engines": [VLLM], "gpus_by_node": GPUS, "k3s_version": K3S}
-    )
+    ok = run_ansible_module("hami_workloads", {"engines": [VLLM], "gpus_by_node": GPUS, "k3s_version": K3S})
     assert not ok.get("failed"), ok
     assert ok["changed"] is False and ok["engines"][0]["cards"] == [UUID0]
     bad = run_ansible_module(
-        "gpulab_hami_workloads",
+        "hami_workloads",
         {"engines": [VLLM, {**VLLM, "name": "b", "gpu_memory_percent": 60}], "gpus_by_node": GPUS},
     )
     assert bad["failed"] and "105%" in bad["msg"]

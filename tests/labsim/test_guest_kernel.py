@@ -18,14 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gpu_facts():
-    spec = importlib.util.spec_from_file_location("gpu_facts", ROOT / "plugins/modules/gpulab_gpu_facts.py")
+    spec = importlib.util.spec_from_file_location("gpu_facts", ROOT / "plugins/modules/gpu_facts.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_a_vm_of_the_hwe_series_shows_its_kernel_packages_to_dpkg(tmp_path):
-    """dpkg-query on the VM's status (what gpulab_gpu_facts asks) gives the HWE series for its release."""
+    """dpkg-query on the VM's status (what gpu_facts asks) gives the HWE series for its release."""
     lower, upper = tmp_path / "image", tmp_path / "upper"
     (lower / "var/lib/dpkg").mkdir(parents=True)
     (lower / "var/lib/dpkg/status").write_text(

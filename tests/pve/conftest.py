@@ -303,7 +303,7 @@ def small_vm_args(lab: PveSimProcess, vmid: int = 100, name: str = "vm-1", **ove
 
 
 def image_args(lab: PveSimProcess, **over) -> dict:
-    """gpulab_pve_download's arguments for the cloud image the GPU VM imports; `over` changes any."""
+    """pve_download's arguments for the cloud image the GPU VM imports; `over` changes any."""
     args = lab.conn(
         node="pve",
         storage="local",
@@ -317,7 +317,7 @@ def image_args(lab: PveSimProcess, **over) -> dict:
 
 
 def gpu_map(**over) -> list[dict]:
-    """gpulab_pve_pci_mapping's entries for the lab's GPU; `over` changes any field of the one entry."""
+    """pve_pci_mapping's entries for the lab's GPU; `over` changes any field of the one entry."""
     entry = {
         "node": "pve",
         "path": "0000:02:00",
@@ -332,7 +332,7 @@ def gpu_map(**over) -> list[dict]:
 def download_iso(lab: PveSimProcess) -> str:
     """The Ubuntu live-server ISO on storage local, as the lab serves it (its URL and checksum): its volume."""
     iso = run_module(
-        "gpulab_pve_download",
+        "pve_download",
         lab.conn(
             node="pve",
             storage="local",
@@ -347,7 +347,7 @@ def download_iso(lab: PveSimProcess) -> str:
 
 def prepare_gpu_lab(lab: PveSimProcess) -> None:
     """The image and the GPU's mapping, as the role's first steps leave them (idempotent)."""
-    image = run_module("gpulab_pve_download", image_args(lab))
+    image = run_module("pve_download", image_args(lab))
     assert not image.get("failed"), image
-    mapping = run_module("gpulab_pve_pci_mapping", lab.conn(id="rtx3090", entries=gpu_map()))
+    mapping = run_module("pve_pci_mapping", lab.conn(id="rtx3090", entries=gpu_map()))
     assert not mapping.get("failed"), mapping

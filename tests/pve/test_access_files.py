@@ -1,4 +1,4 @@
-"""playbooks/access.yml's controller part (plugins/action/gpulab_pve_access.py) edits the inventory's files
+"""playbooks/access.yml's controller part (plugins/action/pve_access.py) edits the inventory's files
 line by line: the key's line (or its commented-out example) replaced, everything else kept."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def action():
     spec = importlib.util.spec_from_file_location(
-        "access_action", ROOT / "plugins" / "action" / "gpulab_pve_access.py"
+        "access_action", ROOT / "plugins" / "action" / "pve_access.py"
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

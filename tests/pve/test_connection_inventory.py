@@ -1,4 +1,4 @@
-"""The PVE modules' connection from the inventory (plugins/plugin_utils/gpulab_pve_connection.py): each api_*
+"""The PVE modules' connection from the inventory (plugins/plugin_utils/pve_connection.py): each api_*
 option a task leaves out comes from the pve_api_* variables of the task's node; what the task gives wins."""
 
 from __future__ import annotations
@@ -103,18 +103,18 @@ def test_tasks_pass_only_their_own_options(lab, tmp_path):
     }
     info = {"gather": ["version"]}
     tasks = [
-        {"name": "Node pve", "gpulab_pve_info": {"node": "pve", **info}},
-        {"name": "Node other, the task's URL", "gpulab_pve_info": {"node": "other", "api_url": lab.desc["pve_url"], **info}},
+        {"name": "Node pve", "gpulab.homelab.pve_info": {"node": "pve", **info}},
+        {"name": "Node other, the task's URL", "gpulab.homelab.pve_info": {"node": "other", "api_url": lab.desc["pve_url"], **info}},
         {
             "name": "Node pve, the task's password login",
-            "gpulab_pve_info": {"node": "pve", "api_user": "root@pam", "api_password": "{{ lookup('env', 'ROOT_PASSWORD') }}", **info},
+            "gpulab.homelab.pve_info": {"node": "pve", "api_user": "root@pam", "api_password": "{{ lookup('env', 'ROOT_PASSWORD') }}", **info},
         },
         {
             "name": "The mapping of node pve (its entries' node)",
-            "gpulab_pve_pci_mapping": {"id": "rtx3090", "entries": [{"node": "pve", "path": "0000:02:00", "id": "10de:2204"}]},
+            "gpulab.homelab.pve_pci_mapping": {"id": "rtx3090", "entries": [{"node": "pve", "path": "0000:02:00", "id": "10de:2204"}]},
             "check_mode": True,
         },
-        {"name": "Node other", "gpulab_pve_info": {"node": "other", **info}},
+        {"name": "Node other", "gpulab.homelab.pve_info": {"node": "other", **info}},
     ]  # fmt: skip
     mark = lab.mark()
     proc, records = _play(lab, tmp_path, hosts, tasks)
@@ -135,7 +135,7 @@ def test_tasks_pass_only_their_own_options(lab, tmp_path):
     token_user = lab.desc["token_id"]
     assert users == [token_user, token_user, "root@pam"]
     # -vvv shows each result and how the module ran, and no secret
-    assert "gpulab_pve_info: running gpulab.tasks.pve_info in this worker" in output
+    assert "pve_info: running gpulab.tasks.pve_info in this worker" in output
     assert lab.desc["token_secret"] not in output and lab.desc["password"] not in output
 
 
@@ -145,12 +145,12 @@ def test_a_warning_and_the_result_read_the_same_in_the_worker_and_as_a_module(la
     worker (the task on the controller) as in its own Python (a task with `environment`), and both report
     the same result."""
     prepare_gpu_lab(lab)
-    run_module("gpulab_pve_vm", gpu_vm_args(lab, state="started"))
+    run_module("pve_vm", gpu_vm_args(lab, state="started"))
     args = gpu_vm_args(lab, state="started", cores=6)
     check = {"check_mode": True, "diff": True}
     tasks = [
-        {"name": "worker", "gpulab_pve_vm": args, **check},
-        {"name": "own python", "gpulab_pve_vm": args, **check, "environment": {"GPULAB_PROBE": "1"}},
+        {"name": "worker", "pve_vm": args, **check},
+        {"name": "own python", "pve_vm": args, **check, "environment": {"GPULAB_PROBE": "1"}},
     ]
     mark = lab.mark()
     proc, records = _play(lab, tmp_path, {"pve": {"pve_node": "pve"}}, tasks)
@@ -162,7 +162,7 @@ def test_a_warning_and_the_result_read_the_same_in_the_worker_and_as_a_module(la
     assert worker["changed"] and worker["restart_needed"] and worker["set"] == {"cores": "6"}
     assert worker["diff"]["after"]["cores"] == "6" and worker["diff"]["after_header"].endswith("(would be)")
     assert lab.writes(mark) == []
-    assert "gpulab_pve_vm: running gpulab.tasks.pve_vm in this worker" in output
+    assert "pve_vm: running gpulab.tasks.pve_vm in this worker" in output
     warning = "VM 102 (vm-gpu) on node pve runs with hardware changes PVE holds as pending (cores)"
     assert [w.startswith(warning) for w in worker["warnings"]] == [True], worker["warnings"]
     assert warning in output  # once: Ansible shows a warning it already showed no more

@@ -1,4 +1,4 @@
-"""A play's gpulab_pve_download task against the simulated PVE: one task that prints, at a steady pace, the
+"""A play's pve_download task against the simulated PVE: one task that prints, at a steady pace, the
 bytes so far, the total and the rate that PVE's task log shows (its wget lines), and no retry lines; the
 recap reads the same with the default callback and with its YAML result format."""
 
@@ -25,7 +25,7 @@ def _book(tmp_path, lab, filename):
     conn = lab.conn(node="pve", storage="local", url=ISO_URL, filename=filename, checksum=ISO_SHA256)
     task = {
         "name": f"Download {filename}",
-        "gpulab_pve_download": {**conn, "timeout": 60, "poll_interval": 1},
+        "gpulab.homelab.pve_download": {**conn, "timeout": 60, "poll_interval": 1},
     }
     book = tmp_path / f"{filename}.yml"
     book.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
@@ -90,13 +90,13 @@ def test_a_download_that_outlives_its_timeout_fails_naming_it_and_how_long(own_l
 
 
 def test_waiting_for_a_vms_address_says_so_at_a_steady_pace(own_lab, tmp_path):
-    """gpulab_pve_vm with wait_for_address: the guest agent answers 11 s after the start in this lab, so the
+    """pve_vm with wait_for_address: the guest agent answers 11 s after the start in this lab, so the
     first line (at 10 s) comes while the module waits; a rerun finds the address at once and says nothing."""
     from .conftest import small_vm_args
 
     lab = own_lab(agent_delay=11)
     args = small_vm_args(lab, state="started", wait_for_address=True, address_timeout=30)
-    task = {"name": "Create and start vm-1", "gpulab_pve_vm": args, "register": "vm"}
+    task = {"name": "Create and start vm-1", "pve_vm": args, "register": "vm"}
     book = tmp_path / "vm.yml"
     book.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
     inv = tmp_path / "hosts.ini"

@@ -104,7 +104,7 @@ def test_a_raw_device_without_a_root_password_login_is_refused_with_the_way_out(
         token_id=token,
         token_secret="s" if token else None,
     )
-    with pytest.raises(ValueError, match=rf"{re.escape(conn.userid)}.*gpulab_pve_pci_mapping"):
+    with pytest.raises(ValueError, match=rf"{re.escape(conn.userid)}.*pve_pci_mapping"):
         mod.refuse_raw_hostpci([{"host": "0000:02:00"}], conn)
     mod.refuse_raw_hostpci([{"mapping": "rtx3090"}], conn)  # a mapping is fine for any login
     root = PveConnection(api_url="https://pve:8006", user="root@pam", password="x")

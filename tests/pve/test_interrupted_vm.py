@@ -1,6 +1,6 @@
 """A VM run interrupted at any request, then run again, ends as an uninterrupted run does (a property).
 
-The first run of gpulab_pve_vm (vm-gpu as stage vms sends it: created from the cloud image with the owner tag,
+The first run of pve_vm (vm-gpu as stage vms sends it: created from the cloud image with the owner tag,
 disk grown, started) dies at the N-th API request it makes: before the request leaves (the controller was
 killed) or after PVE took it and before the answer came back (the connection dropped). PVE's tasks go on without
 it, so the next run can meet a create, resize or start still running, with the VM locked. The next run must
@@ -85,7 +85,7 @@ def interrupted(tmp_path_factory):
     prepare_gpu_lab(lab)
     args = gpu_vm_args(lab, state="started", tags=[OWNER_TAG], create_only=["tags"])
     mark = lab.mark()
-    assert not run_module("gpulab_pve_vm", args).get("failed")
+    assert not run_module("pve_vm", args).get("failed")
     calls = len(lab.requests(mark))
     reference = end_state(lab)
     wipe_vms(lab)
@@ -121,10 +121,10 @@ def test_a_run_killed_at_any_request_then_run_again_ends_as_an_uninterrupted_run
         kill = KillAt(mp)
         kill.arm(at, after)
         with pytest.raises(Killed):
-            run_module("gpulab_pve_vm", args)
-    again = run_module("gpulab_pve_vm", args)
+            run_module("pve_vm", args)
+    again = run_module("pve_vm", args)
     assert not again.get("failed"), again
     assert end_state(lab) == reference
-    last = run_module("gpulab_pve_vm", args)
+    last = run_module("pve_vm", args)
     assert last["changed"] is False, last
     assert lab.rejected() == []

@@ -7,7 +7,7 @@ from gpulab import tasks
 
 def test_secrets_are_no_log_and_have_env_fallbacks():
     marker = object()
-    spec = tasks.argument_spec(tasks.of("gpulab_pve_vm"), marker)
+    spec = tasks.argument_spec(tasks.of("pve_vm"), marker)
     assert spec["api_token_secret"]["no_log"] and spec["api_password"]["no_log"]
     assert spec["api_token_id"]["no_log"] is False
     assert spec["cloudinit"]["options"]["password"]["no_log"]

@@ -49,13 +49,13 @@ def failure(out: dict) -> dict:
     """The one failed task's record: it must be preflight's."""
     failed = [r for r in out["results"] if r["status"] == "failed"]
     assert out["rc"] == 2 and len(failed) == 1, out["stdout"][-3000:]
-    assert failed[0]["action"] == "gpulab.homelab.gpulab_preflight", failed[0]["task"]
+    assert failed[0]["action"] == "gpulab.homelab.preflight", failed[0]["task"]
     return failed[0]["result"]
 
 
 def nothing_past_preflight(out: dict, lab) -> None:
     """No task of a later stage ran (stage host's run on the node first of all) and PVE got no write."""
-    later = [r["task"] for r in out["results"] if r["action"] != "gpulab.homelab.gpulab_preflight"]
+    later = [r["task"] for r in out["results"] if r["action"] != "gpulab.homelab.preflight"]
     assert later == [], later
     assert lab.writes() == []
 

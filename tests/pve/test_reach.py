@@ -153,8 +153,8 @@ def test_preflight_play_reads_only_the_vm_list_for_stages_over_ssh(lab):
 def test_what_stage_vms_would_refuse_half_way_is_found_before_any_write(lab):
     from .conftest import run_module, small_vm_args
 
-    assert not run_module("gpulab_pve_vm", small_vm_args(lab, vmid=100, name="vm-1")).get("failed")  # 60 GB
-    assert not run_module("gpulab_pve_vm", small_vm_args(lab, vmid=101, name="db")).get("failed")
+    assert not run_module("pve_vm", small_vm_args(lab, vmid=100, name="vm-1")).get("failed")  # 60 GB
+    assert not run_module("pve_vm", small_vm_args(lab, vmid=101, name="db")).get("failed")
     vms = {
         "vm-1": {"vm_id": 100, "vm_name": "vm-1", "vm_node": "pve", "vm_disk_gb": 40},
         "vm-2": {"vm_id": 101, "vm_name": "vm-2", "vm_node": "pve", "vm_disk_gb": 60},

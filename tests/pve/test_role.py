@@ -97,7 +97,7 @@ def test_check_diff_then_apply_then_nothing_to_do(demo_lab, tmp_path):
     out = play(lab.state, "--check", "--diff")
     assert out["rc"] == 0, out["stdout"]
     assert lab.writes() == [] and lab.rejected() == []
-    vms = results(out, "gpulab_pve_vm")
+    vms = results(out, "pve_vm")
     assert set(vms) == {"vm-1", "vm-2", "vm-gpu"}
     assert all(v["created"] and v["changed"] for v in vms.values())
     gpu = vms["vm-gpu"]["diff"]["after"]
@@ -176,7 +176,7 @@ def test_check_diff_then_apply_then_nothing_to_do(demo_lab, tmp_path):
     out = play(lab.state, "--check", "-e", "vm_onboot=true")
     assert out["rc"] != 0
     assert "vm-gpu: vm_onboot=True" in out["stdout"] and "vm_onboot_override_boot_display" in out["stdout"]
-    assert results(out, "gpulab_pve_vm") == {}
+    assert results(out, "pve_vm") == {}
     assert lab.writes(mark) == []
     assert lab.rejected() == []
 

@@ -120,4 +120,4 @@ def test_two_nodes_each_vm_on_its_node_one_download_per_node_one_mapping_entry_p
         "/nodes/pve/hardware/pci",
         "/nodes/pve2/hardware/pci",
     ]
-    assert results(out, "gpulab_pve_vm").keys() == {"vm-1", "vm-2", "vm-gpu", "vm-3", "vm-gpu2"}
+    assert results(out, "pve_vm").keys() == {"vm-1", "vm-2", "vm-gpu", "vm-3", "vm-gpu2"}

@@ -51,4 +51,4 @@ def test_two_cards_to_one_vm_are_two_mappings_and_two_hostpci_then_nothing_to_do
 
     # a second run: nothing to do
     out, _ = converge_again(lab, inventory=inventory)
-    assert results(out, "gpulab_pve_vm")["vm-gpu"]["changed"] is False
+    assert results(out, "pve_vm")["vm-gpu"]["changed"] is False

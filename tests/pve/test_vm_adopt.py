@@ -1,4 +1,4 @@
-"""gpulab_pve_vm on a VM the user made by hand in PVE's Create VM wizard: it changes only what it must.
+"""pve_vm on a VM the user made by hand in PVE's Create VM wizard: it changes only what it must.
 
 The wizard's choices (net0's firewall, the boot order, the CD-ROM, no guest agent, start at boot unset)
 stay unless the spec names them; a card attached raw by root is the same passthrough as its mapping.
@@ -34,7 +34,7 @@ def homelab_plan(vm: str = "vm-gpu") -> dict:
 
 
 def spec() -> dict:
-    """gpulab_pve_vm's options for vm-gpu, exactly as stage vms sends them."""
+    """pve_vm's options for vm-gpu, exactly as stage vms sends them."""
     plan = homelab_plan()
     return {"node": plan["node"], "vmid": plan["vmid"], "name": plan["name"], **plan["spec"]}
 
@@ -75,7 +75,7 @@ def wizard_vm(lab):
 def test_the_wizards_vm_is_adopted_without_a_write(lab):
     before = wizard_vm(lab)
     mark = lab.mark()
-    res = run_module("gpulab_pve_vm", lab.conn(**spec()), diff=True)
+    res = run_module("pve_vm", lab.conn(**spec()), diff=True)
     assert not res.get("failed"), res
     assert res["changed"] is False and res["set"] == {} and res["delete"] == [], res
     assert lab.writes(mark) == []
@@ -89,7 +89,7 @@ def test_only_what_the_inventory_changes_is_written(lab):
     before_mac = wizard_vm(lab)["net0"].split("=")[1].split(",")[0]
     mark = lab.mark()
     res = run_module(
-        "gpulab_pve_vm",
+        "pve_vm",
         lab.conn(**{**spec(), "memory": 12288, "nets": [{"bridge": "vmbr0", "firewall": False}]}),
     )
     assert not res.get("failed"), res
@@ -103,7 +103,7 @@ def test_a_new_iso_vm_gets_the_installer_options(lab):
     prepare_gpu_lab(lab)
     wizard_vm(lab)  # the ISO on local
     new = {**spec(), "vmid": 103, "name": "vm-new", "hostpci": []}
-    res = run_module("gpulab_pve_vm", lab.conn(**new))
+    res = run_module("pve_vm", lab.conn(**new))
     assert not res.get("failed") and res["created"], res
     cfg = res["config"]
     assert cfg["ide2"].startswith(ISO) and cfg["boot"] == "order=scsi0;ide2" and cfg["agent"] == "1"
@@ -113,7 +113,7 @@ def test_moving_a_raw_card_to_the_mapping_needs_root(lab):
     wizard_vm(lab)
     mapping_only = {**spec(), "hostpci": [{"mapping": "rtx3090", "pcie": True}]}
     mark = lab.mark()
-    res = run_module("gpulab_pve_vm", lab.conn(**mapping_only))
+    res = run_module("pve_vm", lab.conn(**mapping_only))
     assert (
         res["failed"]
         and "hostpci0: 0000:02:00,pcie=1 attached raw" in res["msg"]
@@ -121,7 +121,7 @@ def test_moving_a_raw_card_to_the_mapping_needs_root(lab):
     ), res
     assert lab.writes(mark) == []
     res = run_module(
-        "gpulab_pve_vm",
+        "pve_vm",
         {
             **{k: v for k, v in lab.conn(**mapping_only).items() if not k.startswith("api_token")},
             **lab.root_conn(),

@@ -1,4 +1,4 @@
-"""gpulab.pve.vmoptions: one table gives gpulab_pve_vm its argument spec, its documentation and its config."""
+"""gpulab.pve.vmoptions: one table gives pve_vm its argument spec, its documentation and its config."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from gpulab import docs, tasks
 from gpulab.pve import connection, vmconfig, vmoptions
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "plugins" / "modules" / "gpulab_pve_vm.py"
+MODULE = ROOT / "plugins" / "modules" / "pve_vm.py"
 
 # A value for every option that writes config keys: a new option without one here fails the test below.
 SAMPLES = {
@@ -61,13 +61,13 @@ def load_module():
 
 def test_the_argument_spec_is_the_table_and_the_connection():
     expected = {**connection.argument_spec(None), **{o.name: o.spec() for o in vmoptions.CONTROL}}
-    assert tasks.argument_spec(tasks.of("gpulab_pve_vm")) == expected
+    assert tasks.argument_spec(tasks.of("pve_vm")) == expected
 
 
 def test_the_documented_options_are_the_table():
     documented = yaml.safe_load(mod_doc())["options"]
     assert documented == vmoptions.documentation(), (
-        "plugins/modules/gpulab_pve_vm.py is out of date: run `make docs`"
+        "plugins/modules/pve_vm.py is out of date: run `make docs`"
     )
     assert docs.vm_options_block(MODULE.read_text()) == docs.render_vm_options()
 

@@ -1,4 +1,4 @@
-"""gpulab_pve_vm with several cards on one node (labsim fixture two-gpus: RTX 3090 at 0000:02:00 and
+"""pve_vm with several cards on one node (labsim fixture two-gpus: RTX 3090 at 0000:02:00 and
 RTX 3060 at 0000:05:00): two cards to one VM are hostpci0 and hostpci1 and a second run changes nothing;
 two VMs of the node each start with a card of their own."""
 
@@ -26,7 +26,7 @@ def lab(tmp_path_factory):
         lab.conn(id="rtx3090", entries=gpu_map()),
         lab.conn(id="rtx3060", entries=RTX3060_MAP),
     ):
-        module = "gpulab_pve_download" if "url" in args else "gpulab_pve_pci_mapping"
+        module = "pve_download" if "url" in args else "pve_pci_mapping"
         res = run_module(module, args)
         assert not res.get("failed"), res
     yield lab
@@ -44,13 +44,13 @@ def clean(lab):
 
 def test_two_cards_to_one_vm_then_a_second_run_changes_nothing(clean):
     lab = clean
-    res = run_module("gpulab_pve_vm", gpu_vm_args(lab, hostpci=BOTH, state="started"), diff=True)
+    res = run_module("pve_vm", gpu_vm_args(lab, hostpci=BOTH, state="started"), diff=True)
     assert not res.get("failed"), res
     assert res["changed"] and res["created"] and res["status"] == "running"
     assert res["config"]["hostpci0"] == "mapping=rtx3090,pcie=1"
     assert res["config"]["hostpci1"] == "mapping=rtx3060,pcie=1"
     mark = lab.mark()
-    again = run_module("gpulab_pve_vm", gpu_vm_args(lab, hostpci=BOTH, state="started"), diff=True)
+    again = run_module("pve_vm", gpu_vm_args(lab, hostpci=BOTH, state="started"), diff=True)
     assert not again.get("failed"), again
     assert again["changed"] is False and again["actions"] == []
     assert lab.writes(mark) == []
@@ -59,8 +59,8 @@ def test_two_cards_to_one_vm_then_a_second_run_changes_nothing(clean):
 
 def test_dropping_the_second_card_deletes_hostpci1_only(clean):
     lab = clean
-    assert not run_module("gpulab_pve_vm", gpu_vm_args(lab, hostpci=BOTH)).get("failed")
-    res = run_module("gpulab_pve_vm", gpu_vm_args(lab, hostpci=BOTH[:1]))
+    assert not run_module("pve_vm", gpu_vm_args(lab, hostpci=BOTH)).get("failed")
+    res = run_module("pve_vm", gpu_vm_args(lab, hostpci=BOTH[:1]))
     assert res["changed"] and res["delete"] == ["hostpci1"] and res["set"] == {}
     cfg = lab.client().get("nodes/pve/qemu/102/config")
     assert cfg["hostpci0"] == "mapping=rtx3090,pcie=1" and "hostpci1" not in cfg
@@ -68,9 +68,9 @@ def test_dropping_the_second_card_deletes_hostpci1_only(clean):
 
 def test_two_vms_on_the_node_each_start_with_its_own_card(clean):
     lab = clean
-    first = run_module("gpulab_pve_vm", gpu_vm_args(lab, hostpci=BOTH[:1], state="started"))
+    first = run_module("pve_vm", gpu_vm_args(lab, hostpci=BOTH[:1], state="started"))
     second = run_module(
-        "gpulab_pve_vm",
+        "pve_vm",
         gpu_vm_args(lab, vmid=103, name="vm-gpu-b", memory=8192, hostpci=BOTH[1:], state="started"),
     )
     assert not first.get("failed") and not second.get("failed"), (first, second)
@@ -80,5 +80,5 @@ def test_two_vms_on_the_node_each_start_with_its_own_card(clean):
         (102, {"hostpci": BOTH[:1]}),
         (103, {"name": "vm-gpu-b", "memory": 8192, "hostpci": BOTH[1:]}),
     ):
-        again = run_module("gpulab_pve_vm", gpu_vm_args(lab, vmid=vmid, state="started", **args))
+        again = run_module("pve_vm", gpu_vm_args(lab, vmid=vmid, state="started", **args))
         assert again["changed"] is False, (vmid, again)

@@ -1,4 +1,4 @@
-"""gpulab_dhcp_reservation: secrets stay hidden, its task (gpulab.tasks.dhcp_reservation) drives a backend."""
+"""dhcp_reservation: secrets stay hidden, its task (gpulab.tasks.dhcp_reservation) drives a backend."""
 
 import json
 import subprocess
@@ -12,7 +12,7 @@ from gpulab.tasks import dhcp_reservation as task
 from labsim.routers.mikrotik import MikroTikSim
 
 ROOT = Path(__file__).resolve().parents[2]
-PATH = ROOT / "plugins/modules/gpulab_dhcp_reservation.py"
+PATH = ROOT / "plugins/modules/dhcp_reservation.py"
 PW = "Mod-Secret-42"
 
 

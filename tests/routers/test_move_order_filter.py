@@ -16,7 +16,5 @@ def test_the_filter_reads_stage_vms_address_and_the_reservation_of_each_host():
         "server-3": {"gpulab_vm_address": "10.0.0.31", "router_dhcp_reserved_address": "10.0.0.55"},
         "gpu": {"router_dhcp_reserved_address": "10.0.0.53"},  # held back: not started, no address yet
     }
-    order = plugin.FilterModule().filters()["gpulab_dhcp_move_order"](
-        ["server-1", "server-3", "gpu"], hostvars
-    )
+    order = plugin.FilterModule().filters()["dhcp_move_order"](["server-1", "server-3", "gpu"], hostvars)
     assert order == {"first": ["server-1", "server-3"], "cycle": []}

@@ -108,7 +108,7 @@ def proof_problems(
     """What keeps `node` cordoned after its upgrade, one sentence each (field, value, why, fix); [] when it
     passes. `smi_driver`/`smi_cards`: the driver version and GPU UUIDs nvidia-smi reports now (None: it
     failed); `cards`: the UUIDs the node had before; `node_object`: the node from `kubectl get node -o json`;
-    `smi_error`: why nvidia-smi failed (gpulab_gpu_facts' error, e.g. version_mismatch)."""
+    `smi_error`: why nvidia-smi failed (gpu_facts' error, e.g. version_mismatch)."""
     problems = []
     if smi_driver is None and smi_error == "version_mismatch":
         problems.append(

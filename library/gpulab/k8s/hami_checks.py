@@ -4,7 +4,7 @@ HAMi's device plugin writes each card it found into the node annotation `hami.io
 (a JSON array since HAMi 2.8.0: `id` = GPU UUID, `index`, `count` = deviceSplitCount, `devmem` = total MiB
 x deviceMemoryScaling, `devcore`, `type`, `numa`, `mode`, `health`, zero values left out; before 2.8 the
 colon-separated string `UUID,count,devmem,devcore,type,numa,health:...`). The checks compare it with the
-cards the guest's nvidia-smi reports (the `gpulab_gpus` facts of module gpulab_gpu_facts), and also check
+cards the guest's nvidia-smi reports (the `gpulab_gpus` facts of module gpu_facts), and also check
 the node selector's label, allocatable `nvidia.com/gpu` = deviceSplitCount x cards, and the tag of the
 scheduler's kube-scheduler image against the server's Kubernetes version (without `+k3s1`).
 

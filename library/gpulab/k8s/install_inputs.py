@@ -1,6 +1,6 @@
 """The inputs of a k3s install that a run can check before it changes anything: one rule each, one function.
 
-Roles k3s_server, k3s_agent and k3s_install call these through filters (plugins/filter/gpulab_k3s.py) just before
+Roles k3s_server, k3s_agent and k3s_install call these through filters (plugins/filter/k3s.py) just before
 they act; preflight and `gpulab plan` (gpulab.labdef) call the same functions on the lab definition first, so a
 run stops before the VMs, the router or the guests are touched.
 

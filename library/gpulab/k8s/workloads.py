@@ -404,7 +404,7 @@ def dump_documents(docs, header):
 def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=False):
     """Check the engines against the nodes' GPU facts and return the plan.
 
-    `gpus_by_node` maps an inventory host to its GPU facts (the `gpus` list of gpulab_gpu_facts). The result
+    `gpus_by_node` maps an inventory host to its GPU facts (the `gpus` list of gpu_facts). The result
     has `engines` in start order (each with `name`, `namespace`, `node`, `cards`, `manifest` text, `wait_ready`,
     `after`, the earlier engines it shares a card with, `waits_for`, the readiness URLs its init container
     polls, and `gpu_memory_utilization`, the value added to a vLLM engine's args or None) and `cards`, each

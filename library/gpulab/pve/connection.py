@@ -1,7 +1,7 @@
 """The connection options every PVE module shares, as data, and the client built from them.
 
 The modules take their argument spec from `argument_spec(env_fallback)` (Ansible's env_fallback is
-passed in, so this package stays free of Ansible) and document it through the `gpulab_pve` doc fragment.
+passed in, so this package stays free of Ansible) and document it through the `pve` doc fragment.
 """
 
 from __future__ import annotations

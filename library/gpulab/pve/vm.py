@@ -206,7 +206,7 @@ START_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(r"PCI device mapping not found for '(?P<mapping>[^']+)'"),
         "PVE has no PCI resource mapping '{mapping}' with an entry for node {node}: create it with an entry "
-        "for that node (gpulab_pve_pci_mapping; stage vms maps every card of a node's pve_gpus, so check that "
+        "for that node (pve_pci_mapping; stage vms maps every card of a node's pve_gpus, so check that "
         "the VM's vm_gpu names a card in pve_gpus of node {node}), or give hostpci a mapping that exists, "
         "then run again",
     ),

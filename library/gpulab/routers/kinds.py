@@ -3,7 +3,7 @@
 `KINDS` is the one table behind `make_backend` (which class to build and with what), the options a kind
 accepts in `router_options` (the keyword arguments of the class that the row names; their defaults are
 the class's own, read from its signature, so each default is written once), and the module
-gpulab_dhcp_reservation's documentation of `options` (`option_docs()`; a test keeps the module's text
+dhcp_reservation's documentation of `options` (`option_docs()`; a test keeps the module's text
 equal to it). A new router kind is a backend class and a row here (and its name in
 gpulab.constants.ROUTER_KINDS, which the lab definition offers; a test keeps the two the same).
 """

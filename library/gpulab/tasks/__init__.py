@@ -1,5 +1,5 @@
 """What each controller module does, as a function of its checked options: one module of this package per
-module of plugins/modules that runs on the controller (gpulab_hami_values -> gpulab.tasks.hami_values).
+module of plugins/modules that runs on the controller (hami_values -> gpulab.tasks.hami_values).
 
 Each holds the module's own options (`OPTIONS`, an argument spec; `PVE = True` adds the connection options
 of gpulab.pve.connection and their rules) and `run(task)`, which does the work and
@@ -7,8 +7,8 @@ returns the result, or raises `Failed` with the message and the result so far. `
 gives: the checked options (`params`), `check_mode`, `diff`, `warn(msg)`, `log(msg)` and `no_log_values`.
 
 Two callers read the same spec and run the same function. The action plugin of the module
-(plugins/plugin_utils/gpulab_controller.py) checks the task's arguments with Ansible's ArgumentSpecValidator and
-runs it in the task's worker; the module (plugins/module_utils/gpulab_module.py, `run_module`) builds an
+(plugins/plugin_utils/controller.py) checks the task's arguments with Ansible's ArgumentSpecValidator and
+runs it in the task's worker; the module (plugins/module_utils/controller_module.py, `run_module`) builds an
 AnsibleModule from it wherever Ansible starts the module as its own Python. Nothing here imports Ansible:
 the environment fallback of the connection options is passed in.
 """
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from gpulab.routers.http import mask
 
-PREFIX = "gpulab_"
+COLLECTION = "gpulab.homelab."
 
 
 class Task(Protocol):
@@ -46,15 +46,15 @@ class Failed(Exception):
 
 
 def of(module_name: str) -> ModuleType | None:
-    """The task of the module `module_name` (a bare or dotted name such as ansible.legacy.gpulab_pve_vm),
+    """The task of the module `module_name` (a bare or dotted name such as ansible.legacy.pve_vm),
     None for a module that has none (one that runs on a managed host)."""
-    short = module_name.rsplit(".", 1)[-1]
-    if not short.startswith(PREFIX):
+    prefix, _, short = module_name.rpartition(".")
+    if prefix not in ("", "ansible.legacy", COLLECTION.rstrip(".")):
         return None
     try:
-        return importlib.import_module(f"{__name__}.{short.removeprefix(PREFIX)}")
+        return importlib.import_module(f"{__name__}.{short}")
     except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{short.removeprefix(PREFIX)}":
+        if exc.name != f"{__name__}.{short}":
             raise
         return None
 

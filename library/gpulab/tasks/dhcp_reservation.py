@@ -1,4 +1,4 @@
-"""gpulab_dhcp_reservation: DHCP reservations (MAC -> IPv4 address) on the lab's router, for every router kind."""
+"""dhcp_reservation: DHCP reservations (MAC -> IPv4 address) on the lab's router, for every router kind."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gpulab_hami_values: check HAMi chart values against the pinned chart version and render the k3s HelmChart."""
+"""hami_values: check HAMi chart values against the pinned chart version and render the k3s HelmChart."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gpulab_hami_workloads: plan the pinned GPU engines (manifests, start order) from the lab's cards."""
+"""hami_workloads: plan the pinned GPU engines (manifests, start order) from the lab's cards."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gpulab_lab_table: the end-of-run lab table, from the VMs' configs that PVE reports."""
+"""lab_table: the end-of-run lab table, from the VMs' configs that PVE reports."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gpulab_monitoring_charts: check the Prometheus and Grafana chart values against their pinned versions and render
+"""monitoring_charts: check the Prometheus and Grafana chart values against their pinned versions and render
 both k3s HelmCharts."""
 
 from __future__ import annotations

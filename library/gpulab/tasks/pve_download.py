@@ -1,4 +1,4 @@
-"""gpulab_pve_download: a file (ISO, disk image) downloaded by PVE itself, checked against its checksum."""
+"""pve_download: a file (ISO, disk image) downloaded by PVE itself, checked against its checksum."""
 
 from __future__ import annotations
 

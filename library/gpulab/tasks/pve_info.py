@@ -1,4 +1,4 @@
-"""gpulab_pve_info: what a PVE node holds (version, storages, PCI devices, mappings, VMs...)."""
+"""pve_info: what a PVE node holds (version, storages, PCI devices, mappings, VMs...)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gpulab_pve_pci_mapping: a cluster-wide PCI resource mapping, entry by entry."""
+"""pve_pci_mapping: a cluster-wide PCI resource mapping, entry by entry."""
 
 from __future__ import annotations
 

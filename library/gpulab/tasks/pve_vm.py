@@ -1,4 +1,4 @@
-"""gpulab_pve_vm: a VM made and kept as its declarative spec says (gpulab.pve.vm), started, its address found."""
+"""pve_vm: a VM made and kept as its declarative spec says (gpulab.pve.vm), started, its address found."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def refuse_raw_hostpci(entries, conn):
             raise ValueError(
                 f"hostpci[{index}] names the raw device {dev['host']} but PVE only lets root@pam (password "
                 f"login) attach raw PCI devices, and this module logs in as {conn.userid}: create a PCI "
-                "resource mapping (gpulab_pve_pci_mapping) and give its id as mapping"
+                "resource mapping (pve_pci_mapping) and give its id as mapping"
             )
 
 

@@ -1,9 +1,0 @@
-"""gpulab_pve_info runs with the PVE connection from the inventory (plugins/plugin_utils/gpulab_pve_connection.py)."""
-
-from ansible_collections.gpulab.homelab.plugins.plugin_utils.gpulab_pve_connection import (
-    ActionModule as PveConnectionAction,
-)
-
-
-class ActionModule(PveConnectionAction):
-    pass

@@ -29,6 +29,14 @@ how time and requests grew against the number of VMs. For example 3 VMs on 1 nod
 
 --json FILE (- for stdout) writes every inventory's figures and the side-by-side table's numbers.
 
+Two trees in one run: --tree PATH (repeatable) measures each inventory also in another checkout (for
+example a worktree of the previous main: git worktree add ../before main~3), with that checkout's own
+.venv, site.yml, ansible.cfg and simulated lab, right after this one on the same machine; the side-by-side
+table then has a column per inventory and tree. Absolute times vary from machine to machine and from hour
+to hour; a comparison is only fair within one run.
+
+    .venv/bin/python scripts/benchmark.py --tree ../before
+
 Run as root for the whole lab (SSH hosts, DHCP); without root only the API stages can run.
 This is a measurement, not a test: it never fails on a number.
 """
@@ -66,8 +74,27 @@ class BenchError(Exception):
     """A lab or a site.yml run failed: that inventory has no figures."""
 
 
-def lab(*args: str, env: dict) -> None:
-    out = subprocess.run([BIN / "gpulab", "lab", *args], env=env, capture_output=True, text=True)
+class Tree:
+    """A checkout to measure: its root (site.yml, ansible.cfg, inventory/) and its virtualenv's bin."""
+
+    def __init__(self, root: Path, bin_dir: Path | None = None):
+        self.root = root.resolve()
+        self.bin = bin_dir or self.root / ".venv" / "bin"
+        self.label = "this tree" if self.root == ROOT.resolve() else self.root.name
+
+    def check(self) -> None:
+        missing = [p for p in (self.root / "site.yml", self.bin / "ansible-playbook") if not p.exists()]
+        if missing:
+            raise SystemExit(f"--tree {self.root}: {', '.join(map(str, missing))} missing (make venv there)")
+
+
+HERE = Tree(ROOT, BIN)
+
+
+def lab(*args: str, env: dict, tree: Tree = HERE) -> None:
+    out = subprocess.run(
+        [tree.bin / "gpulab", "lab", *args], env=env, capture_output=True, text=True, cwd=tree.root
+    )
     if out.returncode != 0:
         sys.stdout.write(out.stdout[-2000:] + out.stderr[-4000:])
         raise BenchError(f"gpulab lab {args[0]} failed (rc={out.returncode})")
@@ -82,12 +109,14 @@ def requests_since(log: Path, offset: int) -> tuple[list[dict], int]:
         return lines, f.tell()
 
 
-def run_site(tags: str | None, env: dict, timeline: Path, inventory: str) -> tuple[float, list[dict]]:
+def run_site(
+    tags: str | None, env: dict, timeline: Path, inventory: str, tree: Tree = HERE
+) -> tuple[float, list[dict]]:
     """One whole `ansible-playbook site.yml`; its wall time and its plays (see gpulab_timeline)."""
-    cmd = [BIN / "ansible-playbook", "-i", inventory, "site.yml"] + (["--tags", tags] if tags else [])
+    cmd = [tree.bin / "ansible-playbook", "-i", inventory, "site.yml"] + (["--tags", tags] if tags else [])
     env = {**env, "GPULAB_TIMELINE": str(timeline)}
     start = time.monotonic()
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    out = subprocess.run(cmd, cwd=tree.root, env=env, capture_output=True, text=True)
     took = time.monotonic() - start
     if out.returncode != 0:
         sys.stdout.write(out.stdout[-4000:] + out.stderr[-2000:])
@@ -258,11 +287,11 @@ def group_hosts(listing: dict, group: str) -> set[str]:
     return hosts
 
 
-def inventory_shape(inventory: str, env: dict) -> tuple[int, int]:
+def inventory_shape(inventory: str, env: dict, tree: Tree = HERE) -> tuple[int, int]:
     """(VMs, PVE nodes) of an inventory: its groups vms and proxmox."""
     out = subprocess.run(
-        [BIN / "ansible-inventory", "-i", inventory, "--list"],
-        cwd=ROOT,
+        [tree.bin / "ansible-inventory", "-i", inventory, "--list"],
+        cwd=tree.root,
         env=env,
         capture_output=True,
         text=True,
@@ -391,20 +420,24 @@ def growth_verdicts(rows: list[dict]) -> list[str]:
 # --- one inventory's benchmark -------------------------------------------------------------------
 
 
-def bench_one(inventory: str, fixture: str | None, tags: str | None, reruns_n: int, keep: bool) -> dict:
+def bench_one(
+    inventory: str, fixture: str | None, tags: str | None, reruns_n: int, keep: bool, tree: Tree = HERE
+) -> dict:
     """A fresh lab for one inventory, its first converge and no-op re-runs, the lab down again."""
     state = Path(tempfile.mkdtemp(prefix="gpulab-bench-"))
     env = {
         **os.environ,
         "GPULAB_LAB_STATE": str(state),
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_CONFIG": str(tree.root / "ansible.cfg"),
+        # this tree's timeline callback in every tree: the stages are told apart the same way
         "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "scripts" / "callbacks"),
         "ANSIBLE_CALLBACKS_ENABLED": "gpulab_timeline",
-        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "PATH": f"{tree.bin}:{os.environ['PATH']}",
     }
-    vms, nodes = inventory_shape(inventory, env)
+    env.pop("VIRTUAL_ENV", None)
+    vms, nodes = inventory_shape(inventory, env, tree)
     up_start = time.monotonic()
-    lab("up", "--state", str(state), *(["--fixture", fixture] if fixture else []), env=env)
+    lab("up", "--state", str(state), *(["--fixture", fixture] if fixture else []), env=env, tree=tree)
     up_took = time.monotonic() - up_start
     log = state / "pve-requests.jsonl"
     offset = requests_since(log, 0)[1]
@@ -413,7 +446,7 @@ def bench_one(inventory: str, fixture: str | None, tags: str | None, reruns_n: i
     try:
         for n in range(1 + max(reruns_n, 1)):
             label = "first" if n == 0 else f"rerun{n}"
-            took, plays = run_site(tags, env, state / f"timeline-{label}.jsonl", inventory)
+            took, plays = run_site(tags, env, state / f"timeline-{label}.jsonl", inventory, tree)
             reqs, offset = requests_since(log, offset)
             run = {"s": took, "stages": by_stage(plays, reqs), "reqs": reqs, "plays": plays}
             if n == 0:
@@ -422,10 +455,11 @@ def bench_one(inventory: str, fixture: str | None, tags: str | None, reruns_n: i
                 reruns.append(run)
     finally:
         if not keep:
-            lab("down", "--state", str(state), env=env)
+            lab("down", "--state", str(state), env=env, tree=tree)
     runs["rerun"] = sorted(reruns, key=lambda r: r["s"])[(len(reruns) - 1) // 2]
     return {
         "inventory": inventory,
+        "tree": tree.label,
         "fixture": fixture,
         "vms": vms,
         "nodes": nodes,
@@ -440,7 +474,7 @@ def report_one(res: dict, tags: str | None, top: int) -> dict:
     """Print one inventory's tables; return its figures (figures() and each run's run_figures)."""
     runs, reruns, vms = res["runs"], res["reruns"], res["vms"]
     print(
-        f"{res['inventory']} (fixture {res['fixture'] or 'reference'}; {vms} VMs on {res['nodes']} PVE node{'s' if res['nodes'] != 1 else ''})"
+        f"{res['inventory']} in {res['tree']} (fixture {res['fixture'] or 'reference'}; {vms} VMs on {res['nodes']} PVE node{'s' if res['nodes'] != 1 else ''})"
         f" - lab up: {res['up_s']:.1f} s (state {res['state']})\n"
     )
     head = (
@@ -490,7 +524,12 @@ def report_one(res: dict, tags: str | None, top: int) -> dict:
             print(f"  VM {vmid}: {reads} reads, {writes} writes")
 
     now = figures(runs, tags)
-    if res["inventory"] == DEFAULT_INVENTORY and not res["fixture"] and BASELINE.exists():
+    if (
+        res["inventory"] == DEFAULT_INVENTORY
+        and not res["fixture"]
+        and res["tree"] == HERE.label
+        and BASELINE.exists()
+    ):
         print_against(now, json.loads(BASELINE.read_text()))
     print_top(runs["rerun"]["plays"], top)
     return {
@@ -524,7 +563,17 @@ def main() -> int:
         f" lab, then side by side; =FIXTURE picks the lab fixture (default {DEFAULT_INVENTORY})",
     )
     ap.add_argument("--json", metavar="FILE", help="write the figures as JSON to FILE (- for stdout)")
+    ap.add_argument(
+        "--tree",
+        action="append",
+        metavar="PATH",
+        default=[],
+        help="another checkout (with its .venv) to measure each inventory in too, in the same run",
+    )
     args = ap.parse_args()
+    trees = [HERE, *(Tree(Path(p)) for p in args.tree)]
+    for tree in trees:
+        tree.check()
     tags = args.tags or (None if os.geteuid() == 0 else API_ONLY)
     targets = [parse_inventory_arg(v) for v in args.inventory or [DEFAULT_INVENTORY]]
     if args.save_baseline and (DEFAULT_INVENTORY, None) not in targets:
@@ -532,30 +581,36 @@ def main() -> int:
 
     done: list[dict] = []
     failed: list[tuple[str, str]] = []
-    for n, (inventory, fixture) in enumerate(targets):
+    jobs = [(inventory, fixture, tree) for inventory, fixture in targets for tree in trees]
+    for n, (inventory, fixture, tree) in enumerate(jobs):
         if n:
             print("\n" + "=" * 100 + "\n")
         try:
-            res = bench_one(inventory, fixture, tags, args.reruns, args.keep)
+            res = bench_one(inventory, fixture, tags, args.reruns, args.keep, tree)
         except BenchError as e:
-            if len(targets) == 1:
+            if len(jobs) == 1:
                 raise SystemExit(str(e)) from None
-            print(f"{inventory}: {e}; no figures")
-            failed.append((inventory, str(e)))
+            print(f"{inventory} in {tree.label}: {e}; no figures")
+            failed.append((f"{inventory} in {tree.label}", str(e)))
             continue
         res |= report_one(res, tags, args.top)
         done.append(res)
-        if args.save_baseline and (inventory, fixture) == (DEFAULT_INVENTORY, None):
+        if args.save_baseline and (inventory, fixture, tree) == (DEFAULT_INVENTORY, None, HERE):
             BASELINE.write_text(dump_figures(res["figures"]))
             print(f"\nbaseline stored in {BASELINE}")
 
     rows = [
         scale_row(
-            Path(r["inventory"]).name, r["fixture"], r["vms"], r["nodes"], r["runs"]["first"], r["noop"]
+            Path(r["inventory"]).name + ("" if len(trees) == 1 else f" @ {r['tree']}"),
+            r["fixture"],
+            r["vms"],
+            r["nodes"],
+            r["runs"]["first"],
+            r["noop"],
         )
         for r in done
     ]
-    if len(targets) > 1 and rows:
+    if len(jobs) > 1 and rows:
         print(f"\n{'=' * 100}\n\nside by side (tags {tags or 'all'}; no-op = the median re-run):\n")
         print("\n".join(scale_table(rows)))
         print("\n" + reads_verdict(rows))
@@ -572,6 +627,7 @@ def main() -> int:
             "inventories": [
                 {
                     "inventory": r["inventory"],
+                    "tree": r["tree"],
                     "fixture": r["fixture"] or "reference",
                     "vms": r["vms"],
                     "nodes": r["nodes"],

@@ -187,3 +187,17 @@ def test_growth_verdicts():
     assert "linear or worse" in bench.growth_verdicts([base, row("c", 6, 2, 120.0, 80.0)])[0]
     assert "same number of VMs" in bench.growth_verdicts([base, row("d", 3, 1, 80.0, 41.0)])[0]
     assert bench.growth_verdicts([base]) == []
+
+
+def test_another_tree_is_measured_with_its_own_venv_and_refused_without_one(tmp_path):
+    other = tmp_path / "before"
+    (other / ".venv" / "bin").mkdir(parents=True)
+    tree = bench.Tree(other)
+    assert (tree.root, tree.bin, tree.label) == (other, other / ".venv" / "bin", "before")
+    assert bench.HERE.label == "this tree" and bench.HERE.root == ROOT
+    with pytest.raises(SystemExit) as err:
+        tree.check()
+    assert f"--tree {other}" in str(err.value) and "make venv there" in str(err.value)
+    (other / "site.yml").write_text("[]\n")
+    (other / ".venv" / "bin" / "ansible-playbook").write_text("")
+    tree.check()

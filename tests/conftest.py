@@ -1,12 +1,28 @@
-"""For every test: the modules' shared code (plugins/module_utils) importable as Ansible ships it."""
+"""For every test: the modules' shared code (plugins/module_utils) importable as Ansible ships it, and a run
+that is stopped (Ctrl-C, `timeout`, a closed terminal) tearing down what it started."""
 
 import os
+import signal
 
 import pytest
 import simlab
 from ansible_modules import use_module_utils
 
 use_module_utils()
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+def pytest_configure(config):
+    """SIGTERM and SIGHUP end the run as Ctrl-C does, in the main process and in each pytest-xdist worker
+    (`timeout` and a closed terminal signal the whole process group): pytest then runs every fixture's
+    teardown and every `finally`, so each lab a test started (simlab.running_lab, the module fixtures) is taken
+    down. Without this, Python dies at once on SIGTERM and the labs' API servers and hosts keep running."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) in (signal.SIG_DFL, None):
+            signal.signal(signum, _interrupted)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 import doc_commands
+import pytest
 
 from gpulab.pve import privileges
 

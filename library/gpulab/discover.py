@@ -1030,7 +1030,7 @@ def render(found: Found) -> dict[str, str]:
     # --- group_vars/all/main.yml ---
     url_host = found.address
     lines = [
-        '# The lab definition shared by every host. Each variable is described in docs/variables.md.',
+        "# The lab definition shared by every host. Each variable is described in docs/variables.md.",
         "",
         "# --- Proxmox VE API ---------------------------------------------------------------------------",
         f"pve_api_url: https://{url_host}:8006",
@@ -1244,7 +1244,7 @@ def _router_file(found: Found) -> str:
     else:
         lines.append('ansible_host: "{{ router_address }}"')
     lines += _comment(
-        f'CHANGE-ME: the kind of router that serves the LAN\'s DHCP: one of {kinds} (docs/variables.md, router_kind).'
+        f"CHANGE-ME: the kind of router that serves the LAN's DHCP: one of {kinds} (docs/variables.md, router_kind)."
     )
     lines.append(f"router_kind: {PLACEHOLDER}")
     if not gw:

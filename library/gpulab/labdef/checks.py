@@ -422,7 +422,10 @@ def check_engines(d: LabDefinition, out: Problems) -> None:
     )
     err = workloads.check_engines(engines, cards_by_node, d.globals.get("k3s_version"), wait_image)
     if err is not None:
-        fix = err.fix or "change workloads_engines as the message says (its keys: docs/variables.md, role workloads)"
+        fix = (
+            err.fix
+            or "change workloads_engines as the message says (its keys: docs/variables.md, role workloads)"
+        )
         out.add("all", "workloads_engines", err.value, err.why, fix)
 
 

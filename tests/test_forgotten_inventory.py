@@ -2,8 +2,8 @@
 
 Before, ansible.cfg named inventory/demo, so `ansible-playbook site.yml` typed without -i on the user's
 machine ran against the simulated lab. Every path that wants the simulated lab names it itself (`make demo`,
-the molecule scenarios, the tests, scripts/benchmark.py), and every ansible-playbook command README shows
-names its inventory.
+the molecule scenarios, the tests, scripts/benchmark.py), and every ansible-playbook command the docs show
+(library/gpulab/data/commands.yml) names its inventory.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 from ansible_runs import ansible_playbook, playbook_env
+from doc_commands import commands as doc_commands_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,10 +52,8 @@ def test_every_demo_path_names_its_inventory():
     assert 'DEFAULT_INVENTORY = "inventory/demo"' in bench and '"-i", inventory' in bench
 
 
-def test_every_readme_ansible_playbook_command_names_its_inventory():
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```console\n(.*?)```", readme, re.S)
-    commands = [ln for b in blocks for ln in b.splitlines() if re.search(r"\bansible-playbook\b", ln)]
-    assert commands, "README shows no ansible-playbook command"
+def test_every_ansible_playbook_command_of_the_docs_names_its_inventory():
+    commands = [c for c in doc_commands_of() if re.search(r"\bansible-playbook\b", c)]
+    assert commands, "the docs show no ansible-playbook command"
     missing = [c for c in commands if not re.search(r"\s(-i|--inventory)[\s=]\S", c)]
-    assert not missing, f"README commands without -i: {missing}"
+    assert not missing, f"commands of the docs without -i: {missing}"

@@ -1,4 +1,4 @@
-"""README's vault steps ("Using it on your own machine"), run as written on a copy of inventory/homelab:
+"""The vault steps of docs/getting-started.md (step 6), run as written on a copy of inventory/homelab:
 the vault made from vault.yml.example and encrypted with ansible-vault, then read by `gpulab plan` (password
 file or typed) and by preflight (ansible-playbook --vault-password-file). Nothing is reached: preflight runs
 with --tags host alone, which uses no API."""

@@ -108,7 +108,7 @@ def _discover(args: argparse.Namespace) -> int:
     if not found.proposed and found.vms:
         print("  hosts.yml: the k3s server and agents (commented lines under k3s_server and k3s_agent)")
     print(
-        f"and the secrets ({target}/group_vars/all/vault.yml.example; README step 6). Then check it with "
+        f"and the secrets ({target}/group_vars/all/vault.yml.example; docs/getting-started.md step 6). Then check it with "
         f"`gpulab plan {target}`."
     )
     return 0

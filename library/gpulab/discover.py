@@ -1030,11 +1030,11 @@ def render(found: Found) -> dict[str, str]:
     # --- group_vars/all/main.yml ---
     url_host = found.address
     lines = [
-        '# The lab definition shared by every host. Each variable is described in README ("Lab definition").',
+        "# The lab definition shared by every host. Each variable is described in docs/variables.md.",
         "",
         "# --- Proxmox VE API ---------------------------------------------------------------------------",
         f"pve_api_url: https://{url_host}:8006",
-        "# An API token with privilege separation; README lists the privileges it needs (and how to make it).",
+        "# An API token with privilege separation; docs/getting-started.md step 3 lists the privileges it needs.",
         "pve_api_token_id: gpulab@pve!ansible",
         "pve_api_token_secret: \"{{ vault_pve_api_token_secret | default(lookup('ansible.builtin.env', "
         "'GPULAB_PVE_API_TOKEN_SECRET')) }}\"",
@@ -1140,7 +1140,7 @@ def render(found: Found) -> dict[str, str]:
     if any_iso:
         lines += [
             "# sudo on the VMs: the installer's account asks for its password. Type it at each run with -K, or keep",
-            '# it in the vault as vault_vm_become_password (README, "sudo on the VMs").',
+            '# it in the vault as vault_vm_become_password (docs/getting-started.md, "sudo on the VMs").',
             'ansible_sudo_pass: "{{ vault_vm_become_password | default(omit) }}"',
         ]
     files["group_vars/vms.yml"] = _file(lines)
@@ -1215,7 +1215,7 @@ def _node_file(found: Found) -> str:
                 + (
                     "; a PCI bridge in the group is fine, PVE's documentation says"
                     if bridges and len(bridges) == len(gpu.others)
-                    else ". Move the card to another slot, or see README on IOMMU groups"
+                    else ". Move the card to another slot, or see docs/operations.md on IOMMU groups"
                 )
                 + ".",
                 2,
@@ -1244,7 +1244,7 @@ def _router_file(found: Found) -> str:
     else:
         lines.append('ansible_host: "{{ router_address }}"')
     lines += _comment(
-        f'CHANGE-ME: the kind of router that serves the LAN\'s DHCP: one of {kinds} (README, "Routers").'
+        f"CHANGE-ME: the kind of router that serves the LAN's DHCP: one of {kinds} (docs/variables.md, router_kind)."
     )
     lines.append(f"router_kind: {PLACEHOLDER}")
     if not gw:
@@ -1304,7 +1304,7 @@ PLACEHOLDER_LINE = re.compile(rf"^\s*(?P<key>[A-Za-z_][\w.]*): {PLACEHOLDER}$")
 
 def to_fill(files: dict[str, str]) -> dict[str, list[str]]:
     """The `key: CHANGE-ME` lines of the written files by file (the vault example aside: its secrets are
-    step 6 of README)."""
+    step 6 of docs/getting-started.md)."""
     out: dict[str, list[str]] = {}
     for rel, text in files.items():
         keys = [m["key"] for line in text.splitlines() if (m := PLACEHOLDER_LINE.match(line))]

@@ -1,5 +1,7 @@
-"""The README's variable tables, generated from the lab-definition catalogue and every role's
-meta/argument_specs.yml. `make docs` rewrites them; a test fails when README is out of date."""
+"""What `make docs` writes: docs/variables.md, each role's README, the command blocks of the docs and the
+data-flow picture, and the generated options of two modules. Each comes from one source (the catalogue, the
+roles' meta/argument_specs.yml and defaults, library/gpulab/data/commands.yml, the tables of the engine);
+tests/labdef/test_docs.py fails when a written file is out of date."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import yaml
 from gpulab.labdef import CATALOGUE
 
 START, END = "<!-- variables:start -->", "<!-- variables:end -->"
+VARIABLES = "docs/variables.md"
 SCOPES = {
     "all": "group_vars/all",
     "proxmox": "host_vars of each Proxmox node",
@@ -28,9 +31,22 @@ def _cell(value) -> str:
     return f"`{text}`".replace("|", "\\|")
 
 
+def _text(desc) -> str:
+    """An argument spec's description (a string or a list of paragraphs) as one Markdown table cell."""
+    if isinstance(desc, list):
+        desc = " ".join(str(d) for d in desc)
+    return " ".join(str(desc or "").split()).replace("|", "\\|")
+
+
+def _options(spec: Path, entry: str = "main") -> dict:
+    data = yaml.safe_load(spec.read_text()) or {}
+    return (data.get("argument_specs") or {}).get(entry, {}).get("options") or {}
+
+
 def render(root: Path) -> str:
+    """The variable tables: the lab definition's catalogue, then each role's options."""
     out = [
-        "### Lab definition (inventory)",
+        "## Lab definition (inventory)",
         "",
         "| variable | where | type | default | required | meaning |",
         "|---|---|---|---|---|---|",
@@ -43,35 +59,213 @@ def render(root: Path) -> str:
         )
     for spec in sorted(root.glob("roles/*/meta/argument_specs.yml")):
         role = spec.parent.parent.name
-        data = yaml.safe_load(spec.read_text()) or {}
-        options = (data.get("argument_specs") or {}).get("main", {}).get("options") or {}
+        options = _options(spec)
         if not options:
             continue
-        out += ["", f"### Role `{role}`", "", "| variable | type | default | meaning |", "|---|---|---|---|"]
+        out += [
+            "",
+            f"## Role `{role}` ([README](../roles/{role}/README.md))",
+            "",
+            "| variable | type | default | meaning |",
+            "|---|---|---|---|",
+        ]
         for name, opt in sorted(options.items()):
-            desc = opt.get("description", "")
-            if isinstance(desc, list):
-                desc = " ".join(desc)
             out.append(
                 f"| `{name}` | {opt.get('type', 'str')} | {_cell(opt.get('default'))} | "
-                f"{' '.join(str(desc).split()).replace('|', chr(92) + '|')} |"
+                f"{_text(opt.get('description', ''))} |"
             )
     return "\n".join(out)
 
 
-def update_readme(root: Path) -> bool:
-    """Rewrite README's variable section; True when it changed."""
-    readme = root / "README.md"
-    text = readme.read_text()
-    new = re.sub(
-        re.escape(START) + ".*?" + re.escape(END),
-        lambda _: f"{START}\n{render(root)}\n{END}",
-        text,
-        flags=re.S,
+def _replace_between(text: str, start: str, end: str, body: str) -> str:
+    return re.sub(
+        re.escape(start) + ".*?" + re.escape(end), lambda _: f"{start}\n{body}\n{end}", text, flags=re.S
     )
-    if new != text:
-        readme.write_text(new)
-    return new != text
+
+
+def _write(path: Path, new: str) -> bool:
+    """Write `new` to `path` when it differs; True when it changed."""
+    if path.exists() and path.read_text() == new:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new)
+    return True
+
+
+def update_variables(root: Path) -> bool:
+    """Rewrite the tables of docs/variables.md; True when it changed."""
+    path = root / VARIABLES
+    return _write(path, _replace_between(path.read_text(), START, END, render(root)))
+
+
+# --- the commands the docs show, from library/gpulab/data/commands.yml ------------------------------------
+COMMANDS = "library/gpulab/data/commands.yml"
+WIDTH = 110
+
+
+def load_commands(root: Path) -> dict[str, dict]:
+    """The command blocks by name: {prompt, commands: [{run, comment}]}."""
+    return yaml.safe_load((root / COMMANDS).read_text())["blocks"]
+
+
+def _wrap(line: str, prompt: str) -> list[str]:
+    """A long command broken after commas with a backslash, as a shell reads it back."""
+    if len(prompt) + 1 + len(line) <= WIDTH:
+        return [line]
+    out, current = [], ""
+    for piece in re.split(r"(?<=,)", line):
+        if current and len(current) + len(piece) > WIDTH - 4:
+            out.append(current + "\\")
+            current = ""
+        current += piece
+    return [*out, current]
+
+
+def render_commands(block: dict) -> str:
+    """A console block: each command after its prompt, comments aligned where the lines stay short; a long
+    command without a comment broken at its commas."""
+    prompt = block.get("prompt", "$")
+    commented = [len(c["run"]) for c in block["commands"] if c.get("comment")]
+    longest = max((len(c.get("comment", "")) for c in block["commands"]), default=0)
+    pad = max(commented, default=0) if max(commented, default=0) + longest + 6 <= WIDTH else 0
+    lines = []
+    for command in block["commands"]:
+        run, comment = command["run"], command.get("comment")
+        if comment:
+            lines.append(f"{prompt} {run.ljust(pad)}  # {comment}")
+            continue
+        wrapped = _wrap(run, prompt)
+        lines += [f"{prompt} {wrapped[0]}", *wrapped[1:]]
+    return "```console\n" + "\n".join(lines) + "\n```"
+
+
+def _command_markers(name: str) -> tuple[str, str]:
+    return f"<!-- commands:{name} -->", f"<!-- /commands:{name} -->"
+
+
+def update_commands(root: Path) -> list[Path]:
+    """Rewrite each `<!-- commands:NAME -->` block of README.md and docs/*.md; the files that changed."""
+    blocks = load_commands(root)
+    changed = []
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = path.read_text()
+        new = text
+        for name in re.findall(r"<!-- commands:([\w-]+) -->", text):
+            start, end = _command_markers(name)
+            new = _replace_between(new, start, end, render_commands(blocks[name]))
+        if _write(path, new):
+            changed.append(path)
+    return changed
+
+
+# --- a README per role ---------------------------------------------------------------------------------------
+ROLE_START = (
+    "<!-- role-docs:start (generated by `make docs` from meta/argument_specs.yml and defaults/main.yml) -->"
+)
+ROLE_END = "<!-- role-docs:end -->"
+
+# Where each role runs in gpulab: the hosts of its play, the stage playbook that runs it, and whether the play
+# becomes root. The example play of each role's README is made from it.
+ROLE_PLAYS: dict[str, tuple[str, str, bool]] = {
+    "guest_base": ("vms", "playbooks/guests.yml", True),
+    "hami": ("k3s_server[0]", "playbooks/hami.yml", True),
+    "k3s_agent": ("k3s_agent", "playbooks/k3s.yml", True),
+    "k3s_install": ("k3s_cluster", "playbooks/k3s.yml (through k3s_server and k3s_agent)", True),
+    "k3s_server": ("k3s_server[0]", "playbooks/k3s.yml", True),
+    "monitoring": ("k3s_server[0]", "playbooks/monitoring.yml", True),
+    "nvidia_container_toolkit": ("vms", "playbooks/guests.yml", True),
+    "nvidia_driver": ("vms", "playbooks/guests.yml", True),
+    "pve_host": ("proxmox", "playbooks/host.yml", False),
+    "pve_vms": ("localhost", "playbooks/vms.yml", False),
+    "router_dhcp": ("localhost", "playbooks/network.yml", False),
+    "workloads": ("k3s_server[0]", "playbooks/workloads.yml", True),
+}
+
+# Example values of the options a role requires (the example play sets them).
+ROLE_EXAMPLES: dict[str, dict] = {
+    "k3s_agent": {
+        "k3s_agent_version": "v1.35.6+k3s1",
+        "k3s_agent_token": "{{ vault_k3s_token }}",
+        "k3s_agent_server_url": "https://192.168.100.53:6443",
+    },
+    "k3s_install": {"k3s_install_version": "v1.35.6+k3s1", "k3s_install_exec": "server"},
+    "k3s_server": {"k3s_server_version": "v1.35.6+k3s1"},
+}
+
+
+def _example_play(role: str, options: dict) -> str:
+    hosts, _, become = ROLE_PLAYS[role]
+    required = {
+        n: ROLE_EXAMPLES.get(role, {}).get(n, "CHANGE-ME") for n, o in options.items() if o.get("required")
+    }
+    play: list[dict] = []
+    if "gpulab_vms" in required:  # the plan preflight publishes: run preflight first
+        required.pop("gpulab_vms")
+        play.append({"ansible.builtin.import_playbook": "gpulab.homelab.preflight"})
+    entry: dict = {"role": f"gpulab.homelab.{role}"}
+    if required:
+        entry["vars"] = required
+    body: dict = {"name": f"Role {role}", "hosts": hosts}
+    if become:
+        body["become"] = True
+    body["roles"] = [entry]
+    play.append(body)
+    return yaml.dump(play, Dumper=_Indented, sort_keys=False, width=110).rstrip()
+
+
+def render_role_readme(role_dir: Path) -> str:
+    """The generated part of a role's README: what it does, its variables, its defaults, one example play."""
+    role = role_dir.name
+    specs = (yaml.safe_load((role_dir / "meta/argument_specs.yml").read_text()) or {})["argument_specs"]
+    main = specs["main"]
+    hosts, playbook, _ = ROLE_PLAYS[role]
+    out = [f"# Role `gpulab.homelab.{role}`", "", f"{main.get('short_description', '').rstrip('.')}.", ""]
+    for para in main.get("description") or []:
+        out += [" ".join(str(para).split()), ""]
+    out += [f"In gpulab it runs from `{playbook}` on `{hosts}`, which passes it the inventory's values.", ""]
+    defaults_file = role_dir / "defaults/main.yml"
+    defaults = (yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.exists() else {}
+    for entry, spec in specs.items():
+        options = spec.get("options") or {}
+        title = (
+            "Variables" if entry == "main" else f"Entry point `{entry}`: {spec.get('short_description', '')}"
+        )
+        out += [f"## {title}", ""]
+        if entry != "main":
+            out += [" ".join(" ".join(str(d).split()) for d in spec.get("description") or []), ""]
+        if not options:
+            out += ["No variables.", ""]
+            continue
+        out += ["| variable | type | required | default | meaning |", "|---|---|---|---|---|"]
+        for name, opt in sorted(options.items()):
+            default = defaults.get(name, opt.get("default"))
+            kind = opt.get("type", "str") + (f" of {opt['elements']}" if opt.get("elements") else "")
+            req = "yes" if opt.get("required") else ""
+            out.append(
+                f"| `{name}` | {kind} | {req} | {_cell(default)} | {_text(opt.get('description', ''))} |"
+            )
+        out.append("")
+    if defaults_file.exists() and defaults:
+        out += ["## Defaults", "", "`defaults/main.yml`, with its comments:", "", "```yaml"]
+        out += [defaults_file.read_text().rstrip(), "```", ""]
+    out += ["## Example play", "", "```yaml", _example_play(role, main.get("options") or {}), "```"]
+    return "\n".join(out)
+
+
+def update_role_readme(role_dir: Path) -> bool:
+    """Write the generated part of roles/<role>/README.md; text outside the markers is kept."""
+    path = role_dir / "README.md"
+    block = f"{ROLE_START}\n{render_role_readme(role_dir)}\n{ROLE_END}"
+    text = path.read_text() if path.exists() else ""
+    if ROLE_START in text:
+        new = _replace_between(text, ROLE_START, ROLE_END, render_role_readme(role_dir))
+    else:
+        new = block + "\n" + (f"\n{text}" if text else "")
+    return _write(path, new)
+
+
+def roles(root: Path) -> list[Path]:
+    return sorted(p.parent.parent for p in root.glob("roles/*/meta/argument_specs.yml"))
 
 
 # pve_vm's DOCUMENTATION options: generated from the option table gpulab.pve.vmoptions.
@@ -137,11 +331,103 @@ def update_router_module(root: Path) -> bool:
     return _rewrite_block(root / ROUTER_MODULE, router_options_block, render_router_options)
 
 
+# --- the data-flow picture of docs/architecture.md -------------------------------------------------------------
+DATA_FLOW = "docs/data-flow.svg"
+
+# (title, files) of each step, left to right: what a run reads and hands on.
+FLOW = [
+    ("inventory", ["inventory/<lab>/", "hosts.yml, group_vars,", "host_vars"]),
+    ("lab definition", ["library/gpulab/labdef/", "catalogue.yml, checks", "gpulab plan"]),
+    ("preflight facts", ["playbooks/preflight.yml", "plugins/action/preflight", "gpulab_vms, gpulab_router"]),
+    ("roles", ["roles/<role>/", "tasks, defaults,", "meta/argument_specs.yml"]),
+    ("modules", ["plugins/modules/", "plugins/action/", "module_utils, plugin_utils"]),
+    ("engine", ["library/gpulab/", "pve/, routers/, k8s/", "tasks/, cards.py"]),
+]
+# What the engine and the roles talk to: your lab, or the simulated one beside it.
+TARGETS = [
+    ("your lab", ["Proxmox VE API (HTTPS, token)", "router (HTTP, SSH, REST)", "node and VMs over SSH"]),
+    (
+        "simulated lab: library/labsim/",
+        ["PVE API from the official schema", "dnsmasq, Kea in namespaces", "sshd hosts, k3s/HAMi stand-ins"],
+    ),
+]
+
+
+def _box(x: int, y: int, w: int, h: int, title: str, lines: list[str], fill: str) -> list[str]:
+    out = [
+        f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="8" fill="{fill}" stroke="#334155"/>',
+        f'<text x="{x + w // 2}" y="{y + 22}" text-anchor="middle" font-weight="bold">{title}</text>',
+    ]
+    for i, line in enumerate(lines):
+        out.append(
+            f'<text x="{x + w // 2}" y="{y + 44 + 17 * i}" text-anchor="middle" font-size="12">'
+            f"{line.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')}</text>"
+        )
+    return out
+
+
+def _arrow(x1: int, y1: int, x2: int, y2: int, label: str = "") -> list[str]:
+    out = [f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="#334155" marker-end="url(#arrow)"/>']
+    if label:
+        out.append(
+            f'<text x="{(x1 + x2) // 2}" y="{(y1 + y2) // 2 - 6}" text-anchor="middle" font-size="11">{label}</text>'
+        )
+    return out
+
+
+def render_data_flow() -> str:
+    """An SVG of the data flow: the six steps in a row, the two targets below the engine and the modules."""
+    w, h, gap, top = 170, 100, 30, 40
+    width = len(FLOW) * w + (len(FLOW) - 1) * gap + 40
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="360" viewBox="0 0 {width} 360" '
+        'font-family="sans-serif" font-size="14" fill="#0f172a">',
+        '<defs><marker id="arrow" markerWidth="10" markerHeight="8" refX="9" refY="4" orient="auto">'
+        '<path d="M0,0 L10,4 L0,8 z" fill="#334155"/></marker></defs>',
+        f'<rect width="{width}" height="360" fill="#ffffff"/>',
+        '<text x="20" y="26" font-size="13">gpulab: what a run reads and hands on (docs/architecture.md)</text>',
+    ]
+    for i, (title, lines) in enumerate(FLOW):
+        x = 20 + i * (w + gap)
+        parts += _box(x, top, w, h, title, lines, "#e0f2fe" if i < 3 else "#dcfce7")
+        if i:
+            parts += _arrow(x - gap, top + h // 2, x - 2, top + h // 2)
+    tw, ty = 2 * w + gap, 230
+    for j, (title, lines) in enumerate(TARGETS):
+        x = width - 20 - (2 - j) * tw - (1 - j) * gap
+        parts += _box(x, ty, tw, h, title, lines, "#fef3c7" if j == 0 else "#ede9fe")
+    engine_x = 20 + (len(FLOW) - 1) * (w + gap) + w // 2
+    modules_x = 20 + (len(FLOW) - 2) * (w + gap) + w // 2
+    first_target = width - 20 - 2 * tw - gap + tw // 2
+    second_target = width - 20 - tw + tw // 2
+    parts += _arrow(modules_x, top + h, first_target, ty - 2, "SSH (roles' tasks)")
+    parts += _arrow(engine_x, top + h, second_target, ty - 2, "API, router, SSH")
+    parts += [
+        f'<text x="20" y="{ty + 30}" font-size="12">Both targets answer the same calls:</text>',
+        f'<text x="20" y="{ty + 48}" font-size="12">inventory/homelab is a real lab,</text>',
+        f'<text x="20" y="{ty + 66}" font-size="12">inventory/demo the simulated one</text>',
+        f'<text x="20" y="{ty + 84}" font-size="12">(`make demo`, the tests).</text>',
+        "</svg>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def update_data_flow(root: Path) -> bool:
+    return _write(root / DATA_FLOW, render_data_flow())
+
+
+def main(root: Path) -> None:
+    said = {True: "updated", False: "up to date"}
+    print(f"{VARIABLES} {said[update_variables(root)]}")
+    for path in update_commands(root):
+        print(f"{path.relative_to(root)}: command blocks updated")
+    for role_dir in roles(root):
+        if update_role_readme(role_dir):
+            print(f"{role_dir.relative_to(root)}/README.md updated")
+    print(f"{DATA_FLOW} {said[update_data_flow(root)]}")
+    print(f"{VM_MODULE} options {said[update_vm_module(root)]}")
+    print(f"{ROUTER_MODULE} options {said[update_router_module(root)]}")
+
+
 if __name__ == "__main__":
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
-    changed = update_readme(root)
-    print("README.md variables updated" if changed else "README.md variables up to date")
-    changed = update_vm_module(root)
-    print(f"{VM_MODULE} options updated" if changed else f"{VM_MODULE} options up to date")
-    changed = update_router_module(root)
-    print(f"{ROUTER_MODULE} options updated" if changed else f"{ROUTER_MODULE} options up to date")
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "."))

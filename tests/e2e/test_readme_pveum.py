@@ -1,4 +1,4 @@
-"""README's manual way to the API access ("Using it on your own machine", the `# pveum ...` and `# pvenode`
+"""The docs' manual way to the API access (docs/getting-started.md step 3, the `# pveum ...` and `# pvenode`
 commands), typed as they stand on a bare lab node (no gpulab user yet): the token they make works against the
 HTTPS API, and only with both ACLs. With privilege separation a token holds a privilege only where its user
 holds it too, so the token is refused (PVE's 403) until the user's ACL is there. `pvenode cert info` prints
@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+import doc_commands
 import pytest
-import readme
 
 from gpulab.pve import privileges
 
@@ -27,7 +27,7 @@ def _run(lab: RunningLab, command: str) -> str:
 
 
 def test_readme_s_pveum_commands_make_a_token_that_works_only_with_both_acls(bare: RunningLab) -> None:
-    commands = readme.root_commands("pveum")
+    commands = doc_commands.root_commands("pveum")
     user_acl = next(c for c in commands if c.startswith("pveum acl modify") and "--users" in c)
     secret = None
     for command in commands:
@@ -54,7 +54,7 @@ def test_readme_s_pveum_commands_make_a_token_that_works_only_with_both_acls(bar
 
 
 def test_readme_s_pvenode_command_prints_the_fingerprint_the_api_presents(bare: RunningLab) -> None:
-    assert "pvenode cert info" in readme.root_commands("pvenode")
+    assert "pvenode cert info" in doc_commands.root_commands("pvenode")
     out = _run(bare, "pvenode cert info")
     fingerprints = re.findall(r"\b((?:[0-9A-F]{2}:){31}[0-9A-F]{2})\b", out)
     assert bare.info["fingerprint"] in fingerprints, out

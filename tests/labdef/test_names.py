@@ -31,7 +31,7 @@ def test_a_variable_without_a_close_name_says_where_the_names_are(inv):
     [msg] = inv.messages()
     assert msg == (
         "vm-1: gpulab_favourite_editor='vi': unknown variable: neither the lab definition nor a role reads it. "
-        "Fix: remove it, or use a name from README's variable tables."
+        "Fix: remove it, or use a name from docs/variables.md."
     )
 
 

@@ -178,5 +178,5 @@ def test_an_engine_picks_a_card_of_its_vm_by_index(cards):
     assert cards.messages() == [
         "all: workloads_engines='vllm': workloads_engines item 'vllm': card index 2 does not exist on vm-gpu, "
         "which has 2 card(s): indexes 0-1 in the order of its GPUs (vm_gpu). Fix: change workloads_engines as the "
-        "message says (its keys: README, role workloads)."
+        "message says (its keys: docs/variables.md, role workloads)."
     ]

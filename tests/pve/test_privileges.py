@@ -1,5 +1,5 @@
-"""The API access gpulab needs is listed once (gpulab.pve.privileges): README's pveum commands and the
-simulated lab's token grant must be the same list, and it is the list the engine's own API calls need (read
+"""The API access gpulab needs is listed once (gpulab.pve.privileges): the docs' pveum commands
+(library/gpulab/data/commands.yml) and the simulated lab's token grant must be the same list, and it is the list the engine's own API calls need (read
 from its source and the PVE schema's permission entries). The product and the lab import nothing of each other;
 this test reads both."""
 
@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
-import readme
+import doc_commands
 
 from gpulab.pve import privileges
 from labsim import pve_auth
@@ -18,22 +18,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_readme_role_command_grants_exactly_the_privileges_of_the_product():
-    roles = [shlex.split(c) for c in readme.root_commands("pveum") if c.startswith("pveum role add ")]
-    assert len(roles) == 1, f"README must show one `pveum role add`: {roles}"
+    roles = [shlex.split(c) for c in doc_commands.root_commands("pveum") if c.startswith("pveum role add ")]
+    assert len(roles) == 1, f"the docs must show one `pveum role add`: {roles}"
     args = roles[0]
     assert args[3] == privileges.ROLE
     listed = re.split(r"[,;\s]+", args[args.index("--privs") + 1].strip())
     assert len(listed) == len(set(listed)), f"a privilege listed twice: {listed}"
     assert set(listed) == set(privileges.PRIVILEGES), (
-        f"README's role and gpulab.pve.privileges differ: only in README {sorted(set(listed) - set(privileges.PRIVILEGES))}, "
+        f"the docs' role and gpulab.pve.privileges differ: only in the docs {sorted(set(listed) - set(privileges.PRIVILEGES))}, "
         f"only in the product {sorted(set(privileges.PRIVILEGES) - set(listed))}"
     )
 
 
 def test_readme_creates_the_user_the_separated_token_and_both_acls():
-    commands = readme.root_commands("pveum")
+    commands = doc_commands.root_commands("pveum")
     for command in privileges.pveum_commands()[1:]:  # the role: the test above
-        assert command in commands, f"README lacks `{command}`"
+        assert command in commands, f"the docs lack `{command}`"
     acls = [shlex.split(c) for c in commands if c.startswith("pveum acl modify ")]
     granted = {(a[3], a[a.index("--roles") + 1], a[-2], a[-1]) for a in acls}
     # privilege separation: the token holds only what both it and its user hold, so both get the role

@@ -44,7 +44,7 @@ _CAUSES = {
 _FIXES = {
     RATE_LIMIT: (
         "give the nodes a registry mirror or Docker Hub credentials in k3s_registries (k3s' registries.yaml, "
-        "written on every node by stage k3s; README 'Registries and pull limits'), or take HAMi's images from "
+        "written on every node by stage k3s; docs/getting-started.md 'Registries and pull limits'), or take HAMi's images from "
         "a registry you choose with hami_image_registry; then run the stage again (the limit also lifts within "
         "an hour)"
     ),

@@ -1,5 +1,5 @@
 """The catalogue: every inventory variable the lab definition reads, the formats its values take, and the
-variables the roles declare (their meta/argument_specs.yml). README's variable tables are generated from
+variables the roles declare (their meta/argument_specs.yml). docs/variables.md's tables are generated from
 the two and a test keeps them in sync."""
 
 from __future__ import annotations

@@ -422,7 +422,10 @@ def check_engines(d: LabDefinition, out: Problems) -> None:
     )
     err = workloads.check_engines(engines, cards_by_node, d.globals.get("k3s_version"), wait_image)
     if err is not None:
-        fix = err.fix or "change workloads_engines as the message says (its keys: README, role workloads)"
+        fix = (
+            err.fix
+            or "change workloads_engines as the message says (its keys: docs/variables.md, role workloads)"
+        )
         out.add("all", "workloads_engines", err.value, err.why, fix)
 
 
@@ -434,7 +437,7 @@ def _unknown(host: str, name: str, value: Any, known: Iterable[str]) -> Problem:
         return Problem(
             host, name, shown, f"{why} (did you mean {close[0]}?)", f"rename it to {close[0]}, or remove it"
         )
-    return Problem(host, name, shown, why, "remove it, or use a name from README's variable tables")
+    return Problem(host, name, shown, why, "remove it, or use a name from docs/variables.md")
 
 
 EXTRA_VARS = "extra vars (-e)"

@@ -39,7 +39,7 @@ HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:\d{1,5})?$")
 # An endpoint k3s accepts: a URL with a scheme containerd speaks and a host, optionally a port and a path.
 ENDPOINT_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/\S*)?$")
 HIDDEN = "<hidden>"
-DOCS = "docs.k3s.io/installation/private-registry; README 'Registries and pull limits'"
+DOCS = "docs.k3s.io/installation/private-registry; docs/getting-started.md 'Registries and pull limits'"
 
 
 def _where(*parts: str | int) -> str:

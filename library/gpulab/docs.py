@@ -400,8 +400,15 @@ def render_data_flow() -> str:
     modules_x = 20 + (len(FLOW) - 2) * (w + gap) + w // 2
     first_target = width - 20 - 2 * tw - gap + tw // 2
     second_target = width - 20 - tw + tw // 2
-    parts += _arrow(modules_x, top + h, first_target, ty - 2, "SSH (roles' tasks)")
-    parts += _arrow(engine_x, top + h, second_target, ty - 2, "API, router, SSH")
+    # both layers talk to the lab a run names; the simulated lab answers the same calls in its place
+    parts += _arrow(modules_x, top + h, first_target - 40, ty - 2, "SSH (roles' tasks)")
+    parts += _arrow(engine_x, top + h, first_target + 40, ty - 2, "PVE API, router")
+    mid_y = ty + h // 2
+    parts += [
+        f'<line x1="{first_target + tw // 2}" y1="{mid_y}" x2="{second_target - tw // 2}" y2="{mid_y}" '
+        'stroke="#334155" stroke-dasharray="4 3"/>',
+        f'<text x="{(first_target + second_target) // 2}" y="{mid_y - 6}" text-anchor="middle" font-size="11">or</text>',
+    ]
     parts += [
         f'<text x="20" y="{ty + 30}" font-size="12">Both targets answer the same calls:</text>',
         f'<text x="20" y="{ty + 48}" font-size="12">inventory/homelab is a real lab,</text>',

@@ -26,9 +26,11 @@ def _scenarios():
 
 
 def test_every_scenario_finds_our_plugins_roles_and_module_utils():
+    """The checkout is the collection through .collections (collections_path): a scenario finds our modules,
+    plugins and module_utils by their full names there, and our roles by roles_path."""
     project = _project_cfg()["defaults"]
     paths = {key: value for key, value in project.items() if "/" in value or key.endswith("_path")}
-    assert "module_utils" in paths  # the controller modules import plugins/module_utils
+    assert set(paths) >= {"collections_path", "roles_path"}
     for name in _scenarios():
         scenario = _scenario_cfg(name)["defaults"]
         for key, value in paths.items():
@@ -36,6 +38,8 @@ def test_every_scenario_finds_our_plugins_roles_and_module_utils():
                 continue
             want = "${MOLECULE_PROJECT_DIRECTORY}/" + value
             assert scenario.get(key) == want, f"molecule/{name}: defaults.{key} must be {want}"
+        # no short-name plugin paths: one spelling, as in an installed copy
+        assert not {k for k in scenario if k.endswith("_plugins") or k in ("library", "module_utils")}, name
 
 
 def test_every_scenario_keeps_pipelining_and_host_key_checking():

@@ -129,14 +129,15 @@ class ActionModule(ActionBase):
         # the connection prints a module's raw answer at -vvv unless the play context says no_log: the new
         # token's secret is in it, so it is censored for this call (the task's own result stays visible). The
         # task's connection was made with this play context (TaskExecutor hands the same one to both).
-        saved = self._play_context.no_log
+        context = self._play_context
+        saved = context.no_log
         try:
-            self._play_context.no_log = True
+            context.no_log = True
             node = self._execute_module(
                 module_name="gpulab.homelab.pve_access", module_args=module_args, task_vars=task_vars
             )
         finally:
-            self._play_context.no_log = saved
+            context.no_log = saved
         secret = node.pop("secret", None)  # never shown, logged or registered
         result.update(node)
         writes = []

@@ -308,6 +308,13 @@ options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, 
         agent; RV(host_keys) has them. Reads only; check mode reads them of a VM that runs.
     type: bool
     default: false
+  host_keys_known:
+    description:
+      - 'The controller already trusts a host key of this VM (its known_hosts has a line for it): with O(read_host_keys),
+        read the keys only when this run creates, starts or restarts the VM, so a run that leaves a running VM alone
+        sends no guest agent request.'
+    type: bool
+    default: false
   owner_tag:
     description:
       - 'With O(state=absent): destroy the VM only when it carries this PVE tag (the mark of the VMs gpulab creates,
@@ -609,6 +616,7 @@ ARGUMENT_SPEC = dict(
     wait_for_address=dict(type="bool", default=False),
     address_timeout=dict(type="int", default=300),
     read_host_keys=dict(type="bool", default=False),
+    host_keys_known=dict(type="bool", default=False),
     owner_tag=dict(type="str"),
     destroy_untagged=dict(type="bool", default=False),
     backup_storage=dict(type="str"),

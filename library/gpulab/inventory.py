@@ -35,7 +35,9 @@ def defined_names(inventory: Any, loader: Any, sources: list[str]) -> Callable[[
 
 
 def load(
-    inventory: str | Path, vault_password_file: str | None = None, vault_password: str | None = None
+    inventory: str | Path | list[str | Path],
+    vault_password_file: str | None = None,
+    vault_password: str | None = None,
 ) -> tuple[dict, Callable[[str, str], Any], Callable[[str], set[str]]]:
     """The inventory's groups, `hostvar(host, name)` and `names(host)`. An encrypted vault is opened with
     `vault_password` (typed: `gpulab plan --ask-vault-pass`), else the password file (`--vault-password-file`,
@@ -60,7 +62,8 @@ def load(
         secret = get_file_vault_secret(filename=str(pwfile), loader=loader)
         secret.load()
         loader.set_vault_secrets([("default", secret)])
-    inv = InventoryManager(loader=loader, sources=[str(inventory)])
+    sources = [str(i) for i in inventory] if isinstance(inventory, (list, tuple)) else [str(inventory)]
+    inv = InventoryManager(loader=loader, sources=sources)
     vm = VariableManager(loader=loader, inventory=inv)
     groups = {g: [h.name for h in inv.groups[g].get_hosts()] if g in inv.groups else [] for g in GROUPS}
     cache: dict[str, dict] = {}
@@ -78,7 +81,7 @@ def load(
         except AnsibleError:
             return None  # undefined (e.g. a vault variable not given): reported as not set
 
-    return groups, hostvar, defined_names(inv, loader, [str(inventory)])
+    return groups, hostvar, defined_names(inv, loader, sources)
 
 
 def of_run(loader: Any, sources: list[str], limit: str | None = None) -> Any:

@@ -4,7 +4,7 @@ import importlib.util
 from pathlib import Path
 
 spec = importlib.util.spec_from_file_location(
-    "gpulab_router_filter", Path(__file__).parents[2] / "plugins" / "filter" / "gpulab_router.py"
+    "gpulab_router_filter", Path(__file__).parents[2] / "plugins" / "filter" / "router.py"
 )
 plugin = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(plugin)

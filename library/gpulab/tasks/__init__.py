@@ -19,8 +19,6 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, Protocol
 
-from gpulab.routers.http import mask
-
 COLLECTION = "gpulab.homelab."
 
 
@@ -128,6 +126,9 @@ class Run:
 
     def __exit__(self, kind, exc, tb):
         if isinstance(exc, self.errors):
+            # here, not at the top: the routers' package (jinja2, requests) costs every module's start
+            from gpulab.routers.http import mask
+
             raise Failed(mask(f"{self.what}: {exc}", self.task.no_log_values), self._out()) from exc
         return False
 

@@ -97,9 +97,7 @@ class ActionModule(ActionBase):
         # (playbooks/vars/pve_api.yml adds them from the inventory when a task runs): each play's module_defaults.
         result["pve_api"] = {
             name: value
-            for name, value in connection.params_from_inventory(
-                {n: hostvar("localhost", f"pve_{n}") for n in connection.OPTIONS}
-            ).items()
+            for name, value in connection.params_from_inventory(definition.globals).items()
             if name not in connection.SECRETS
         }
         result["stages"] = sorted(stages)

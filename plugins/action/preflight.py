@@ -95,11 +95,7 @@ class ActionModule(ActionBase):
         result["router"] = routerspec.resolve(definition, lambda name: hostvar("localhost", name))
         # ...and the PVE connection of the modules of action group gpulab.homelab.pve without its secrets
         # (playbooks/vars/pve_api.yml adds them from the inventory when a task runs): each play's module_defaults.
-        result["pve_api"] = {
-            name: value
-            for name, value in connection.params_from_inventory(definition.globals).items()
-            if name not in connection.SECRETS
-        }
+        result["pve_api"] = connection.public_params(definition.globals)
         result["stages"] = sorted(stages)
         result["msg"] = "The lab definition is valid."
         if stages & reach.PVE_STAGES:

@@ -12,9 +12,27 @@ import pytest
 import yaml
 from ansible_runs import BIN
 
+from gpulab.pve import connection
+
 from .conftest import ROOT, PveSimProcess, gpu_vm_args, prepare_gpu_lab, run_module
 
 GROUP = "group/gpulab.homelab.pve"
+
+
+def test_preflight_keeps_the_connection_without_its_secrets():
+    settings = {
+        "pve_api_url": "https://pve.example:8006",
+        "pve_api_token_id": "gpulab@pve!ansible",
+        "pve_api_token_secret": "the-secret",
+        "pve_api_password": "pw",
+        "pve_api_validate_certs": True,
+        "pve_api_fingerprint": "",  # empty: unset
+    }
+    assert connection.public_params(settings) == {
+        "api_url": "https://pve.example:8006",
+        "api_token_id": "gpulab@pve!ansible",
+        "api_validate_certs": True,
+    }
 
 
 def test_the_pve_group_is_every_module_with_the_connection_options():

@@ -72,3 +72,10 @@ def params_from_inventory(hostvars: Mapping[str, Any]) -> dict[str, Any]:
         if value is not None and value != "":
             out[name] = value
     return out
+
+
+def public_params(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection options of the `pve_api_*` settings without the secrets (SECRETS): what preflight keeps
+    as the fact gpulab_pve_api, the stage plays' module_defaults (playbooks/vars/pve_api.yml adds the secret
+    from the inventory when a task runs)."""
+    return {k: v for k, v in params_from_inventory(settings).items() if k not in SECRETS}

@@ -118,7 +118,7 @@ def test_nothing_of_ansible_is_assigned_or_patched(path):
 
 def test_the_files_are_found():
     names = {p.relative_to(ROOT).as_posix() for p in FILES}
-    assert {"plugins/plugin_utils/controller.py", "library/gpulab/tasks/__init__.py"} <= names
+    assert {"plugins/action/preflight.py", "library/gpulab/tasks/__init__.py"} <= names
 
 
 @pytest.mark.parametrize(
@@ -157,3 +157,58 @@ def test_what_a_plugin_may_do_is_not_flagged():
         "        self._auth.ticket = 't'\n"
     )
     assert patches(source) == []
+
+
+# The private attributes a plugin may read of an object it was handed, each Ansible's own convention:
+# `self._connection._shell.tmpdir` (ActionBase's tmpdir, as ansible-core's action plugins clean it up) and
+# `module._diff` (AnsibleModule's diff mode, as ansible-core's and community modules read it).
+PRIVATE_READS_ALLOWED = {"_shell", "_diff"}
+PLUGINS = sorted((ROOT / "plugins").rglob("*.py"))
+
+
+def private_reads(source: str) -> list[str]:
+    """Each read of a leading-underscore attribute of an object other than the plugin itself (`self._task` is
+    ActionBase's API; `hostvars._inventory`, `self._loader._vault`, `getattr(conn, "_play_context")` are
+    another object's internals), as "line: what"."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if node.attr in PRIVATE_READS_ALLOWED:
+                continue
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and str(node.args[1].value).startswith("_")
+        ):
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+@pytest.mark.parametrize("path", PLUGINS, ids=[str(p.relative_to(ROOT)) for p in PLUGINS])
+def test_no_plugin_reads_a_private_attribute_of_an_ansible_object(path):
+    assert private_reads(path.read_text()) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "names = defined_names(hostvars._inventory)",
+        "class A:\n    def run(self):\n        return self._loader._vault.secrets",
+        "c = getattr(self._connection, '_play_context', None)",
+        "hosts = task_vars['hostvars']._inventory.get_hosts('all')",
+    ],
+)
+def test_the_private_reads_it_must_catch_are_caught(source):
+    assert private_reads(source) != []
+
+
+def test_a_plugins_own_attributes_are_not_private_reads():
+    source = "class A:\n    def run(self):\n        self._task.args\n        self._remove_tmp_path(self._connection._shell.tmpdir)"
+    assert private_reads(source) == []

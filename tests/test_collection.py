@@ -30,7 +30,7 @@ FQCN = f"{GALAXY['namespace']}.{GALAXY['name']}"
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 MISSING = "Failed to import the required Python library (gpulab"
-# The modules whose main() is the engine's task (plugins/module_utils/controller_module.py's run_module).
+# The modules whose main() runs the engine's task (plugins/module_utils/controller_module.py's run_task).
 ENGINE_MODULES = {
     m
     for m in MODULES
@@ -224,14 +224,13 @@ def bare_python(tmp_path_factory):
 def test_a_module_run_by_a_python_without_the_engine_fails_with_the_missing_library_message(
     bare_python, tmp_path
 ):
-    """A controller module runs as a module (not in the worker) when its task has an `environment`; with a
-    Python that lacks the engine as the host's interpreter, it fails with missing_required_lib's message."""
+    """A controller module runs as any module, its own Python; with a Python that lacks the engine as the host's
+    interpreter, it fails with missing_required_lib's message."""
     playbook = tmp_path / "no_engine.yml"
     task = {
         "name": "Plan the workloads",
         "gpulab.homelab.hami_workloads": {"engines": [], "gpus_by_node": {}},
     }
-    task["environment"] = {"GPULAB_EXAMPLE": "1"}  # a task environment: the module runs in its own Python
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
     env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
     interpreter = f"ansible_python_interpreter={bare_python}"
@@ -247,8 +246,9 @@ def test_a_module_run_by_a_python_without_the_engine_fails_with_the_missing_libr
 
 
 def test_a_controller_without_the_engine_stops_with_the_missing_library_message(tmp_path):
-    """ansible-playbook started by a Python that has ansible-core but not the engine: the action plugin of a
-    controller module stops the run with the missing-library message, not an "Unexpected Exception"."""
+    """ansible-playbook started by a Python that has ansible-core but not the engine: an action plugin that
+    needs it (pve_vm's progress lines while it waits for the address) stops the run with the missing-library
+    message, not an "Unexpected Exception"."""
     import ansible
 
     controller = tmp_path / "controller"
@@ -262,8 +262,8 @@ def test_a_controller_without_the_engine_stops_with_the_missing_library_message(
         pytest.skip("the engine is installed in ansible-core's own site-packages, not apart from it")
     playbook = tmp_path / "no_engine.yml"
     task = {
-        "name": "Plan the workloads",
-        "gpulab.homelab.hami_workloads": {"engines": [], "gpus_by_node": {}},
+        "name": "Start the VM and wait for its address",
+        "gpulab.homelab.pve_vm": {"node": "pve", "vmid": 100, "name": "vm-1", "wait_for_address": True},
     }
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
     proc = run(

@@ -1,9 +1,9 @@
 """Every module in plugins/modules: DOCUMENTATION, EXAMPLES and RETURN parse and match its argument spec.
 
-Modules are found by listing the folder, so a new module is checked without touching this file. A controller
-module's options are its task's in the engine (gpulab.tasks.<name>, with the PVE connection options for a PVE
-task), the one spec both its action plugin and the module read; a module that runs on a managed host
-declares ARGUMENT_SPEC itself. A module with neither must be the documentation of an action plugin.
+Modules are found by listing the folder, so a new module is checked without touching this file. Every module
+declares its options in ARGUMENT_SPEC; a controller module's is generated from its task's in the engine
+(gpulab.tasks.<name>, with the PVE connection options for a PVE task) by `make docs`, and must be that spec.
+A module without one must be the documentation of an action plugin.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from gpulab import tasks
+from gpulab import docs, tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("[!_]*.py"))
@@ -35,16 +35,9 @@ def module(name: str) -> ModuleType:
     return load(ROOT / "plugins" / "modules" / f"{name}.py", name)
 
 
-def argument_spec(mod: ModuleType, fallback=None) -> dict | None:
-    """The module's whole argument spec: its task's in gpulab.tasks (with the connection options of a PVE
-    task, which a PVE module documents with the pve fragment), else its own ARGUMENT_SPEC."""
-    task = tasks.of(mod.__name__.removeprefix("docs_"))
-    if task is None:
-        return getattr(mod, "ARGUMENT_SPEC", None)
-    fragments = yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment") or []
-    pve = f"{COLLECTION}.pve" in fragments
-    assert getattr(task, "PVE", False) == pve, f"{mod.__name__}: the pve fragment goes with a PVE task"
-    return tasks.argument_spec(task, fallback)
+def argument_spec(mod: ModuleType) -> dict | None:
+    """The module's whole argument spec, as its file declares it (ARGUMENT_SPEC)."""
+    return getattr(mod, "ARGUMENT_SPEC", None)
 
 
 def with_fragments(doc: dict, key: str, section: str = "DOCUMENTATION") -> dict:
@@ -135,7 +128,7 @@ def test_examples_call_the_module_with_documented_options(name):
     for args in used:
         assert set(args or {}) <= set(options), set(args or {}) - set(options)
         for opt, info in options.items():
-            if info.get("required") and not (argument_spec(mod, object()) or {}).get(opt, {}).get("fallback"):
+            if info.get("required") and not (argument_spec(mod) or {}).get(opt, {}).get("fallback"):
                 assert opt in args, f"an example lacks the required option {opt}"
 
 
@@ -158,3 +151,29 @@ def test_secret_options_are_no_log(name):
             yield opt
 
     assert list(walk(spec))
+
+
+CONTROLLER = [n for n in MODULES if tasks.of(n) is not None]
+
+
+def test_the_controller_modules_are_those_make_docs_writes():
+    assert set(CONTROLLER) == set(docs.CONTROLLER_MODULES)
+
+
+@pytest.mark.parametrize("name", CONTROLLER)
+def test_a_controller_modules_argument_spec_is_its_engines(name):
+    """The spec the file declares (what Ansible and validate-modules read) is the engine's OPTIONS with the
+    connection options of a PVE task, fallbacks and rules included: `make docs` wrote it and nobody edited it."""
+    from ansible.module_utils.basic import env_fallback
+
+    mod, task = module(name), tasks.of(name)
+    assert tasks.argument_spec(task, env_fallback) == mod.ARGUMENT_SPEC
+    rules = {k: [list(group) for group in v] for k, v in tasks.rules(task).items()}
+    assert rules == mod.RULES
+    fragments = yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment") or []
+    assert getattr(task, "PVE", False) == (f"{COLLECTION}.pve" in fragments), (
+        "the pve fragment goes with a PVE task"
+    )
+    # and the lines are those `make docs` writes now (laid out by ruff as the lint wants)
+    text = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
+    assert docs.argument_spec_block(text, name) == docs.render_argument_spec(name)

@@ -1,7 +1,7 @@
-"""Every controller module is its documentation and one task of the engine (gpulab.tasks), started through the
-one main() (plugins/module_utils/controller_module.py) or run in the worker by the one action plugin
-(plugins/plugin_utils/controller.py); every PVE module takes its connection through
-plugins/plugin_utils/pve_connection.py."""
+"""Every controller module is an ordinary Ansible module: its documentation, its argument spec, and a main()
+that builds its AnsibleModule and runs one task of the engine (gpulab.tasks, through
+plugins/module_utils/controller_module.py's run_task). No action plugin runs it in the worker or fills in its
+options: an action plugin stays only to show progress on a long wait (pve_vm, pve_download)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import action_loader
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import GPULAB_MISSING
 from ansible_modules import MODULES, command
@@ -67,22 +68,35 @@ def test_the_controller_modules_are_found_and_each_has_its_task():
 
 
 @pytest.mark.parametrize("name", sorted(CONTROLLER))
-def test_a_controller_module_is_its_documentation_and_its_task(name):
+def test_a_controller_module_is_its_documentation_its_spec_and_an_ansible_module(name):
     tree = controller_modules()[name]
     assert imports(tree) - {"__future__"} == {
-        "ansible_collections.gpulab.homelab.plugins.module_utils.controller_module"
-    }, "the engine is the task's"
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
-    [main] = [n for n in calls if n.func.id == "run_module"]
-    assert [a.value for a in main.args] == [name]
+        "traceback",
+        "ansible.module_utils.basic",
+        "ansible_collections.gpulab.homelab.plugins.module_utils.controller_module",
+        "gpulab.tasks",
+    }
+    # the engine's task, imported where a missing engine is caught (missing_required_lib after AnsibleModule)
+    [guarded] = [n for n in tree.body if isinstance(n, ast.Try)]
+    [engine] = [n for n in guarded.body if isinstance(n, ast.ImportFrom)]
+    assert (engine.module, [(a.name, a.asname) for a in engine.names]) == ("gpulab.tasks", [(name, "task")])
+    [main] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    [build] = [
+        n for n in ast.walk(main) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "AnsibleModule"
+    ]
+    keywords = {k.arg: k.value for k in build.keywords}
+    assert keywords["argument_spec"].id == "ARGUMENT_SPEC" and keywords["supports_check_mode"].value is True
+    assert keywords[None].id == "RULES"
+    calls = [n.func.id for n in ast.walk(main) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    assert calls == ["AnsibleModule", "run_task"]
     assigns = {
         t.id: n.value
         for n in tree.body
         if isinstance(n, ast.Assign)
         for t in n.targets
-        if isinstance(t, ast.Name)
+        if isinstance(t, ast.Name) and t.id.isupper() and not t.id.startswith(("HAS_", "GPULAB_"))
     }
-    assert set(assigns) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, "the options are the task's"
+    assert set(assigns) == {"DOCUMENTATION", "EXAMPLES", "RETURN", "ARGUMENT_SPEC", "RULES"}
     pve = getattr(tasks.of(name), "PVE", False)
     assert pve == (name in PVE_MODULES)
     doc = assigns["DOCUMENTATION"].value
@@ -94,37 +108,34 @@ def test_a_controller_module_is_its_documentation_and_its_task(name):
     assert documented == pve
 
 
-def test_every_controller_module_runs_in_the_worker_and_only_pve_modules_take_the_inventory_connection():
-    # by their full names, as the playbooks call them (tests/conftest.py: the checkout is gpulab.homelab)
-    from ansible_collections.gpulab.homelab.plugins.plugin_utils.controller import (
-        ActionModule as worker,
-    )
-    from ansible_collections.gpulab.homelab.plugins.plugin_utils.pve_connection import (
-        ActionModule as pve,
-    )
-
+def test_no_runner_in_the_worker_and_an_action_plugin_only_for_progress():
     plugins = {p.stem for p in ACTIONS.glob("[!_]*.py")}
+    # pve_vm and pve_download say how long they have waited (the VM's address, the download).
     # pve_access runs its module on the node; its action plugin does the controller's part.
     # wait runs another module (on the task's host) until it reports what was waited for.
     # run_lock runs its module on the node; its action plugin says who this run is.
     # apt_locks runs its module on the guest until no process holds apt's locks, saying who does.
-    assert plugins == CONTROLLER | {
-        "preflight",
-        "pve_access",
-        "wait",
-        "run_lock",
-        "apt_locks",
-    }
-    for name in sorted(CONTROLLER):
+    assert plugins == {"pve_vm", "pve_download", "preflight", "pve_access", "wait", "run_lock", "apt_locks"}
+    utils = {p.stem for p in (ROOT / "plugins" / "plugin_utils").glob("[!_]*.py")}
+    assert not utils & {"controller", "pve_connection"}
+    for name in ("pve_vm", "pve_download"):
         plugin = action_loader.get(f"gpulab.homelab.{name}", class_only=True)
-        assert issubclass(plugin, worker), name
-        assert issubclass(plugin, pve) == (name in PVE_MODULES), name
+        assert plugin.__bases__ == (ActionBase,), name
+        assert "module_args" not in vars(plugin), f"{name}: the task's arguments go to the module as they are"
 
 
 @pytest.mark.parametrize(
     ("name", "args"),
     [
-        ("pve_info", {"node": "pve", "api_url": "https://pve:8006", "api_token_secret": "tok-S3cret"}),
+        (
+            "pve_info",
+            {
+                "node": "pve",
+                "api_url": "https://pve:8006",
+                "api_token_id": "a@pve!t",
+                "api_token_secret": "tok-S3cret",
+            },
+        ),
         ("hami_workloads", {"engines": [], "gpus_by_node": {}}),
     ],
 )
@@ -166,11 +177,22 @@ def test_only_the_named_errors_are_mapped_and_a_task_without_pve_reports_no_requ
         raise KeyError("a bug stays a traceback")
 
 
-def test_no_log_values_are_found_in_suboptions_and_lists():
-    spec = tasks.argument_spec(tasks.of("dhcp_reservation"))
+def test_secret_options_are_no_log_in_the_declared_spec_suboptions_too():
+    from ansible.module_utils.common.parameters import _list_no_log_values
+
+    dhcp = _load("dhcp_reservation").ARGUMENT_SPEC
     params = {"password": "top", "ssh": {"password": "ssh-pw", "user": "u"}, "reservations": [{"mac": "m"}]}
-    assert tasks.no_log_values(spec, params) == {"top", "ssh-pw"}
-    pve = tasks.argument_spec(tasks.of("pve_vm"))
+    assert _list_no_log_values(dhcp, params) == {"top", "ssh-pw"}
+    pve = _load("pve_vm").ARGUMENT_SPEC
     assert {"api_token_secret", "api_password"} <= {k for k, v in pve.items() if v.get("no_log")}
-    found = tasks.no_log_values(pve, {"api_token_secret": "tok", "cloudinit": {"password": "ci-pw"}})
+    found = _list_no_log_values(pve, {"api_token_secret": "tok", "cloudinit": {"password": "ci-pw"}})
     assert found == {"tok", "ci-pw"}
+
+
+def _load(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"prologue_{name}", MODULES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -6,6 +6,7 @@ tests/labdef/test_docs.py fails when a written file is out of date."""
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -423,6 +424,101 @@ def update_data_flow(root: Path) -> bool:
     return _write(root / DATA_FLOW, render_data_flow())
 
 
+# The argument spec of each controller module (its engine's OPTIONS, gpulab.tasks.<name>, with the PVE connection
+# options of a PVE task), written into the module file as a Python literal so that Ansible and ansible-test's
+# validate-modules read the module's real arguments without the engine. `make docs` writes it (then
+# `ruff format` lays it out); tests/test_module_docs.py checks each file's spec is its engine's.
+CONTROLLER_MODULES = (
+    "dhcp_reservation",
+    "hami_values",
+    "hami_workloads",
+    "lab_table",
+    "monitoring_charts",
+    "pve_download",
+    "pve_info",
+    "pve_pci_mapping",
+    "pve_vm",
+)
+SPEC_START = "# generated from gpulab.tasks.{name} by `make docs`: edit its OPTIONS, not these lines\n"
+SPEC_END = "# end of the generated argument spec\n"
+
+
+class _Fallback:
+    """Stands for Ansible's env_fallback while the spec is rendered: written as its name."""
+
+    def __repr__(self) -> str:
+        return "env_fallback"
+
+
+def _literal(value) -> str:
+    if isinstance(value, dict) and all(isinstance(k, str) and k.isidentifier() for k in value):
+        return "dict(" + ", ".join(f"{k}={_literal(v)}" for k, v in value.items()) + ")"
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_literal(v) for v in value)
+        return (
+            f"({items},)"
+            if isinstance(value, tuple) and len(value) == 1
+            else (f"({items})" if isinstance(value, tuple) else f"[{items}]")
+        )
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+def render_argument_spec(name: str) -> str:
+    """The generated lines of controller module `name`: ARGUMENT_SPEC and RULES (AnsibleModule's keyword
+    arguments between options), one option a line (`ruff format` splits the long ones)."""
+    from gpulab import tasks
+
+    task = tasks.of(name)
+    spec = tasks.argument_spec(task, _Fallback())
+    rules = {k: [list(group) for group in v] for k, v in tasks.rules(task).items()}
+    lines = [SPEC_START.format(name=name), "ARGUMENT_SPEC = dict(\n"]
+    lines += [f"    {option}={_literal(entry)},\n" for option, entry in spec.items()]
+    lines.append(")\n")
+    lines.append(f"RULES = {_literal(rules)}\n")
+    lines.append(SPEC_END)
+    return _formatted("".join(lines), name)
+
+
+def _formatted(code: str, name: str) -> str:
+    """`code` laid out as `ruff format` lays out the module file (the project's ruff settings), so that
+    `make docs` writes what the lint accepts; unchanged where ruff is not installed."""
+    try:
+        from ruff.__main__ import find_ruff_bin
+    except ImportError:
+        return code
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [find_ruff_bin(), "format", "--stdin-filename", f"plugins/modules/{name}.py", "-"],
+        input=code,
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=False,
+    )
+    return proc.stdout if proc.returncode == 0 else code
+
+
+def argument_spec_block(text: str, name: str) -> str:
+    start = SPEC_START.format(name=name)
+    if start not in text:
+        raise ValueError(f"plugins/modules/{name}.py has no line {start.strip()!r}")
+    return start + text.split(start, 1)[1].split(SPEC_END, 1)[0] + SPEC_END
+
+
+def update_argument_specs(root: Path) -> list[str]:
+    """Rewrite each controller module's generated argument spec; the names of those that changed."""
+    changed = []
+    for name in CONTROLLER_MODULES:
+        path = root / "plugins" / "modules" / f"{name}.py"
+        if _rewrite_block(
+            path, lambda text, n=name: argument_spec_block(text, n), lambda n=name: render_argument_spec(n)
+        ):
+            changed.append(name)
+    return changed
+
+
 def main(root: Path) -> None:
     said = {True: "updated", False: "up to date"}
     print(f"{VARIABLES} {said[update_variables(root)]}")
@@ -434,6 +530,12 @@ def main(root: Path) -> None:
     print(f"{DATA_FLOW} {said[update_data_flow(root)]}")
     print(f"{VM_MODULE} options {said[update_vm_module(root)]}")
     print(f"{ROUTER_MODULE} options {said[update_router_module(root)]}")
+    changed_specs = update_argument_specs(root)
+    print(
+        f"argument specs updated: {', '.join(changed_specs)}"
+        if changed_specs
+        else "argument specs up to date"
+    )
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ from typing import Any
 from gpulab.labdef import GROUPS
 
 
-def defined_names(inventory: Any, loader: Any) -> Callable[[str], set[str]]:
-    """`names(host)`: the variables an InventoryManager's sources set for a host (its inventory file,
-    group_vars and host_vars, its groups' too), without facts, extra vars or Ansible's magic variables."""
+def defined_names(inventory: Any, loader: Any, sources: list[str]) -> Callable[[str], set[str]]:
+    """`names(host)`: the variables an InventoryManager's sources (`sources`, those it was built from) set for a
+    host (its inventory file, group_vars and host_vars, its groups' too), without facts, extra vars or
+    Ansible's magic variables."""
     from ansible.vars.plugins import get_vars_from_inventory_sources
 
     def names(host_name: str) -> set[str]:
@@ -28,14 +29,15 @@ def defined_names(inventory: Any, loader: Any) -> Callable[[str], set[str]]:
         for group in groups:
             found |= set(group.get_vars())
         # the vars plugins (host_group_vars) read group_vars/ and host_vars/ beside each source
-        sources = inventory._sources  # InventoryManager has no public accessor for them
         return found | set(get_vars_from_inventory_sources(loader, sources, [*groups, host], "task"))
 
     return names
 
 
 def load(
-    inventory: str | Path, vault_password_file: str | None = None, vault_password: str | None = None
+    inventory: str | Path | list[str | Path],
+    vault_password_file: str | None = None,
+    vault_password: str | None = None,
 ) -> tuple[dict, Callable[[str, str], Any], Callable[[str], set[str]]]:
     """The inventory's groups, `hostvar(host, name)` and `names(host)`. An encrypted vault is opened with
     `vault_password` (typed: `gpulab plan --ask-vault-pass`), else the password file (`--vault-password-file`,
@@ -60,7 +62,8 @@ def load(
         secret = get_file_vault_secret(filename=str(pwfile), loader=loader)
         secret.load()
         loader.set_vault_secrets([("default", secret)])
-    inv = InventoryManager(loader=loader, sources=[str(inventory)])
+    sources = [str(i) for i in inventory] if isinstance(inventory, (list, tuple)) else [str(inventory)]
+    inv = InventoryManager(loader=loader, sources=sources)
     vm = VariableManager(loader=loader, inventory=inv)
     groups = {g: [h.name for h in inv.groups[g].get_hosts()] if g in inv.groups else [] for g in GROUPS}
     cache: dict[str, dict] = {}
@@ -78,4 +81,16 @@ def load(
         except AnsibleError:
             return None  # undefined (e.g. a vault variable not given): reported as not set
 
-    return groups, hostvar, defined_names(inv, loader)
+    return groups, hostvar, defined_names(inv, loader, sources)
+
+
+def of_run(loader: Any, sources: list[str], limit: str | None = None) -> Any:
+    """The run's inventory read again from its sources (the magic variable ansible_inventory_sources) with the
+    run's loader (its vault secrets), limited as the run is (ansible_limit): what an action plugin reads
+    through public API instead of the run's own InventoryManager, which Ansible does not hand to plugins."""
+    from ansible.inventory.manager import InventoryManager
+
+    inv = InventoryManager(loader=loader, sources=[str(s) for s in sources])
+    if limit:
+        inv.subset(limit)
+    return inv

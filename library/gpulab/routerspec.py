@@ -11,12 +11,13 @@ has as a static address and keeps in either mode, with the MAC of its LAN bridge
 from the node (fact gpulab_node_lan_mac). A node's reservation is left out, with the reason in `skipped`, where
 the router would refuse it (an address outside the router's subnet, or inside the pool on a router that takes
 static mappings outside its pool only); nothing of gpulab ever changes a node's address.
-Preflight publishes the result as the fact `gpulab_router`; plugins/action/dhcp_reservation.py reads
-it, and roles/router_dhcp passes nothing of it by hand.
+Preflight publishes the result as the fact `gpulab_router`; roles/router_dhcp passes it to module
+dhcp_reservation as its arguments.
 
 The spec holds no secret: `secrets` names the router host's variables that hold them (router_password, and
-ansible_password for an SSH router), which the action plugin reads when the module runs. What only stage vms
-knows (the MAC PVE gave a VM, the address it holds) joins the spec in `reservations()`.
+ansible_password for an SSH router), which the role's task reads when the module runs. What only stage vms
+knows (the MAC PVE gave a VM, the address it holds) joins the spec in `reservations()` (filter
+dhcp_reservations).
 """
 
 from __future__ import annotations

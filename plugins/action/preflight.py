@@ -31,9 +31,10 @@ from ansible_collections.gpulab.homelab.plugins.plugin_utils.engine import Missi
 
 try:
     from gpulab import inventory, labdef, reach, routerspec, vmspec
+    from gpulab.pve import connection
     from gpulab.tasks import plain as _plain
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    inventory = labdef = reach = routerspec = vmspec = _plain = MissingEngine(err)
+    inventory = labdef = reach = routerspec = vmspec = connection = _plain = MissingEngine(err)
 
 # Where a sudo password can come from in the inventory (or the vault), besides -K.
 BECOME_PASSWORD_VARS = (
@@ -64,8 +65,10 @@ class ActionModule(ActionBase):
             except AnsibleError:
                 return None  # undefined, e.g. a vault variable nobody provided: "not set"
 
-        # HostVars keeps the run's InventoryManager (no public accessor): its sources are the inventory's.
-        names = inventory.defined_names(hostvars._inventory, self._loader)
+        # The run's inventory, read again from its sources (Ansible hands plugins no InventoryManager).
+        sources = [str(s) for s in task_vars.get("ansible_inventory_sources") or []]
+        run_inventory = inventory.of_run(self._loader, sources, task_vars.get("ansible_limit"))
+        names = inventory.defined_names(run_inventory, self._loader, sources)
         definition, problems = labdef.check(groups, hostvar, names)
         problems = [*problems, *labdef.check_extra_vars(_plain(load_extra_vars(self._loader)), definition)]
         stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
@@ -90,6 +93,9 @@ class ActionModule(ActionBase):
         # ...and the router with each VM's reservation (gpulab.routerspec), read by dhcp_reservation's
         # action plugin: names of the router host's secret variables, never their values.
         result["router"] = routerspec.resolve(definition, lambda name: hostvar("localhost", name))
+        # ...and the PVE connection of the modules of action group gpulab.homelab.pve without its secrets
+        # (playbooks/vars/pve_api.yml adds them from the inventory when a task runs): each play's module_defaults.
+        result["pve_api"] = connection.public_params(definition.globals)
         result["stages"] = sorted(stages)
         result["msg"] = "The lab definition is valid."
         if stages & reach.PVE_STAGES:
@@ -112,7 +118,7 @@ class ActionModule(ActionBase):
                 return self._refused(result, "the nodes' storages or the downloads", found)
         # A run without stage vms (--tags k3s, ...) that logs in to a VM PVE does not have, or has stopped (a GPU
         # VM held back for its node's reboot), would stop at it later as unreachable: say which and why here.
-        limited = [h.name for h in hostvars._inventory.get_hosts("all", ignore_restrictions=True)]
+        limited = [h.name for h in run_inventory.get_hosts("all")]
         hosts = reach.login_hosts(stages, groups, limited)
         found = reach.absent_vms(definition.globals, definition, hosts, stages)
         if found:

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from ansible.parsing.vault import VaultLib, is_encrypted
+from ansible.parsing.vault import VaultLib, VaultSecretsContext, is_encrypted
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.engine import MissingEngine
 
@@ -90,7 +90,9 @@ class ActionModule(ActionBase):
                 f"for {host} (or become root), or make the access by hand as README's manual steps show. "
                 "Nothing was changed.",
             )
-        secrets = list(self._loader._vault.secrets or [])
+        # the run's vault secrets (--ask-vault-pass, --vault-password-file, ...), as ansible-playbook set them up
+        context = VaultSecretsContext.current(optional=True)
+        secrets = list(context.secrets or []) if context else []
         if not secrets:
             return self._fail(
                 result,
@@ -125,20 +127,17 @@ class ActionModule(ActionBase):
             **({"comment": args["comment"]} if args.get("comment") else {}),
         }
         # the connection prints a module's raw answer at -vvv unless the play context says no_log: the new
-        # token's secret is in it, so it is censored for this call (the task's own result stays visible)
-        contexts = {
-            id(c): c for c in (self._play_context, getattr(self._connection, "_play_context", None)) if c
-        }
-        saved = {k: c.no_log for k, c in contexts.items()}
+        # token's secret is in it, so it is censored for this call (the task's own result stays visible). The
+        # task's connection was made with this play context (TaskExecutor hands the same one to both).
+        context = self._play_context
+        saved = context.no_log
         try:
-            for c in contexts.values():
-                c.no_log = True
+            context.no_log = True
             node = self._execute_module(
                 module_name="gpulab.homelab.pve_access", module_args=module_args, task_vars=task_vars
             )
         finally:
-            for k, c in contexts.items():
-                c.no_log = saved[k]
+            context.no_log = saved
         secret = node.pop("secret", None)  # never shown, logged or registered
         result.update(node)
         writes = []

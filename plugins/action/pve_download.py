@@ -1,5 +1,4 @@
-"""pve_download runs with the PVE connection from the inventory (plugins/plugin_utils/pve_connection.py),
-and a task that waits for the download (wait=true, the default) says how far it has got.
+"""pve_download, and a task that waits for the download (wait=true, the default) says how far it has got.
 
 Such a task is one task: the module starts the download (wait=false) and, when PVE started a task, the
 plugin looks at it every poll_interval seconds (the module with upid: GET status and log) and prints a line
@@ -18,9 +17,6 @@ from ansible.module_utils.common.validation import check_type_bool, check_type_i
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.engine import MissingEngine
-from ansible_collections.gpulab.homelab.plugins.plugin_utils.pve_connection import (
-    ActionModule as PveConnectionAction,
-)
 
 try:
     from gpulab import waiting
@@ -56,18 +52,27 @@ def progress_line(volid: str, state: dict, elapsed: float, timeout: float) -> st
     return f"downloading {volid}: {part}, {waited}"
 
 
-class ActionModule(PveConnectionAction):
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = True
+
     # a test runs the plugin on a fake clock
     clock = None
     sleep = None
 
     def run(self, tmp=None, task_vars=None):
         args = self._task.args
-        if args.get("upid") or not check_type_bool(args.get("wait", True)) or self._task.async_val:
-            return super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        result = ActionBase.run(self, tmp, task_vars)
-        base = self.module_args(task_vars)
+        result = super().run(tmp, task_vars)
+        wrap_async = self._task.async_val
+        if args.get("upid") or not check_type_bool(args.get("wait", True)) or wrap_async:
+            result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
+            if not wrap_async:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            return result
+        # the task's arguments, the play's module_defaults in them (the connection, group/gpulab.homelab.pve)
+        base = dict(args)
         timeout = check_type_int(args.get("timeout", 3600))
         interval = check_type_int(args.get("poll_interval", 5))
         started = self._once({**base, "wait": False}, task_vars)
@@ -127,9 +132,7 @@ class ActionModule(PveConnectionAction):
         return result
 
     def _once(self, args, task_vars):
-        """The module once, with `args` (the connection already filled in), where the task runs it."""
-        if not self._in_worker():
-            out = self._execute_module(module_args=args, task_vars=task_vars)
-            self._remove_tmp_path(self._connection._shell.tmpdir)
-            return out
-        return self.run_in_worker(args, task_vars)
+        """The module once, with `args` (the task's, its module_defaults included)."""
+        out = self._execute_module(module_args=args, task_vars=task_vars)
+        self._remove_tmp_path(self._connection._shell.tmpdir)
+        return out

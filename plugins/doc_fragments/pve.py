@@ -1,5 +1,5 @@
 """Documentation of what every gpulab PVE module shares (fragment `gpulab.homelab.pve`): the connection options,
-check mode (gpulab.tasks gives it to each, in the worker and as a module) and the request counts it returns."""
+check mode (gpulab.tasks gives it to each) and the request counts it returns."""
 
 
 class ModuleDocFragment:
@@ -68,14 +68,10 @@ attributes:
     details: Reads the API as a real run does and writes nothing.
 notes:
   - Runs on the controller and needs the C(gpulab) Python package (requirements.txt, the project's virtualenv).
-  - In a play, a task passes only its own options. Each connection option it leaves out comes from the
-    inventory, through the module's action plugin (C(plugins/plugin_utils/pve_connection.py)) -
-    O(api_url) from C(pve_api_url), O(api_token_id) from C(pve_api_token_id) and so on - of the host of
-    group C(proxmox) whose C(pve_node) (or name) is the task's C(node) (for M(gpulab.homelab.pve_pci_mapping)
-    the node of its first entry); the first host of C(proxmox) for a task without one; the task's own
-    host when C(proxmox) has none of them.
-  - An option the task gives wins, and the inventory's login and certificate check are then not mixed
-    in (a task's token takes none of the inventory's user and password, its O(api_ca_file) none of its
-    O(api_fingerprint)). The environment variables apply to what neither gives (and to the module run
-    outside a play).
+  - In a play, give the connection once for every PVE module with C(module_defaults) for the action group
+    C(group/gpulab.homelab.pve); gpulab's stage playbooks set it from preflight's fact C(gpulab_pve_api)
+    (O(api_url) from C(pve_api_url), O(api_token_id) from C(pve_api_token_id) and so on), with its secret
+    from the inventory (C(playbooks/vars/pve_api.yml)).
+  - An option the task gives wins over the group's. The environment variables apply to what neither
+    gives (and to the module run outside a play).
 """

@@ -289,12 +289,88 @@ error_code:
   type: str
 """
 
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import (  # noqa: E402
+    GPULAB_MISSING,
+    run_task,
+)
+
+try:
+    # what the module does: the engine (the gpulab distribution of requirements.txt) on the controller
+    from gpulab.tasks import dhcp_reservation as task
+except ImportError:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = True, None
+
+# generated from gpulab.tasks.dhcp_reservation by `make docs`: edit its OPTIONS, not these lines
+ARGUMENT_SPEC = dict(
+    kind=dict(
+        type="str", choices=["dnsmasq", "openwrt", "kea", "mikrotik", "opnsense", "pfsense", "huawei_ont"]
+    ),
+    address=dict(type="str"),
+    subnet=dict(type="str"),
+    pool=dict(
+        type="dict", options=dict(start=dict(type="str", required=True), end=dict(type="str", required=True))
+    ),
+    user=dict(type="str"),
+    password=dict(type="str", no_log=True),
+    url=dict(type="str"),
+    validate_certs=dict(type="bool"),
+    ssh=dict(
+        type="dict",
+        options=dict(
+            host=dict(type="str"),
+            port=dict(type="int"),
+            user=dict(type="str"),
+            password=dict(type="str", no_log=True),
+            key_file=dict(type="path", no_log=False),
+            host_key_checking=dict(type="bool"),
+            known_hosts=dict(type="path"),
+            ssh_args=dict(type="str"),
+            become=dict(type="bool", default=False),
+            local=dict(type="bool", default=False),
+        ),
+    ),
+    options=dict(type="dict", default=dict()),
+    reservations=dict(
+        type="list",
+        elements="dict",
+        default=[],
+        options=dict(
+            mac=dict(type="str", required=True),
+            address=dict(type="str"),
+            hostname=dict(type="str"),
+            current_address=dict(type="str"),
+            expect=dict(type="str"),
+            name=dict(type="str"),
+        ),
+    ),
+    keep_free=dict(
+        type="list",
+        elements="dict",
+        default=[],
+        options=dict(
+            address=dict(type="str", required=True),
+            host=dict(type="str"),
+            field=dict(type="str"),
+            what=dict(type="str"),
+        ),
+    ),
+    known_only=dict(type="bool", default=False),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+)
+RULES = dict()
+# end of the generated argument spec
 
 
 def main():
-    # its options and what it does: gpulab.tasks.dhcp_reservation (which the action plugin runs in the worker)
-    run_module("dhcp_reservation")
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
+    if not HAS_GPULAB:
+        module.fail_json(msg=GPULAB_MISSING, exception=GPULAB_IMPORT_ERROR)
+    run_task(module, task)
 
 
 if __name__ == "__main__":

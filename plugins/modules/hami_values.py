@@ -132,12 +132,51 @@ keys_known:
   type: int
 """
 
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import (  # noqa: E402
+    GPULAB_MISSING,
+    run_task,
+)
+
+try:
+    # what the module does: the engine (the gpulab distribution of requirements.txt) on the controller
+    from gpulab.tasks import hami_values as task
+except ImportError:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = True, None
+
+# generated from gpulab.tasks.hami_values by `make docs`: edit its OPTIONS, not these lines
+ARGUMENT_SPEC = dict(
+    chart_version=dict(type="str", required=True),
+    device_split_count=dict(type="int", default=10),
+    device_memory_scaling=dict(type="float", default=1),
+    runtime_class_name=dict(type="str", default="nvidia"),
+    node_selector=dict(type="dict", default=dict(gpu="on")),
+    kube_scheduler_image=dict(
+        type="dict",
+        default=dict(),
+        options=dict(registry=dict(type="str"), repository=dict(type="str"), tag=dict(type="str")),
+    ),
+    image_registry=dict(type="str", default=""),
+    kube_version=dict(type="str", default=""),
+    extra_values=dict(type="dict", default=dict()),
+    name=dict(type="str", default="hami"),
+    namespace=dict(type="str", default="kube-system"),
+    repo=dict(type="str", default="https://project-hami.github.io/HAMi/"),
+    timeout=dict(type="str", default="10m0s"),
+)
+RULES = dict()
+# end of the generated argument spec
 
 
 def main():
-    # its options and what it does: gpulab.tasks.hami_values (which the action plugin runs in the worker)
-    run_module("hami_values")
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
+    if not HAS_GPULAB:
+        module.fail_json(msg=GPULAB_MISSING, exception=GPULAB_IMPORT_ERROR)
+    run_task(module, task)
 
 
 if __name__ == "__main__":

@@ -122,12 +122,38 @@ cards:
   type: dict
 """
 
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import (  # noqa: E402
+    GPULAB_MISSING,
+    run_task,
+)
+
+try:
+    # what the module does: the engine (the gpulab distribution of requirements.txt) on the controller
+    from gpulab.tasks import hami_workloads as task
+except ImportError:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = True, None
+
+# generated from gpulab.tasks.hami_workloads by `make docs`: edit its OPTIONS, not these lines
+ARGUMENT_SPEC = dict(
+    engines=dict(type="list", elements="dict", required=True),
+    gpus_by_node=dict(type="dict", required=True),
+    k3s_version=dict(type="str"),
+    wait_image=dict(type="str"),
+)
+RULES = dict()
+# end of the generated argument spec
 
 
 def main():
-    # its options and what it does: gpulab.tasks.hami_workloads (which the action plugin runs in the worker)
-    run_module("hami_workloads")
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
+    if not HAS_GPULAB:
+        module.fail_json(msg=GPULAB_MISSING, exception=GPULAB_IMPORT_ERROR)
+    run_task(module, task)
 
 
 if __name__ == "__main__":

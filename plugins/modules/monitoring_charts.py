@@ -147,12 +147,53 @@ urls:
   type: dict
 """
 
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import (  # noqa: E402
+    GPULAB_MISSING,
+    run_task,
+)
+
+try:
+    # what the module does: the engine (the gpulab distribution of requirements.txt) on the controller
+    from gpulab.tasks import monitoring_charts as task
+except ImportError:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = True, None
+
+# generated from gpulab.tasks.monitoring_charts by `make docs`: edit its OPTIONS, not these lines
+ARGUMENT_SPEC = dict(
+    prometheus_version=dict(type="str", required=True),
+    grafana_version=dict(type="str", required=True),
+    hami_version=dict(type="str", required=True),
+    server=dict(type="str", required=True),
+    gpu_nodes=dict(type="list", elements="str", required=True),
+    namespace=dict(type="str", default="monitoring"),
+    prometheus_node_port=dict(type="int", default=30090),
+    grafana_node_port=dict(type="int", default=30300),
+    scrape_interval=dict(type="str", default="15s"),
+    image_registry=dict(type="str", default=""),
+    dashboard=dict(type="str", default=""),
+    prometheus_repo=dict(type="str", default="https://prometheus-community.github.io/helm-charts"),
+    grafana_repo=dict(type="str", default="https://grafana-community.github.io/helm-charts"),
+    prometheus_extra_values=dict(type="dict", default=dict()),
+    grafana_extra_values=dict(type="dict", default=dict()),
+    webui=dict(type="bool", default=False),
+    webui_version=dict(type="str", default="1.2.0"),
+    webui_repo=dict(type="str", default="https://project-hami.github.io/HAMi-WebUI"),
+    webui_extra_values=dict(type="dict", default=dict()),
+)
+RULES = dict()
+# end of the generated argument spec
 
 
 def main():
-    # its options and what it does: gpulab.tasks.monitoring_charts (which the action plugin runs in the worker)
-    run_module("monitoring_charts")
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
+    if not HAS_GPULAB:
+        module.fail_json(msg=GPULAB_MISSING, exception=GPULAB_IMPORT_ERROR)
+    run_task(module, task)
 
 
 if __name__ == "__main__":

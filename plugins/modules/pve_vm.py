@@ -308,6 +308,13 @@ options:  # generated from gpulab.pve.vmoptions by `make docs`: edit the table, 
         agent; RV(host_keys) has them. Reads only; check mode reads them of a VM that runs.
     type: bool
     default: false
+  host_keys_known:
+    description:
+      - 'The controller already trusts a host key of this VM (its known_hosts has a line for it): with O(read_host_keys),
+        read the keys only when this run creates, starts or restarts the VM, so a run that leaves a running VM alone
+        sends no guest agent request.'
+    type: bool
+    default: false
   owner_tag:
     description:
       - 'With O(state=absent): destroy the VM only when it carries this PVE tag (the mark of the VMs gpulab creates,
@@ -474,12 +481,169 @@ requests:
       type: int
 """
 
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import (  # noqa: E402
+    GPULAB_MISSING,
+    run_task,
+)
+
+try:
+    # what the module does: the engine (the gpulab distribution of requirements.txt) on the controller
+    from gpulab.tasks import pve_vm as task
+except ImportError:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = False, traceback.format_exc()
+else:
+    HAS_GPULAB, GPULAB_IMPORT_ERROR = True, None
+
+# generated from gpulab.tasks.pve_vm by `make docs`: edit its OPTIONS, not these lines
+ARGUMENT_SPEC = dict(
+    node=dict(type="str", required=True),
+    vmid=dict(type="int", required=True),
+    name=dict(type="str", required=True),
+    state=dict(
+        type="str", default="present", choices=["present", "started", "stopped", "absent", "restarted"]
+    ),
+    cores=dict(type="int"),
+    sockets=dict(type="int"),
+    memory=dict(type="int"),
+    balloon=dict(type="int"),
+    machine=dict(type="str"),
+    bios=dict(type="str", choices=["seabios", "ovmf"]),
+    cpu=dict(type="str"),
+    ostype=dict(type="str"),
+    scsihw=dict(type="str"),
+    agent=dict(type="bool"),
+    onboot=dict(type="bool"),
+    numa=dict(type="bool"),
+    efidisk=dict(
+        type="dict",
+        options=dict(
+            storage=dict(type="str", required=True),
+            efitype=dict(type="str", default="4m", choices=["2m", "4m"]),
+            pre_enrolled_keys=dict(type="bool", default=False),
+        ),
+    ),
+    disks=dict(
+        type="list",
+        elements="dict",
+        options=dict(
+            slot=dict(type="str", default="scsi0"),
+            storage=dict(type="str", required=True),
+            size_gb=dict(type="int", required=True),
+            import_from=dict(type="str"),
+            iothread=dict(type="bool"),
+            discard=dict(type="bool"),
+            ssd=dict(type="bool"),
+        ),
+    ),
+    nets=dict(
+        type="list",
+        elements="dict",
+        options=dict(
+            model=dict(type="str", default="virtio"),
+            bridge=dict(type="str", default="vmbr0"),
+            macaddr=dict(type="str"),
+            firewall=dict(type="bool"),
+            tag=dict(type="int"),
+        ),
+    ),
+    hostpci=dict(
+        type="list",
+        elements="dict",
+        options=dict(
+            mapping=dict(type="str"),
+            host=dict(type="str"),
+            pcie=dict(type="bool"),
+            x_vga=dict(type="bool"),
+            rombar=dict(type="bool"),
+        ),
+    ),
+    cdrom=dict(type="str"),
+    cdrom_slot=dict(type="str", default="ide2"),
+    cloudinit=dict(
+        type="dict",
+        options=dict(
+            storage=dict(type="str", required=True),
+            slot=dict(type="str", default="ide2"),
+            user=dict(type="str"),
+            ssh_keys=dict(type="list", elements="str", no_log=False),
+            ipconfig=dict(type="str", default="ip=dhcp"),
+            upgrade=dict(type="bool"),
+            password=dict(type="str", no_log=True),
+        ),
+    ),
+    serial_console=dict(type="bool"),
+    boot_order=dict(type="list", elements="str"),
+    description=dict(type="str"),
+    tags=dict(type="list", elements="str"),
+    extra_config=dict(type="dict"),
+    create_only=dict(
+        type="list",
+        default=[],
+        choices=[
+            "cores",
+            "sockets",
+            "memory",
+            "balloon",
+            "machine",
+            "bios",
+            "cpu",
+            "ostype",
+            "scsihw",
+            "agent",
+            "onboot",
+            "numa",
+            "efidisk",
+            "disks",
+            "nets",
+            "hostpci",
+            "cdrom",
+            "cdrom_slot",
+            "cloudinit",
+            "serial_console",
+            "boot_order",
+            "description",
+            "tags",
+            "extra_config",
+        ],
+        elements="str",
+    ),
+    restart=dict(type="bool", default=False),
+    timeout=dict(type="int", default=600),
+    lock_timeout=dict(type="int", default=60),
+    wait_for_address=dict(type="bool", default=False),
+    address_timeout=dict(type="int", default=300),
+    read_host_keys=dict(type="bool", default=False),
+    host_keys_known=dict(type="bool", default=False),
+    owner_tag=dict(type="str"),
+    destroy_untagged=dict(type="bool", default=False),
+    backup_storage=dict(type="str"),
+    api_url=dict(type="str", required=True, fallback=(env_fallback, ["PVE_API_URL"])),
+    api_token_id=dict(type="str", no_log=False, fallback=(env_fallback, ["PVE_API_TOKEN_ID"])),
+    api_token_secret=dict(type="str", no_log=True, fallback=(env_fallback, ["PVE_API_TOKEN_SECRET"])),
+    api_user=dict(type="str", fallback=(env_fallback, ["PVE_API_USER"])),
+    api_password=dict(type="str", no_log=True, fallback=(env_fallback, ["PVE_API_PASSWORD"])),
+    api_validate_certs=dict(type="bool", default=True, fallback=(env_fallback, ["PVE_API_VALIDATE_CERTS"])),
+    api_ca_file=dict(type="path", fallback=(env_fallback, ["PVE_API_CA_FILE"])),
+    api_fingerprint=dict(type="str", no_log=False, fallback=(env_fallback, ["PVE_API_FINGERPRINT"])),
+    api_timeout=dict(type="int", default=30),
+    api_retries=dict(type="int", default=3),
+)
+RULES = dict(
+    required_together=[["api_token_id", "api_token_secret"], ["api_user", "api_password"]],
+    required_one_of=[["api_token_id", "api_user"]],
+    mutually_exclusive=[["api_token_id", "api_user"], ["api_ca_file", "api_fingerprint"]],
+)
+# end of the generated argument spec
 
 
 def main():
-    # its options and what it does: gpulab.tasks.pve_vm (which the action plugin runs in the worker)
-    run_module("pve_vm")
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
+    if not HAS_GPULAB:
+        module.fail_json(msg=GPULAB_MISSING, exception=GPULAB_IMPORT_ERROR)
+    run_task(module, task)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The PVE modules' connection from the inventory (plugins/plugin_utils/pve_connection.py): each api_*
-option a task leaves out comes from the pve_api_* variables of the task's node; what the task gives wins."""
+"""The PVE modules' connection from the play's module_defaults for the action group gpulab.homelab.pve
+(meta/runtime.yml), as the stage playbooks set it once per play from preflight's fact (playbooks/vars/pve_api.yml):
+each task passes only its own options, and an option the task gives wins."""
 
 from __future__ import annotations
 
@@ -15,59 +16,65 @@ from gpulab.pve import connection
 
 from .conftest import ROOT, PveSimProcess, gpu_vm_args, prepare_gpu_lab, run_module
 
-INVENTORY = {
-    "pve_api_url": "https://pve.example:8006",
-    "pve_api_token_id": "gpulab@pve!ansible",
-    "pve_api_token_secret": "inventory-secret",
-    "pve_api_fingerprint": "AB:CD",
-    "pve_api_validate_certs": True,
-    "pve_api_user": "",  # empty: unset
-}
+GROUP = "group/gpulab.homelab.pve"
 
 
-def test_fill_takes_what_the_task_leaves_out():
-    assert connection.fill_from_inventory({"node": "pve"}, INVENTORY) == {
-        "node": "pve",
+def test_preflight_keeps_the_connection_without_its_secrets():
+    settings = {
+        "pve_api_url": "https://pve.example:8006",
+        "pve_api_token_id": "gpulab@pve!ansible",
+        "pve_api_token_secret": "the-secret",
+        "pve_api_password": "pw",
+        "pve_api_validate_certs": True,
+        "pve_api_fingerprint": "",  # empty: unset
+    }
+    assert connection.public_params(settings) == {
         "api_url": "https://pve.example:8006",
         "api_token_id": "gpulab@pve!ansible",
-        "api_token_secret": "inventory-secret",
-        "api_fingerprint": "AB:CD",
         "api_validate_certs": True,
     }
 
 
-def test_fill_keeps_what_the_task_gives_null_included():
-    out = connection.fill_from_inventory(
-        {"api_url": "https://other:8006", "api_fingerprint": None}, INVENTORY
-    )
-    assert out["api_url"] == "https://other:8006" and out["api_fingerprint"] is None
-    assert out["api_token_secret"] == "inventory-secret"
-
-
-def test_fill_keeps_the_tasks_login_and_certificate_check_whole():
-    task = {"api_user": "root@pam", "api_password": "pw", "api_ca_file": "/etc/pve-root-ca.pem"}
-    out = connection.fill_from_inventory(task, INVENTORY)
-    assert out == {**task, "api_url": "https://pve.example:8006", "api_validate_certs": True}
-    # the other way round: a token given by the task excludes the inventory's user and password
-    inventory = {
-        "pve_api_url": "https://pve.example:8006",
-        "pve_api_user": "root@pam",
-        "pve_api_password": "pw",
+def test_the_pve_group_is_every_module_with_the_connection_options():
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    group = set(runtime["action_groups"]["pve"])
+    with_fragment = {
+        p.stem
+        for p in (ROOT / "plugins" / "modules").glob("[!_]*.py")
+        if "- gpulab.homelab.pve\n" in p.read_text()
     }
-    out = connection.fill_from_inventory({"api_token_id": "a@pve!t", "api_token_secret": "s"}, inventory)
-    assert "api_user" not in out and "api_password" not in out
+    assert group == with_fragment == {"lab_table", "pve_download", "pve_info", "pve_pci_mapping", "pve_vm"}
 
 
-def _play(lab: PveSimProcess, tmp_path, hosts: dict, tasks: list) -> tuple[subprocess.CompletedProcess, list]:
-    """Runs the tasks on localhost with -vvv and this inventory; returns the process and the task records."""
+def test_every_play_that_runs_a_pve_module_sets_the_group_defaults():
+    """A play whose tasks (or roles) call a PVE module sets module_defaults for the group from vars/pve_api.yml."""
+    plays = {
+        "playbooks/preflight.yml": "Preflight | validate",
+        "playbooks/vms.yml": "Stage 2, vms | images",
+        "playbooks/network.yml": "Network | DHCP",
+        "playbooks/verify.yml": "Verify | the lab table",
+        "playbooks/teardown.yml": "Teardown | destroy",
+    }
+    for path, name in plays.items():
+        [play] = [p for p in yaml.safe_load((ROOT / path).read_text()) if p.get("name", "").startswith(name)]
+        assert play["module_defaults"] == {GROUP: "{{ gpulab_pve_connection }}"}, path
+        assert "vars/pve_api.yml" in play["vars_files"], path
+
+
+def _play(
+    lab: PveSimProcess, tmp_path, hosts: dict, tasks: list, defaults: dict
+) -> tuple[subprocess.CompletedProcess, list]:
+    """Runs the tasks on localhost with -vvv, this inventory and `defaults` as the PVE group's module_defaults;
+    returns the process and the task records."""
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"proxmox": {"hosts": hosts}}}}))
     play = [
         {
-            "name": "PVE modules with the inventory's connection",
+            "name": "PVE modules with the group's connection",
             "hosts": "localhost",
             "connection": "local",
             "gather_facts": False,
             "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+            "module_defaults": {GROUP: defaults},
             "tasks": tasks,
         }
     ]
@@ -94,79 +101,50 @@ def _play(lab: PveSimProcess, tmp_path, hosts: dict, tasks: list) -> tuple[subpr
 
 @pytest.mark.slow
 def test_tasks_pass_only_their_own_options(lab, tmp_path):
-    # the simulator's token connection as the inventory's pve_api_* variables
-    settings = {f"pve_{name}": value for name, value in lab.conn(api_retries=0).items()}
-    hosts = {
-        # first in group proxmox: a second node whose API address answers nothing
-        "node-b": {"pve_node": "other", **settings, "pve_api_url": "https://127.0.0.1:9"},
-        "pve": {"pve_node": "pve", **settings},
-    }
     info = {"gather": ["version"]}
     tasks = [
         {"name": "Node pve", "gpulab.homelab.pve_info": {"node": "pve", **info}},
-        {"name": "Node other, the task's URL", "gpulab.homelab.pve_info": {"node": "other", "api_url": lab.desc["pve_url"], **info}},
+        {"name": "The task's URL wins", "gpulab.homelab.pve_info": {"node": "pve", "api_url": "https://127.0.0.1:9", "api_timeout": 2, **info}, "ignore_errors": True},
         {
-            "name": "Node pve, the task's password login",
-            "gpulab.homelab.pve_info": {"node": "pve", "api_user": "root@pam", "api_password": "{{ lookup('env', 'ROOT_PASSWORD') }}", **info},
-        },
-        {
-            "name": "The mapping of node pve (its entries' node)",
+            "name": "The mapping of node pve",
             "gpulab.homelab.pve_pci_mapping": {"id": "rtx3090", "entries": [{"node": "pve", "path": "0000:02:00", "id": "10de:2204"}]},
             "check_mode": True,
         },
-        {"name": "Node other", "gpulab.homelab.pve_info": {"node": "other", **info}},
     ]  # fmt: skip
     mark = lab.mark()
-    proc, records = _play(lab, tmp_path, hosts, tasks)
+    proc, records = _play(lab, tmp_path, {"pve": {"pve_node": "pve"}}, tasks, lab.conn(api_retries=0))
     output = proc.stdout + proc.stderr
     assert [(r["task"], r["status"]) for r in records] == [
         ("Node pve", "ok"),
-        ("Node other, the task's URL", "ok"),
-        ("Node pve, the task's password login", "ok"),
-        ("The mapping of node pve (its entries' node)", "ok"),
-        ("Node other", "failed"),
+        ("The task's URL wins", "failed"),
+        ("The mapping of node pve", "ok"),
     ], output[-3000:]
-    assert proc.returncode == 2
-    # node other's own (unreachable) address was used when the task gave none
-    assert "127.0.0.1:9" in records[4]["result"]["msg"]
-    assert records[3]["result"]["changed"] and records[3]["result"]["requests"]["writes"] == 0
-    # who read /version: the inventory's token twice, then root@pam (the task's login, not mixed with the token)
+    assert "127.0.0.1:9" in records[1]["result"]["msg"]
+    assert records[2]["result"]["changed"] and records[2]["result"]["requests"]["writes"] == 0
     users = [r["user"] for r in lab.requests(mark) if r["path"] == "/api2/json/version"]
-    token_user = lab.desc["token_id"]
-    assert users == [token_user, token_user, "root@pam"]
-    # -vvv shows each result and how the module ran, and no secret
-    assert "pve_info: running gpulab.tasks.pve_info in this worker" in output
-    assert lab.desc["token_secret"] not in output and lab.desc["password"] not in output
+    assert users == [lab.desc["token_id"]]
+    assert "AnsiballZ_pve_info.py" in output  # each its own Python, as any module
+    assert lab.desc["token_secret"] not in output
 
 
 @pytest.mark.slow
-def test_a_warning_and_the_result_read_the_same_in_the_worker_and_as_a_module(lab, tmp_path):
-    """A change PVE would hold as pending on a running VM (check mode, with diff): the module warns, in the
-    worker (the task on the controller) as in its own Python (a task with `environment`), and both report
-    the same result."""
+def test_a_warning_and_the_result_of_a_pending_change(lab, tmp_path):
+    """A change PVE would hold as pending on a running VM (check mode, with diff): the module warns once and
+    reports what it would set."""
     prepare_gpu_lab(lab)
     run_module("pve_vm", gpu_vm_args(lab, state="started"))
-    args = gpu_vm_args(lab, state="started", cores=6)
-    check = {"check_mode": True, "diff": True}
-    tasks = [
-        {"name": "worker", "pve_vm": args, **check},
-        {"name": "own python", "pve_vm": args, **check, "environment": {"GPULAB_PROBE": "1"}},
-    ]
+    connection = {k: v for k, v in gpu_vm_args(lab).items() if k.startswith("api_")}
+    args = {k: v for k, v in gpu_vm_args(lab, state="started", cores=6).items() if not k.startswith("api_")}
+    tasks = [{"name": "pending", "gpulab.homelab.pve_vm": args, "check_mode": True, "diff": True}]
     mark = lab.mark()
-    proc, records = _play(lab, tmp_path, {"pve": {"pve_node": "pve"}}, tasks)
+    proc, records = _play(lab, tmp_path, {"pve": {"pve_node": "pve"}}, tasks, connection)
     output = proc.stdout + proc.stderr
-    assert [(r["task"], r["status"]) for r in records] == [("worker", "ok"), ("own python", "ok")], output[
-        -3000:
-    ]
-    worker, own = (r["result"] for r in records)
-    assert worker["changed"] and worker["restart_needed"] and worker["set"] == {"cores": "6"}
-    assert worker["diff"]["after"]["cores"] == "6" and worker["diff"]["after_header"].endswith("(would be)")
+    assert [(r["task"], r["status"]) for r in records] == [("pending", "ok")], output[-3000:]
+    result = records[0]["result"]
+    assert result["changed"] and result["restart_needed"] and result["set"] == {"cores": "6"}
+    assert result["diff"]["after"]["cores"] == "6" and result["diff"]["after_header"].endswith("(would be)")
     assert lab.writes(mark) == []
-    assert "pve_vm: running gpulab.tasks.pve_vm in this worker" in output
     warning = "VM 102 (vm-gpu) on node pve runs with hardware changes PVE holds as pending (cores)"
-    assert [w.startswith(warning) for w in worker["warnings"]] == [True], worker["warnings"]
-    assert warning in output  # once: Ansible shows a warning it already showed no more
-    assert {k: v for k, v in worker.items() if k != "invocation"} == {
-        k: v for k, v in own.items() if k != "invocation"
-    }
+    assert [w.startswith(warning) for w in result["warnings"]] == [True], result["warnings"]
+    assert warning in output
     assert lab.desc["token_secret"] not in output

@@ -83,7 +83,7 @@ def test_a_download_that_outlives_its_timeout_fails_naming_it_and_how_long(own_l
     assert proc.returncode != 0
     assert "FAILED - RETRYING" not in proc.stdout, proc.stdout
     assert re.search(
-        r"gave up waiting for the download of local:iso/slow.iso after 2 s \(timeout 2 s; [\d.]+ [MG]iB of 3.0 GiB",
+        r"gave up waiting for the download of local:iso/slow.iso after [2-4] s \(timeout 2 s; [\d.]+ [MG]iB of 3.0 GiB",
         proc.stdout,
     ), proc.stdout
     assert "PVE goes on downloading (task UPID:pve:" in proc.stdout, proc.stdout
@@ -96,7 +96,7 @@ def test_waiting_for_a_vms_address_says_so_at_a_steady_pace(own_lab, tmp_path):
 
     lab = own_lab(agent_delay=11)
     args = small_vm_args(lab, state="started", wait_for_address=True, address_timeout=30)
-    task = {"name": "Create and start vm-1", "pve_vm": args, "register": "vm"}
+    task = {"name": "Create and start vm-1", "gpulab.homelab.pve_vm": args, "register": "vm"}
     book = tmp_path / "vm.yml"
     book.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
     inv = tmp_path / "hosts.ini"

@@ -268,6 +268,20 @@ def test_read_host_keys_gives_the_guests_ssh_host_keys_through_the_agent(lab):
     assert "host_keys" not in run_module("pve_vm", args)  # read only when asked
 
 
+def test_known_host_keys_are_read_again_only_when_the_run_boots_the_vm(lab):
+    """A re-run on a running VM whose key the controller trusts sends no guest agent request (the no-op
+    stays at its PVE reads); a VM this run starts has its keys read, known or not."""
+    args = small_vm_args(lab, vmid=107, name="vm-7", state="started", address_timeout=30)
+    known = {**args, "read_host_keys": True, "host_keys_known": True}
+    first = run_module("pve_vm", known)
+    assert first["host_keys"] and "start" in first["actions"], first  # booted by this run: read
+    mark = lab.mark()
+    again = run_module("pve_vm", known)
+    assert "host_keys" not in again and again["changed"] is False, again
+    assert not [r for r in lab.requests(mark) if "/agent/" in r["path"]]
+    assert run_module("pve_vm", {**known, "host_keys_known": False})["host_keys"] == first["host_keys"]
+
+
 def test_iso_install_attaches_the_cdrom_and_boots_disk_then_cdrom(lab):
     volid = download_iso(lab)
     args = small_vm_args(lab, cdrom=volid, boot_order=["scsi0", "ide2"], state="started")

@@ -14,6 +14,8 @@ import pytest
 import yaml
 from simlab import running_lab
 
+from .resolved import router_extra_vars
+
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,8 +37,14 @@ def play(state: Path, extra_inv: Path, *args):
     env = dict(
         os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), GPULAB_LAB_STATE=str(state), ANSIBLE_NOCOLOR="1"
     )
+    resolved = router_extra_vars(
+        [ROOT / "inventory/demo", extra_inv],
+        extra_inv.parent,
+        {"GPULAB_LAB_STATE": str(state)},
+        router_dhcp_reservation_mode="planned",
+    )
     cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(ROOT / "inventory/demo"), "-i", str(extra_inv),
-           str(ROOT / "playbooks/network.yml"), "-e", "router_dhcp_reservation_mode=planned", *args]  # fmt: skip
+           str(ROOT / "playbooks/network.yml"), "-e", "router_dhcp_reservation_mode=planned", *resolved, *args]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300, check=False)
     out = proc.stdout + proc.stderr
     recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", out)

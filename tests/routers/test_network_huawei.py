@@ -10,6 +10,8 @@ import yaml
 
 from labsim.routers.huawei import HuaweiOntSim
 
+from .resolved import router_extra_vars
+
 ROOT = Path(__file__).resolve().parents[2]
 PW = "Homelab-Ont-Pw-7"
 VMS = {"vm-1": ("BC:24:11:00:0B:01", "192.168.100.53"), "vm-2": ("BC:24:11:00:0B:02", "192.168.100.54"),
@@ -28,7 +30,7 @@ def run_stage(tmp_path, url, *extra):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-           str(ROOT / "playbooks/network.yml"), *extra]  # fmt: skip
+           str(ROOT / "playbooks/network.yml"), *router_extra_vars(tmp_path / "hosts.yml", tmp_path), *extra]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
     out = proc.stdout + proc.stderr
     recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", out)

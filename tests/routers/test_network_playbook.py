@@ -9,6 +9,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from .resolved import router_extra_vars
+
 ROOT = Path(__file__).resolve().parents[2]
 MACS = {"vm-1": "BC:24:11:00:04:21", "vm-2": "BC:24:11:00:04:22"}
 
@@ -47,6 +49,7 @@ def play(inv: Path, *extra):
         "-i",
         str(inv),
         str(ROOT / "playbooks/network.yml"),
+        *router_extra_vars(inv, inv.parent),
         *extra,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300, check=False)

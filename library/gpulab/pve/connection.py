@@ -25,6 +25,9 @@ OPTIONS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "api_retries": ({"type": "int", "default": 3}, ()),
 }
 
+# the options whose values are secrets (no_log): never in a fact or a result
+SECRETS = frozenset(name for name, (opts, _env) in OPTIONS.items() if opts.get("no_log"))
+
 MODULE_KWARGS: dict[str, Any] = {
     "required_together": [("api_token_id", "api_token_secret"), ("api_user", "api_password")],
     "required_one_of": [("api_token_id", "api_user")],
@@ -71,26 +74,8 @@ def params_from_inventory(hostvars: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _together(name: str) -> set[str]:
-    """The options that go with `name` (a token's id and secret, a user and password), itself included."""
-    return next((set(group) for group in MODULE_KWARGS["required_together"] if name in group), {name})
-
-
-def fill_from_inventory(args: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A task's module arguments with each `api_*` option it leaves out taken from the inventory's
-    `pve_api_*` settings (`params_from_inventory`); the action plugin of every PVE module calls it.
-
-    An option the task gives wins (null included). An inventory option is not taken either when the task
-    gives one it excludes: a task that logs in with a token gets none of the inventory's user and password
-    (and the other way round), a CA file none of its fingerprint (and the other way round).
-    """
-    out = dict(args)
-    for name, value in params_from_inventory(settings).items():
-        excluded = any(
-            name in _together(mine) and args.keys() & _together(other)
-            for pair in MODULE_KWARGS["mutually_exclusive"]
-            for mine, other in (pair, pair[::-1])
-        )
-        if name not in out and not excluded:
-            out[name] = value
-    return out
+def public_params(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection options of the `pve_api_*` settings without the secrets (SECRETS): what preflight keeps
+    as the fact gpulab_pve_api, the stage plays' module_defaults (playbooks/vars/pve_api.yml adds the secret
+    from the inventory when a task runs)."""
+    return {k: v for k, v in params_from_inventory(settings).items() if k not in SECRETS}

@@ -533,6 +533,16 @@ CONTROL: tuple[Option, ...] = (
         default=False,
     ),
     Option(
+        "host_keys_known",
+        "bool",
+        (
+            "The controller already trusts a host key of this VM (its known_hosts has a line for it): with "
+            "O(read_host_keys), read the keys only when this run creates, starts or restarts the VM, so a run "
+            "that leaves a running VM alone sends no guest agent request.",
+        ),
+        default=False,
+    ),
+    Option(
         "owner_tag",
         "str",
         (

@@ -6,10 +6,9 @@ of gpulab.pve.connection and their rules) and `run(task)`, which does the work a
 returns the result, or raises `Failed` with the message and the result so far. `task` is what the caller
 gives: the checked options (`params`), `check_mode`, `diff`, `warn(msg)`, `log(msg)` and `no_log_values`.
 
-Two callers read the same spec and run the same function. The action plugin of the module
-(plugins/plugin_utils/controller.py) checks the task's arguments with Ansible's ArgumentSpecValidator and
-runs it in the task's worker; the module (plugins/module_utils/controller_module.py, `run_module`) builds an
-AnsibleModule from it wherever Ansible starts the module as its own Python. Nothing here imports Ansible:
+The module file (plugins/modules/<name>.py) declares the same spec as a literal, ARGUMENT_SPEC and RULES, that
+`make docs` writes from `argument_spec` and `rules` here (gpulab.docs); its main() builds the AnsibleModule
+and runs the task (plugins/module_utils/controller_module.py, `run_task`). Nothing here imports Ansible:
 the environment fallback of the connection options is passed in.
 """
 
@@ -19,8 +18,6 @@ import importlib
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, Protocol
-
-from gpulab.routers.http import mask
 
 COLLECTION = "gpulab.homelab."
 
@@ -80,31 +77,6 @@ def rules(task: ModuleType) -> dict[str, Any]:
     return {}
 
 
-def no_log_values(spec: Mapping[str, Mapping[str, Any]], params: Mapping[str, Any]) -> set[str]:
-    """The values of the options that `spec` marks no_log (suboptions too), as strings to hide."""
-    found: set[str] = set()
-    for name, info in spec.items():
-        value = params.get(name)
-        if value is None:
-            continue
-        if info.get("no_log"):
-            found.update(_strings(value))
-        subs = info.get("options")
-        if subs:
-            for item in value if isinstance(value, list) else [value]:
-                if isinstance(item, Mapping):
-                    found |= no_log_values(subs, item)
-    return found
-
-
-def _strings(value: Any) -> set[str]:
-    if isinstance(value, Mapping):
-        return {s for v in value.values() for s in _strings(v)}
-    if isinstance(value, (list, tuple, set)):
-        return {s for v in value for s in _strings(v)}
-    return {str(value)} if value not in ("", None) else set()
-
-
 def plain(value: Any) -> Any:
     """`value` with subclasses of str, int, float, dict and list (such as the tagged values of a templated
     task argument) made the plain types, the way a module reads its arguments from JSON."""
@@ -154,6 +126,9 @@ class Run:
 
     def __exit__(self, kind, exc, tb):
         if isinstance(exc, self.errors):
+            # here, not at the top: the routers' package (jinja2, requests) costs every module's start
+            from gpulab.routers.http import mask
+
             raise Failed(mask(f"{self.what}: {exc}", self.task.no_log_values), self._out()) from exc
         return False
 

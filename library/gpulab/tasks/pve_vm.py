@@ -96,7 +96,13 @@ def run(task: Task) -> dict:
             found = wait_for_address(client, p["node"], p["vmid"], res.mac, p["address_timeout"])
             result["address"] = found["address"]
             result["mac"] = result["mac"] or found["mac"]
-        if p["read_host_keys"] and res.status == "running" and runs_now:
+        booted = bool({"create", "start", "restart"} & set(res.actions)) or res.restarted
+        if (
+            p["read_host_keys"]
+            and res.status == "running"
+            and runs_now
+            and (booted or not p["host_keys_known"])
+        ):
             result["host_keys"] = read_host_keys(client, p["node"], p["vmid"], p["address_timeout"])
         if task.diff:
             # The power state goes with the config, so that a VM that is only started (or stopped) shows

@@ -1,7 +1,7 @@
-"""The controller modules run inside the task's worker (plugins/plugin_utils/controller.py runs the engine's
-task, gpulab.tasks, with the module's argument spec) and answer exactly as when Ansible starts the module as
-its own Python (which it still does for a task with `environment`): the same result, the same failures and
-argument errors, check and diff mode, and no secret in the -vvv output."""
+"""The controller modules run as Ansible runs any module, each its own Python on the controller: its
+AnsibleModule checks the arguments it declares (ARGUMENT_SPEC), the engine's task (gpulab.tasks) does the work,
+failures keep their message, check and diff mode hold, and no secret shows in the -vvv output. The PVE
+connection comes from the play's module_defaults for the action group gpulab.homelab.pve."""
 
 import json
 import sys
@@ -22,8 +22,9 @@ VALUES = {
 }
 
 
-def _playbook(tmp_path, tasks):
-    """Run `tasks` on the controller; each task's result, in order, as the task registered it."""
+def _playbook(tmp_path, tasks, module_defaults=None):
+    """Run `tasks` on the controller (with the play's `module_defaults`); each task's result, in order, as
+    the task registered it."""
     names = [f"r{i}" for i in range(len(tasks))]
     dump = tmp_path / "results.json"
     write = {
@@ -34,6 +35,7 @@ def _playbook(tmp_path, tasks):
             "hosts": "localhost",
             "gather_facts": False,
             "tasks": [*[{**t, "register": names[i]} for i, t in enumerate(tasks)], write],
+            **({"module_defaults": module_defaults} if module_defaults else {}),
         }
     ]
     book = tmp_path / "book.yml"
@@ -50,51 +52,46 @@ def _same(result):
     return {k: v for k, v in result.items() if k != "invocation"}
 
 
-def test_a_module_runs_in_the_worker_and_answers_as_its_own_python(tmp_path):
+def test_a_module_runs_as_its_own_python_in_a_loop_too(tmp_path):
     split = {**VALUES, "device_split_count": 4}
     tasks = [
-        {"name": "in the worker", "hami_values": split},
-        {"name": "own python", "hami_values": split, "environment": {"GPULAB_PROBE": "1"}},
+        {"name": "once", "gpulab.homelab.hami_values": split},
         {
             "name": "loop",
             "gpulab.homelab.hami_values": {**VALUES, "device_split_count": "{{ item }}"},
             "loop": [2, 3],
         },
     ]
-    proc, (worker, own, loop) = _playbook(tmp_path, tasks)
+    proc, (once, loop) = _playbook(tmp_path, tasks)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert proc.stdout.count("hami_values: running gpulab.tasks.hami_values in this worker") == 3
-    assert worker["values"]["devicePlugin"]["deviceSplitCount"] == 4
-    assert _same(worker) == _same(own)
-    assert set(_same(worker)) >= {"values", "values_content", "manifest", "keys_known", "changed"}
+    assert "running gpulab.tasks" not in proc.stdout  # no runner in the worker
+    assert once["values"]["devicePlugin"]["deviceSplitCount"] == 4
+    assert set(once) >= {"values", "values_content", "manifest", "keys_known", "changed"}
+    assert "AnsiballZ_hami_values.py" in proc.stdout  # shipped and started as any module
     assert [r["values"]["devicePlugin"]["deviceSplitCount"] for r in loop["results"]] == [2, 3]
 
 
-@pytest.mark.parametrize("environment", [None, {"GPULAB_PROBE": "1"}], ids=["worker", "own-python"])
-def test_a_failure_keeps_its_message_and_hides_the_secret(tmp_path, environment):
+def test_a_failure_keeps_its_message_and_the_connection_comes_from_the_group_defaults(tmp_path):
     bad = {
         "name": "bad key",
         "gpulab.homelab.hami_values": {**VALUES, "extra_values": {"devicePlugin": {"nosuchkey": 1}}},
-    }
-    pve = {
-        "name": "unreachable PVE",
-        "gpulab.homelab.pve_info": {
-            "node": "pve",
-            "api_url": "https://127.0.0.1:9",
-            "api_token_id": "gpulab@pve!ansible",
-            "api_token_secret": SECRET,
-            "api_validate_certs": False,
-            "api_timeout": 2,
-            "api_retries": 0,
-        },
         "ignore_errors": True,
     }
-    tasks = [{**bad, "ignore_errors": True}, pve]
-    if environment:
-        tasks = [{**t, "environment": environment} for t in tasks]
-    proc, (values, info) = _playbook(tmp_path, tasks)
+    pve = {"name": "unreachable PVE", "gpulab.homelab.pve_info": {"node": "pve"}, "ignore_errors": True}
+    connection = {
+        "api_url": "https://127.0.0.1:9",
+        "api_token_id": "gpulab@pve!ansible",
+        "api_token_secret": SECRET,
+        "api_validate_certs": False,
+        "api_timeout": 2,
+        "api_retries": 0,
+    }
+    proc, (values, info) = _playbook(
+        tmp_path, [bad, pve], module_defaults={"group/gpulab.homelab.pve": connection}
+    )
     assert values["failed"] and "nosuchkey" in values["msg"], values
     assert info["failed"] and info["msg"].startswith("Reading node pve"), info
+    assert "127.0.0.1:9" in info["msg"]  # the group's api_url
     assert info["requests"] == {"reads": 1, "writes": 0}  # the one read it tried
     assert SECRET not in proc.stdout + proc.stderr
 
@@ -102,7 +99,7 @@ def test_a_failure_keeps_its_message_and_hides_the_secret(tmp_path, environment)
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        ({**VALUES, "bogus": 1}, "Unsupported parameters for (hami_values) module: bogus."),
+        ({**VALUES, "bogus": 1}, "Unsupported parameters for (gpulab.homelab.hami_values) module: bogus."),
         ({**VALUES, "device_split_count": "many"}, "device_split_count"),
         (
             {k: v for k, v in VALUES.items() if k != "chart_version"},
@@ -112,26 +109,17 @@ def test_a_failure_keeps_its_message_and_hides_the_secret(tmp_path, environment)
     ],
     ids=["unknown", "type", "required", "suboption"],
 )
-def test_an_argument_error_reads_the_same_in_both(tmp_path, args, says):
-    tasks = [
-        {"name": "worker", "hami_values": args, "ignore_errors": True},
-        {
-            "name": "own",
-            "hami_values": args,
-            "ignore_errors": True,
-            "environment": {"GPULAB_PROBE": "1"},
-        },
-    ]
-    _, (worker, own) = _playbook(tmp_path, tasks)
-    assert worker["failed"] and own["failed"]
-    assert says in worker["msg"], worker
-    assert worker["msg"] == own["msg"]
+def test_an_argument_error_is_ansible_modules(tmp_path, args, says):
+    tasks = [{"name": "bad", "gpulab.homelab.hami_values": args, "ignore_errors": True}]
+    _, (bad,) = _playbook(tmp_path, tasks)
+    assert bad["failed"]
+    assert says in bad["msg"], bad
 
 
-def test_check_and_diff_mode_and_a_secret_in_both(tmp_path):
+def test_check_and_diff_mode_and_a_secret(tmp_path):
     """A reservation on a dnsmasq on this machine (its hosts file in tmp_path): check mode with diff says
     what it would write and writes nothing, a run writes it, a re-run changes nothing; the router password
-    (no_log) appears nowhere, in either path."""
+    (no_log) appears nowhere."""
     hosts = tmp_path / "dnsmasq-hosts"
     router = {
         "kind": "dnsmasq",
@@ -147,20 +135,18 @@ def test_check_and_diff_mode_and_a_secret_in_both(tmp_path):
         },
         "reservations": [{"mac": "bc:24:11:00:00:01", "address": "192.168.100.53", "hostname": "vm-1"}],
     }
-    own = {"environment": {"GPULAB_PROBE": "1"}}
-    check = {"check_mode": True, "diff": True}
+    module = "gpulab.homelab.dhcp_reservation"
     tasks = [
-        {"name": "worker, check", "dhcp_reservation": router, **check},
-        {"name": "own, check", "dhcp_reservation": router, **check, **own},
-        {"name": "worker, run", "dhcp_reservation": router, "diff": True},
-        {"name": "own, again", "dhcp_reservation": router, "diff": True, **own},
-        {"name": "worker, again", "dhcp_reservation": router},
+        {"name": "check", module: router, "check_mode": True, "diff": True},
+        {"name": "run", module: router, "diff": True},
+        {"name": "again, diff", module: router, "diff": True},
+        {"name": "again", module: router},
     ]
-    proc, (w_check, o_check, w_run, o_again, w_again) = _playbook(tmp_path, tasks)
+    proc, (check, run, again_diff, again) = _playbook(tmp_path, tasks)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert w_check["changed"] and w_check["diff"] and _same(w_check) == _same(o_check)
-    assert w_run["changed"] and w_run["diff"] == w_check["diff"]
+    assert check["changed"] and check["diff"]
+    assert run["changed"] and run["diff"] == check["diff"]
     assert "192.168.100.53" in hosts.read_text()
-    assert not o_again["changed"] and not w_again["changed"]
-    assert "diff" in o_again and "diff" not in w_again  # a diff only when the task asks for one
+    assert not again_diff["changed"] and not again["changed"]
+    assert "diff" in again_diff and "diff" not in again  # a diff only when the task asks for one
     assert SECRET not in proc.stdout + proc.stderr + Path(tmp_path / "results.json").read_text()

@@ -135,6 +135,56 @@ def test_ansible_doc_shows_every_module_as_text(installed):
         assert f"{FQCN}.{module}" in proc.stdout and "RETURN VALUES" in proc.stdout, module
 
 
+def test_the_old_prefixed_names_still_work_in_the_installed_copy_with_a_deprecation(installed, tmp_path):
+    """Before 0.2.0 the plugins repeated the namespace (gpulab.homelab.gpulab_pve_vm): meta/runtime.yml routes
+    each old name to the new one until 1.0.0, and Ansible says so with a deprecation naming the new one."""
+    env, where = installed
+    routing = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())["plugin_routing"]
+    assert {f"gpulab_{m}" for m in MODULES} == set(routing["modules"])
+    for kind, entries in routing.items():
+        for old, entry in entries.items():
+            new = entry["redirect"]
+            assert new == f"{FQCN}.{old.removeprefix('gpulab_')}", (kind, old)
+            if kind == "action":  # a module's action plugin: the module's entry warns
+                assert old in routing["modules"] and "deprecation" not in entry, old
+                continue
+            assert (
+                entry["deprecation"]["removal_version"] == "1.0.0"
+                and new in entry["deprecation"]["warning_text"]
+            )
+    proc = run([BIN / "ansible-doc", "-t", "module", f"{FQCN}.gpulab_pve_vm"], env=env, cwd=where)
+    assert proc.returncode == 0 and "[ERROR]" not in proc.stderr, proc.stderr
+    assert "pve_vm" in proc.stdout and "RETURN VALUES" in proc.stdout
+    # a play of one's own with the old names: the filter and the module still answer, each with its warning
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+            "tasks": [
+                {"name": "Old filter", "ansible.builtin.debug": {
+                    "msg": "{{ [] | gpulab.homelab.gpulab_hami_problems_text }}"}},
+                {"name": "Old module", f"{FQCN}.gpulab_wait": {
+                    "what": "nothing", "timeout": 5, "module": "ansible.builtin.command",
+                    "module_args": {"cmd": "true"}}},
+            ],
+        }
+    ]  # fmt: skip
+    book = tmp_path / "old-names.yml"
+    book.write_text(yaml.safe_dump(play))
+    proc = run([BIN / "ansible-playbook", "-i", "localhost,", "-c", "local", str(book)], env=env, cwd=where)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    said = " ".join(out.split())
+    assert "gpulab.homelab.gpulab_wait has been deprecated. Use gpulab.homelab.wait" in said, out
+    assert (
+        '"gpulab.homelab.gpulab_hami_problems_text" has been deprecated. Use gpulab.homelab.hami_problems_text'
+        in said
+    )
+    # the module's action plugin answered under the old name too: it ran the command it wraps
+    assert re.search(r"TASK \[Old module\] \*+\nchanged: \[localhost\]", proc.stdout), out
+
+
 def test_a_playbook_of_one_s_own_imports_the_installed_site_and_stage_playbooks(installed, tmp_path):
     """`import_playbook: gpulab.homelab.site` (and a stage, gpulab.homelab.vms) from a playbook outside the
     collection: Ansible parses every imported play, its roles and their static tasks, so each module, role and

@@ -3,4 +3,4 @@
 The simulated lab that proves it is a package of its own, labsim (library/labsim/).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -177,3 +177,20 @@ def test_a_controller_modules_argument_spec_is_its_engines(name):
     # and the lines are those `make docs` writes now (laid out by ruff as the lint wants)
     text = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
     assert docs.argument_spec_block(text, name) == docs.render_argument_spec(name)
+
+
+def test_the_pve_connection_options_are_written_once_for_every_pve_module():
+    """plugins/module_utils/pve.py holds the connection options (the engine's gpulab.pve.connection, written by
+    `make docs`); each PVE module spreads them into its ARGUMENT_SPEC instead of repeating them."""
+    from ansible.module_utils.basic import env_fallback
+    from ansible_collections.gpulab.homelab.plugins.module_utils import pve
+
+    from gpulab.pve import connection
+
+    assert connection.argument_spec(env_fallback) == pve.CONNECTION
+    assert {k: [list(g) for g in v] for k, v in connection.MODULE_KWARGS.items()} == pve.CONNECTION_RULES
+    text = (ROOT / "plugins" / "module_utils" / "pve.py").read_text()
+    assert docs.connection_spec_block(text) == docs.render_connection_spec()
+    for name in MODULES:
+        source = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
+        assert "api_token_secret=" not in source, name  # documented by the fragment, declared once

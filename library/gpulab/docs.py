@@ -471,14 +471,46 @@ def render_argument_spec(name: str) -> str:
     from gpulab import tasks
 
     task = tasks.of(name)
-    spec = tasks.argument_spec(task, _Fallback())
-    rules = {k: [list(group) for group in v] for k, v in tasks.rules(task).items()}
+    pve = getattr(task, "PVE", False)
     lines = [SPEC_START.format(name=name), "ARGUMENT_SPEC = dict(\n"]
-    lines += [f"    {option}={_literal(entry)},\n" for option, entry in spec.items()]
+    lines += [f"    {option}={_literal(entry)},\n" for option, entry in dict(task.OPTIONS).items()]
+    if pve:  # the connection options and their rules: plugins/module_utils/pve.py, once for every PVE module
+        lines.append("    **CONNECTION,\n")
     lines.append(")\n")
-    lines.append(f"RULES = {_literal(rules)}\n")
+    lines.append("RULES = CONNECTION_RULES\n" if pve else "RULES = {}\n")
     lines.append(SPEC_END)
     return _formatted("".join(lines), name)
+
+
+CONNECTION_MODULE = "plugins/module_utils/pve.py"
+CONNECTION_START = (
+    "# generated from gpulab.pve.connection by `make docs`: edit its OPTIONS, not these lines\n"
+)
+
+
+def render_connection_spec() -> str:
+    """The generated lines of plugins/module_utils/pve.py: the PVE connection options every PVE module spreads
+    into its ARGUMENT_SPEC, and their rules (AnsibleModule's keyword arguments)."""
+    from gpulab.pve import connection
+
+    spec = connection.argument_spec(_Fallback())
+    rules = {k: [list(group) for group in v] for k, v in connection.MODULE_KWARGS.items()}
+    lines = [CONNECTION_START, "CONNECTION = dict(\n"]
+    lines += [f"    {option}={_literal(entry)},\n" for option, entry in spec.items()]
+    lines.append(")\n")
+    lines.append(f"CONNECTION_RULES = {_literal(rules)}\n")
+    lines.append(SPEC_END)
+    return _formatted("".join(lines), "../module_utils/pve")
+
+
+def connection_spec_block(text: str) -> str:
+    if CONNECTION_START not in text:
+        raise ValueError(f"{CONNECTION_MODULE} has no line {CONNECTION_START.strip()!r}")
+    return CONNECTION_START + text.split(CONNECTION_START, 1)[1].split(SPEC_END, 1)[0] + SPEC_END
+
+
+def update_connection_spec(root: Path) -> bool:
+    return _rewrite_block(root / CONNECTION_MODULE, connection_spec_block, render_connection_spec)
 
 
 def _formatted(code: str, name: str) -> str:
@@ -530,6 +562,7 @@ def main(root: Path) -> None:
     print(f"{DATA_FLOW} {said[update_data_flow(root)]}")
     print(f"{VM_MODULE} options {said[update_vm_module(root)]}")
     print(f"{ROUTER_MODULE} options {said[update_router_module(root)]}")
+    print(f"{CONNECTION_MODULE} connection options {said[update_connection_spec(root)]}")
     changed_specs = update_argument_specs(root)
     print(
         f"argument specs updated: {', '.join(changed_specs)}"

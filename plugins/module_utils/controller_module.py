@@ -9,6 +9,9 @@ requirements.txt) runs on the controller; a module whose Python lacks it fails w
 
 from __future__ import annotations
 
+import importlib
+import traceback
+
 from ansible.module_utils.basic import missing_required_lib
 
 GPULAB_MISSING = missing_required_lib(
@@ -29,10 +32,15 @@ class ModuleTask:
         self.log = module.log
 
 
-def run_task(module, task) -> None:
-    """Run `task` (a module of gpulab.tasks) with the module's checked options, then exit with its result,
-    or fail with its message and the result so far."""
-    from gpulab.tasks import Failed
+def run_task(module, name: str) -> None:
+    """Run the engine's task `name` (gpulab.tasks.<name>) with the module's checked options, then exit with its
+    result, or fail with its message and the result so far. Without the engine the module fails with
+    GPULAB_MISSING (after AnsibleModule has checked the arguments)."""
+    try:
+        task = importlib.import_module(f"gpulab.tasks.{name}")
+        from gpulab.tasks import Failed
+    except ImportError:
+        module.fail_json(msg=GPULAB_MISSING, exception=traceback.format_exc())
 
     try:
         result = task.run(ModuleTask(module))

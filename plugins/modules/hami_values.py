@@ -132,21 +132,8 @@ keys_known:
   type: int
 """
 
-import traceback  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import (  # noqa: E402
-    GPULAB_MISSING,
-    run_task,
-)
-
-try:
-    # what the module does: the engine (the gpulab distribution of requirements.txt) on the controller
-    from gpulab.tasks import hami_values as task
-except ImportError:
-    HAS_GPULAB, GPULAB_IMPORT_ERROR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_IMPORT_ERROR = True, None
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
 
 # generated from gpulab.tasks.hami_values by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -168,15 +155,14 @@ ARGUMENT_SPEC = dict(
     repo=dict(type="str", default="https://project-hami.github.io/HAMi/"),
     timeout=dict(type="str", default="10m0s"),
 )
-RULES = dict()
+RULES = {}
 # end of the generated argument spec
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    if not HAS_GPULAB:
-        module.fail_json(msg=GPULAB_MISSING, exception=GPULAB_IMPORT_ERROR)
-    run_task(module, task)
+    # what the module does: the engine's task gpulab.tasks.hami_values (the gpulab distribution, requirements.txt)
+    run_task(module, "hami_values")
 
 
 if __name__ == "__main__":

@@ -147,21 +147,8 @@ urls:
   type: dict
 """
 
-import traceback  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import (  # noqa: E402
-    GPULAB_MISSING,
-    run_task,
-)
-
-try:
-    # what the module does: the engine (the gpulab distribution of requirements.txt) on the controller
-    from gpulab.tasks import monitoring_charts as task
-except ImportError:
-    HAS_GPULAB, GPULAB_IMPORT_ERROR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_IMPORT_ERROR = True, None
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
 
 # generated from gpulab.tasks.monitoring_charts by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -185,15 +172,14 @@ ARGUMENT_SPEC = dict(
     webui_repo=dict(type="str", default="https://project-hami.github.io/HAMi-WebUI"),
     webui_extra_values=dict(type="dict", default=dict()),
 )
-RULES = dict()
+RULES = {}
 # end of the generated argument spec
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    if not HAS_GPULAB:
-        module.fail_json(msg=GPULAB_MISSING, exception=GPULAB_IMPORT_ERROR)
-    run_task(module, task)
+    # what the module does: the engine's task gpulab.tasks.monitoring_charts (the gpulab distribution, requirements.txt)
+    run_task(module, "monitoring_charts")
 
 
 if __name__ == "__main__":

@@ -86,21 +86,12 @@ mapping:
   type: dict
 """
 
-import traceback  # noqa: E402
-
-from ansible.module_utils.basic import AnsibleModule, env_fallback  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import (  # noqa: E402
-    GPULAB_MISSING,
-    run_task,
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
+    CONNECTION,
+    CONNECTION_RULES,
 )
-
-try:
-    # what the module does: the engine (the gpulab distribution of requirements.txt) on the controller
-    from gpulab.tasks import pve_pci_mapping as task
-except ImportError:
-    HAS_GPULAB, GPULAB_IMPORT_ERROR = False, traceback.format_exc()
-else:
-    HAS_GPULAB, GPULAB_IMPORT_ERROR = True, None
 
 # generated from gpulab.tasks.pve_pci_mapping by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -119,30 +110,16 @@ ARGUMENT_SPEC = dict(
             subsystem_id=dict(type="str"),
         ),
     ),
-    api_url=dict(type="str", required=True, fallback=(env_fallback, ["PVE_API_URL"])),
-    api_token_id=dict(type="str", no_log=False, fallback=(env_fallback, ["PVE_API_TOKEN_ID"])),
-    api_token_secret=dict(type="str", no_log=True, fallback=(env_fallback, ["PVE_API_TOKEN_SECRET"])),
-    api_user=dict(type="str", fallback=(env_fallback, ["PVE_API_USER"])),
-    api_password=dict(type="str", no_log=True, fallback=(env_fallback, ["PVE_API_PASSWORD"])),
-    api_validate_certs=dict(type="bool", default=True, fallback=(env_fallback, ["PVE_API_VALIDATE_CERTS"])),
-    api_ca_file=dict(type="path", fallback=(env_fallback, ["PVE_API_CA_FILE"])),
-    api_fingerprint=dict(type="str", no_log=False, fallback=(env_fallback, ["PVE_API_FINGERPRINT"])),
-    api_timeout=dict(type="int", default=30),
-    api_retries=dict(type="int", default=3),
+    **CONNECTION,
 )
-RULES = dict(
-    required_together=[["api_token_id", "api_token_secret"], ["api_user", "api_password"]],
-    required_one_of=[["api_token_id", "api_user"]],
-    mutually_exclusive=[["api_token_id", "api_user"], ["api_ca_file", "api_fingerprint"]],
-)
+RULES = CONNECTION_RULES
 # end of the generated argument spec
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    if not HAS_GPULAB:
-        module.fail_json(msg=GPULAB_MISSING, exception=GPULAB_IMPORT_ERROR)
-    run_task(module, task)
+    # what the module does: the engine's task gpulab.tasks.pve_pci_mapping (the gpulab distribution, requirements.txt)
+    run_task(module, "pve_pci_mapping")
 
 
 if __name__ == "__main__":

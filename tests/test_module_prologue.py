@@ -72,22 +72,16 @@ def test_a_controller_module_is_its_documentation_its_spec_and_an_ansible_module
     tree = controller_modules()[name]
     pve = getattr(tasks.of(name), "PVE", False)
     assert imports(tree) - {"__future__"} == {
-        "ansible.module_utils.basic",
         "ansible_collections.gpulab.homelab.plugins.module_utils.controller_module",
     } | ({"ansible_collections.gpulab.homelab.plugins.module_utils.pve"} if pve else set())
-    # no engine import in the file: run_task imports the engine's task by name, after AnsibleModule checked
-    # the arguments (a controller without the engine gets missing_required_lib)
+    # no engine import in the file: run_module builds the AnsibleModule from the file's spec and rules, then
+    # imports the engine's task by name (a controller without the engine gets missing_required_lib)
     assert not [n for n in tree.body if isinstance(n, ast.Try)]
     [main] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
-    [build] = [
-        n for n in ast.walk(main) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "AnsibleModule"
+    calls = [n for n in ast.walk(main) if isinstance(n, ast.Call)]
+    assert [(c.func.id, [getattr(a, "id", getattr(a, "value", None)) for a in c.args]) for c in calls] == [
+        ("run_module", ["ARGUMENT_SPEC", "RULES", name])
     ]
-    keywords = {k.arg: k.value for k in build.keywords}
-    assert keywords["argument_spec"].id == "ARGUMENT_SPEC" and keywords["supports_check_mode"].value is True
-    assert keywords[None].id == "RULES"
-    calls = [n for n in ast.walk(main) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
-    assert [c.func.id for c in calls] == ["AnsibleModule", "run_task"]
-    assert calls[1].args[1].value == name
     assigns = {
         t.id: n.value
         for n in tree.body

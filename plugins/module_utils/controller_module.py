@@ -1,9 +1,10 @@
-"""What the controller modules share after their main() has built the AnsibleModule: running the engine's task.
+"""The main() of every controller module: its AnsibleModule, then its engine task.
 
 A controller module (pve_vm, pve_info, dhcp_reservation, ...) declares its arguments itself (ARGUMENT_SPEC and
-RULES, generated into the file from its engine task's OPTIONS by `make docs`), builds its AnsibleModule, and
-hands it here with its task, gpulab.tasks.<name>: `run_task` runs the task's `run` with the checked options,
-check and diff mode, and reports its result or its failure. The engine (the gpulab distribution,
+RULES, generated into the file from its engine task's OPTIONS by `make docs`); its main() is
+`run_module(ARGUMENT_SPEC, RULES, "<name>")`, which builds the AnsibleModule from them; `run_task` runs the
+engine's task gpulab.tasks.<name> with the checked options, check and diff mode, and reports its result or its
+failure. The engine (the gpulab distribution,
 requirements.txt) runs on the controller; a module whose Python lacks it fails with GPULAB_MISSING.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import importlib
 import traceback
 
-from ansible.module_utils.basic import missing_required_lib
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 GPULAB_MISSING = missing_required_lib(
     "gpulab (the project's engine: pip install -r requirements.txt, or make venv in a checkout)",
@@ -47,3 +48,9 @@ def run_task(module, name: str) -> None:
     except Failed as failed:
         module.fail_json(msg=failed.msg, **failed.result)
     module.exit_json(**result)
+
+
+def run_module(argument_spec: dict, rules: dict, name: str) -> None:
+    """The main() of a controller module: its AnsibleModule (the file's ARGUMENT_SPEC and RULES, check mode
+    supported), then the engine's task `name` run with it (run_task)."""
+    run_task(AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **rules), name)

@@ -289,8 +289,7 @@ error_code:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
 # generated from gpulab.tasks.dhcp_reservation by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -354,9 +353,7 @@ RULES = {}
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    # what the module does: the engine's task gpulab.tasks.dhcp_reservation (the gpulab distribution, requirements.txt)
-    run_task(module, "dhcp_reservation")
+    run_module(ARGUMENT_SPEC, RULES, "dhcp_reservation")  # AnsibleModule, then gpulab.tasks.dhcp_reservation
 
 
 if __name__ == "__main__":

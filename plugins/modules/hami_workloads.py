@@ -122,8 +122,7 @@ cards:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
 # generated from gpulab.tasks.hami_workloads by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -137,9 +136,7 @@ RULES = {}
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    # what the module does: the engine's task gpulab.tasks.hami_workloads (the gpulab distribution, requirements.txt)
-    run_task(module, "hami_workloads")
+    run_module(ARGUMENT_SPEC, RULES, "hami_workloads")  # AnsibleModule, then gpulab.tasks.hami_workloads
 
 
 if __name__ == "__main__":

@@ -104,8 +104,7 @@ files:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
     CONNECTION,
     CONNECTION_RULES,
@@ -127,9 +126,7 @@ RULES = CONNECTION_RULES
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    # what the module does: the engine's task gpulab.tasks.lab_table (the gpulab distribution, requirements.txt)
-    run_task(module, "lab_table")
+    run_module(ARGUMENT_SPEC, RULES, "lab_table")  # AnsibleModule, then gpulab.tasks.lab_table
 
 
 if __name__ == "__main__":

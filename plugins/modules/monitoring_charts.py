@@ -147,8 +147,7 @@ urls:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
 # generated from gpulab.tasks.monitoring_charts by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -177,9 +176,9 @@ RULES = {}
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    # what the module does: the engine's task gpulab.tasks.monitoring_charts (the gpulab distribution, requirements.txt)
-    run_task(module, "monitoring_charts")
+    run_module(
+        ARGUMENT_SPEC, RULES, "monitoring_charts"
+    )  # AnsibleModule, then gpulab.tasks.monitoring_charts
 
 
 if __name__ == "__main__":

@@ -156,8 +156,7 @@ msg:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
     CONNECTION,
     CONNECTION_RULES,
@@ -187,9 +186,7 @@ RULES = CONNECTION_RULES
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    # what the module does: the engine's task gpulab.tasks.pve_download (the gpulab distribution, requirements.txt)
-    run_task(module, "pve_download")
+    run_module(ARGUMENT_SPEC, RULES, "pve_download")  # AnsibleModule, then gpulab.tasks.pve_download
 
 
 if __name__ == "__main__":

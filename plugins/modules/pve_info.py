@@ -102,8 +102,7 @@ mappings:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
     CONNECTION,
     CONNECTION_RULES,
@@ -125,9 +124,7 @@ RULES = CONNECTION_RULES
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    # what the module does: the engine's task gpulab.tasks.pve_info (the gpulab distribution, requirements.txt)
-    run_task(module, "pve_info")
+    run_module(ARGUMENT_SPEC, RULES, "pve_info")  # AnsibleModule, then gpulab.tasks.pve_info
 
 
 if __name__ == "__main__":

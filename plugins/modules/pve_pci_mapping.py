@@ -86,8 +86,7 @@ mapping:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_task  # noqa: E402
+from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
     CONNECTION,
     CONNECTION_RULES,
@@ -117,9 +116,7 @@ RULES = CONNECTION_RULES
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
-    # what the module does: the engine's task gpulab.tasks.pve_pci_mapping (the gpulab distribution, requirements.txt)
-    run_task(module, "pve_pci_mapping")
+    run_module(ARGUMENT_SPEC, RULES, "pve_pci_mapping")  # AnsibleModule, then gpulab.tasks.pve_pci_mapping
 
 
 if __name__ == "__main__":

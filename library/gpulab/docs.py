@@ -475,9 +475,9 @@ def render_argument_spec(name: str) -> str:
     lines = [SPEC_START.format(name=name), "ARGUMENT_SPEC = dict(\n"]
     lines += [f"    {option}={_literal(entry)},\n" for option, entry in dict(task.OPTIONS).items()]
     if pve:  # the connection options and their rules: plugins/module_utils/pve.py, once for every PVE module
-        lines.append("    **CONNECTION,\n")
+        lines.append("    **pve.CONNECTION,\n")
     lines.append(")\n")
-    lines.append("RULES = CONNECTION_RULES\n" if pve else "RULES = {}\n")
+    lines.append("RULES = pve.CONNECTION_RULES\n" if pve else "RULES = {}\n")
     lines.append(SPEC_END)
     return _formatted("".join(lines), name)
 

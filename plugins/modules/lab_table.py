@@ -104,11 +104,8 @@ files:
   elements: str
 """
 
+from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
-    CONNECTION,
-    CONNECTION_RULES,
-)
 
 # generated from gpulab.tasks.lab_table by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -119,9 +116,9 @@ ARGUMENT_SPEC = dict(
     state_dir=dict(type="path"),
     links=dict(type="dict", default=dict()),
     kube_context=dict(type="str", default=""),
-    **CONNECTION,
+    **pve.CONNECTION,
 )
-RULES = CONNECTION_RULES
+RULES = pve.CONNECTION_RULES
 # end of the generated argument spec
 
 

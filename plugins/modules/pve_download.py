@@ -156,11 +156,8 @@ msg:
   type: str
 """
 
+from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
-    CONNECTION,
-    CONNECTION_RULES,
-)
 
 # generated from gpulab.tasks.pve_download by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -179,9 +176,9 @@ ARGUMENT_SPEC = dict(
     upid=dict(type="str"),
     timeout=dict(type="int", default=3600),
     poll_interval=dict(type="int", default=5),
-    **CONNECTION,
+    **pve.CONNECTION,
 )
-RULES = CONNECTION_RULES
+RULES = pve.CONNECTION_RULES
 # end of the generated argument spec
 
 

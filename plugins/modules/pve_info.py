@@ -102,11 +102,8 @@ mappings:
   elements: dict
 """
 
+from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
-    CONNECTION,
-    CONNECTION_RULES,
-)
 
 # generated from gpulab.tasks.pve_info by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -117,9 +114,9 @@ ARGUMENT_SPEC = dict(
         choices=["version", "memory", "pci", "vms", "storages", "mappings", "nics"],
         default=["version", "memory", "pci", "vms", "storages", "mappings"],
     ),
-    **CONNECTION,
+    **pve.CONNECTION,
 )
-RULES = CONNECTION_RULES
+RULES = pve.CONNECTION_RULES
 # end of the generated argument spec
 
 

@@ -86,11 +86,8 @@ mapping:
   type: dict
 """
 
+from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
-    CONNECTION,
-    CONNECTION_RULES,
-)
 
 # generated from gpulab.tasks.pve_pci_mapping by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -109,9 +106,9 @@ ARGUMENT_SPEC = dict(
             subsystem_id=dict(type="str"),
         ),
     ),
-    **CONNECTION,
+    **pve.CONNECTION,
 )
-RULES = CONNECTION_RULES
+RULES = pve.CONNECTION_RULES
 # end of the generated argument spec
 
 

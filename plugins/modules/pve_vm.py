@@ -481,11 +481,8 @@ requests:
       type: int
 """
 
+from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
-from ansible_collections.gpulab.homelab.plugins.module_utils.pve import (  # noqa: E402
-    CONNECTION,
-    CONNECTION_RULES,
-)
 
 # generated from gpulab.tasks.pve_vm by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
@@ -610,9 +607,9 @@ ARGUMENT_SPEC = dict(
     owner_tag=dict(type="str"),
     destroy_untagged=dict(type="bool", default=False),
     backup_storage=dict(type="str"),
-    **CONNECTION,
+    **pve.CONNECTION,
 )
-RULES = CONNECTION_RULES
+RULES = pve.CONNECTION_RULES
 # end of the generated argument spec
 
 

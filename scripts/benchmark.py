@@ -37,6 +37,13 @@ to hour; a comparison is only fair within one run.
 
     .venv/bin/python scripts/benchmark.py --tree ../before
 
+Mitogen for Ansible: --mitogen also measures this tree with Mitogen's strategy (mitogen_linear, from the
+`mitogen` distribution: pip install mitogen into the project's virtualenv, or a folder given as
+--mitogen=PATH that holds ansible_mitogen), in the same run. gpulab does not use Mitogen; the figure says what it
+would save.
+
+    .venv/bin/python scripts/benchmark.py --tree ../before --mitogen
+
 Run as root for the whole lab (SSH hosts, DHCP); without root only the API stages can run.
 This is a measurement, not a test: it never fails on a number.
 """
@@ -77,10 +84,13 @@ class BenchError(Exception):
 class Tree:
     """A checkout to measure: its root (site.yml, ansible.cfg, inventory/) and its virtualenv's bin."""
 
-    def __init__(self, root: Path, bin_dir: Path | None = None):
+    def __init__(
+        self, root: Path, bin_dir: Path | None = None, label: str | None = None, env: dict | None = None
+    ):
         self.root = root.resolve()
         self.bin = bin_dir or self.root / ".venv" / "bin"
-        self.label = "this tree" if self.root == ROOT.resolve() else self.root.name
+        self.label = label or ("this tree" if self.root == ROOT.resolve() else self.root.name)
+        self.env = env or {}  # what this tree's runs add to the environment (the Mitogen strategy)
 
     def check(self) -> None:
         missing = [p for p in (self.root / "site.yml", self.bin / "ansible-playbook") if not p.exists()]
@@ -89,6 +99,27 @@ class Tree:
 
 
 HERE = Tree(ROOT, BIN)
+
+
+def mitogen_tree(where: str) -> Tree:
+    """This tree again, its runs with Mitogen's mitogen_linear strategy (ansible_mitogen from `where`, a folder,
+    or else from this Python)."""
+    if where:
+        plugins, extra = Path(where).resolve() / "ansible_mitogen" / "plugins" / "strategy", where
+    else:
+        try:
+            import ansible_mitogen  # type: ignore[import-not-found]
+        except ImportError:
+            raise SystemExit(
+                "--mitogen: no ansible_mitogen here (pip install mitogen, or --mitogen=FOLDER)"
+            ) from None
+        plugins, extra = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy", ""
+    if not plugins.is_dir():
+        raise SystemExit(f"--mitogen: {plugins} is not Mitogen's strategy folder")
+    env = {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+    if extra:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra, os.environ.get("PYTHONPATH", "")) if p)
+    return Tree(ROOT, BIN, label="this tree + mitogen", env=env)
 
 
 def lab(*args: str, env: dict, tree: Tree = HERE) -> None:
@@ -433,6 +464,7 @@ def bench_one(
         "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "scripts" / "callbacks"),
         "ANSIBLE_CALLBACKS_ENABLED": "gpulab_timeline",
         "PATH": f"{tree.bin}:{os.environ['PATH']}",
+        **tree.env,
     }
     env.pop("VIRTUAL_ENV", None)
     vms, nodes = inventory_shape(inventory, env, tree)
@@ -570,8 +602,17 @@ def main() -> int:
         default=[],
         help="another checkout (with its .venv) to measure each inventory in too, in the same run",
     )
+    ap.add_argument(
+        "--mitogen",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="also measure this tree with Mitogen's strategy (ansible_mitogen importable, or in PATH)",
+    )
     args = ap.parse_args()
     trees = [HERE, *(Tree(Path(p)) for p in args.tree)]
+    if args.mitogen is not None:
+        trees.insert(1, mitogen_tree(args.mitogen))
     for tree in trees:
         tree.check()
     tags = args.tags or (None if os.geteuid() == 0 else API_ONLY)

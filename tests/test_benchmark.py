@@ -201,3 +201,16 @@ def test_another_tree_is_measured_with_its_own_venv_and_refused_without_one(tmp_
     (other / "site.yml").write_text("[]\n")
     (other / ".venv" / "bin" / "ansible-playbook").write_text("")
     tree.check()
+
+
+def test_mitogen_measures_this_tree_again_with_mitogens_strategy(tmp_path):
+    with pytest.raises(SystemExit) as err:
+        bench.mitogen_tree(str(tmp_path))
+    assert "not Mitogen's strategy folder" in str(err.value)
+    (tmp_path / "ansible_mitogen" / "plugins" / "strategy").mkdir(parents=True)
+    tree = bench.mitogen_tree(str(tmp_path))
+    assert (tree.root, tree.label) == (bench.ROOT, "this tree + mitogen")
+    assert tree.env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert tree.env["ANSIBLE_STRATEGY_PLUGINS"] == str(tmp_path / "ansible_mitogen" / "plugins" / "strategy")
+    assert tree.env["PYTHONPATH"].split(":")[0] == str(tmp_path)
+    assert bench.HERE.env == {}

@@ -10,7 +10,7 @@ PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyen
 VENV_MIN := .venv-min
 ANSIBLE_CORE_MIN := $(shell sed -n 's/^ *"ansible-core>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 MIN_TESTS := tests/test_controller_modules.py tests/test_ansible_interfaces.py tests/test_module_docs.py \
-	tests/test_module_prologue.py tests/test_wait_plugin.py tests/test_files_module.py tests/test_units_module.py \
+	tests/test_module_prologue.py tests/test_wait_plugin.py tests/test_files_module.py \
 	tests/routers/test_module.py tests/pve/test_connection_inventory.py tests/pve/test_vm_module.py \
 	tests/pve/test_other_modules.py tests/pve/test_module_secrets.py tests/pve/test_vm_options.py \
 	tests/pve/test_download_progress.py tests/test_collection.py

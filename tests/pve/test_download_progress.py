@@ -53,7 +53,8 @@ def test_a_download_says_how_far_it_has_got_then_a_rerun_says_nothing(own_lab, t
     lines = list(LINE.finditer(out))
     assert len(lines) >= 2, out
     at = [int(m["at"]) for m in lines]
-    assert at == list(range(at[0], at[0] + len(at))) and at[0] <= 2, at  # one a second, steady
+    # one a second, steady; the first within 5 s (each look is a module start, slower on a loaded machine)
+    assert at == list(range(at[0], at[0] + len(at))) and at[0] <= 5, at
     pct = [int(m["pct"]) for m in lines]
     assert pct == sorted(pct) and pct[0] < 100, pct
     # what the task log said: a rate near the lab's (3.0 GiB in 3.5 s), bytes in 32 MiB rows

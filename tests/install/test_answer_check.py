@@ -165,3 +165,82 @@ def test_the_command_line_check_exit_codes_and_messages(tmp_path: Path) -> None:
     assert "global.fqdn.source='from-dhcp': the DHCP server did not provide a host name. Fix:" in bad.stdout
     missing = gpulab("install-media", "--check", str(tmp_path / "nope.toml"))
     assert missing.returncode == 1 and "cannot read" in missing.stderr
+
+
+def test_upstream_s_own_runtime_descriptions_are_all_there() -> None:
+    # tests/parse-answer.rs reads these answers in their own run-env, not the default one
+    own = sorted(f"{p.parent.name}/{p.name}" for p in UPSTREAM.glob("*/*.run-env.json"))
+    assert own == [
+        "parse_answer/no_network.run-env.json",
+        "parse_answer_fail/fqdn_from_dhcp_no_default_domain.run-env.json",
+        "parse_answer_fail/no_fqdn_from_dhcp.run-env.json",
+    ]
+    assert run_env("parse_answer", "no_network")["network"]["hostname"] == "no-gateways.test"
+
+
+PINNING = (
+    '[network.interface-name-pinning]\nenabled = {enabled}\nmapping = {{ "ab:cd:ef:12:34:56" = "{name}" }}\n'
+)
+
+
+def test_a_disabled_pinning_s_names_are_not_checked() -> None:
+    # options.rs From<&NetworkInterfacePinningOptionsAnswer>: disabled, the mapping is dropped before verify()
+    base = minimal()
+    bad = PINNING.format(enabled="false", name="waytoolonginterfacename")
+    assert keys(base + bad) == []
+    assert keys(base + PINNING.format(enabled="true", name="waytoolonginterfacename")) == [
+        "network.interface-name-pinning.mapping.ab:cd:ef:12:34:56"
+    ]
+    assert keys(base + PINNING.format(enabled="true", name="nic_1")) == []
+
+
+FROM_ANSWER = (
+    '[network]\nsource = "from-answer"\ncidr = "{cidr}"\ndns = "192.168.1.1"\ngateway = "192.168.1.1"\n'
+    'filter.ID_NET_NAME_MAC = "*"\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("cidr", "refused"),
+    [
+        ("192.168.1.5/24", False),
+        ("192.168.1.5", False),  # ip_address.rs Ipv4Cidr::from_str: no prefix is /32
+        ("fd00::5/64", False),
+        ("192.168.1.5/33", True),
+        ("192.168.1.5/255.255.255.0", True),  # the prefix is parsed as a number only
+        ("fe80::5%eth0/64", True),  # std's Ipv6Addr has no zone
+    ],
+)
+def test_cidr_as_the_installer_reads_it(cidr: str, refused: bool) -> None:
+    text = minimal().replace('[network]\nsource = "from-dhcp"\n', FROM_ANSWER.format(cidr=cidr))
+    assert 'source = "from-answer"' in text
+    assert keys(text) == (["network.cidr"] if refused else [])
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ('mailto = "mail@no.invalid"', 'mailto = "mail@no.invalid\\n"', "global.mailto"),
+        ('fqdn = "pveauto.testinstall"', 'fqdn = "pveauto.testinstall\\n"', "global.fqdn"),
+    ],
+)
+def test_a_value_ending_in_a_newline_is_refused(old: str, new: str, key: str) -> None:
+    # Rust's regex `$` is the end of the text; Python's `$` also matches before a final newline
+    assert keys(minimal(**{old: new})) == [key]
+
+
+def test_an_interface_name_ending_in_a_newline_is_refused() -> None:
+    text = minimal() + PINNING.format(enabled="true", name="nic0\\n")
+    assert keys(text) == ["network.interface-name-pinning.mapping.ab:cd:ef:12:34:56"]
+
+
+@pytest.mark.parametrize(
+    ("zone", "refused"),
+    [("UTC", False), ("Asia/Kuala_Lumpur", False), ("Etc/UTC", True), ("US/Eastern", True)],
+)
+def test_time_zones_are_those_of_zone_tab_and_utc(zone: str, refused: bool) -> None:
+    # country.pl builds the installer's cczones from zone.tab; verify_locale_settings adds UTC
+    if not Path("/usr/share/zoneinfo/zone.tab").is_file():
+        pytest.fail("tzdata's zone.tab is missing: install tzdata")
+    text = minimal(**{'timezone = "Europe/Vienna"': f'timezone = "{zone}"'})
+    assert keys(text) == (["global.timezone"] if refused else [])

@@ -69,10 +69,11 @@ EMAIL_PLACEHOLDER = "mail@example.invalid"
 # HTML's <input type=email> pattern, as options.rs email_validate uses it
 EMAIL = re.compile(
     r"^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
-    r"(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$"
+    r"(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*\Z"
 )
-IFNAME = re.compile(r"^[a-z][a-z0-9_]{1,20}([:.]\d+)?$", re.IGNORECASE)
-FQDN_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?$")
+# (\Z, not $: Rust's $ is the end of the text, Python's also matches before a final newline)
+IFNAME = re.compile(r"^[a-z][a-z0-9_]{1,20}([:.][0-9]+)?\Z", re.IGNORECASE)
+FQDN_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\Z")
 
 
 @dataclass(frozen=True)
@@ -197,8 +198,13 @@ _interface = _parsed_by(
 
 
 def _cidr(value: Any) -> str | None:
-    if not isinstance(value, str) or "/" not in value:
+    """ip_address.rs Cidr::from_str: ADDRESS/PREFIX with a decimal prefix (IPv4 at most 32, IPv6 at most 128),
+    or a bare ADDRESS (a /32 or /128); no netmask form, no IPv6 zone."""
+    if not isinstance(value, str):
         return "not ADDRESS/PREFIX"
+    address, _, prefix = value.partition("/")
+    if "%" in address or (_ and not re.fullmatch(r"[0-9]{1,3}", prefix)):
+        return "an invalid IP address or prefix length (IPv4 /0 to /32, IPv6 /0 to /128)"
     return _interface(value)
 
 
@@ -256,6 +262,9 @@ DISK_SETUP = [
     Key("filter", _string_table),
     Key("filter-match", _one_of(["any", "all"]), alias="filter_match"),
 ]
+# The ranges below are the answer schema's (answer.rs under its api-types feature, the form Proxmox's own
+# answer servers check); pve-installer's parse (legacy feature only) takes any unsigned integer or number
+# here and leaves an out-of-range value to fail in the low-level installer.
 ZFS = [
     Key("raid", _raid(ZFS_RAID_ALIASES)),
     Key("ashift", _number(9, integer=True, maximum=16)),
@@ -396,6 +405,16 @@ def _countries() -> set[str] | None:
 
 
 def _timezones() -> set[str]:
+    """The zones the installer accepts: those of tzdata's zone.tab (country.pl parse_zoneinfo builds the
+    installer's cczones from it; utils.rs verify_locale_settings adds UTC); without zone.tab, every zone
+    this system knows."""
+    tab = Path("/usr/share/zoneinfo/zone.tab")
+    if tab.is_file():
+        return {
+            line.split("\t")[2]
+            for line in tab.read_text().splitlines()
+            if line[:1].isalpha() and line.count("\t") >= 2 and "/" in line.split("\t")[2]
+        }
     import zoneinfo
 
     return set(zoneinfo.available_timezones())
@@ -484,7 +503,9 @@ def _check_network(c: _Checker, network: Any, run_env: dict[str, Any] | None) ->
     if "interface-name-pinning" in network:
         pin = c.table("network.interface-name-pinning", network["interface-name-pinning"], PINNING)
         names: dict[str, str] = {}
-        for mac, name in (pin.get("mapping") or {}).items():
+        # options.rs: a disabled pinning has no mapping, so its names are not checked
+        mapping = (pin.get("mapping") or {}) if pin.get("enabled") else {}
+        for mac, name in mapping.items():
             mac = mac.lower()
             key = f"network.interface-name-pinning.mapping.{mac}"
             if len(name) < IFNAME_MIN:

@@ -244,3 +244,11 @@ def test_time_zones_are_those_of_zone_tab_and_utc(zone: str, refused: bool) -> N
         pytest.fail("tzdata's zone.tab is missing: install tzdata")
     text = minimal(**{'timezone = "Europe/Vienna"': f'timezone = "{zone}"'})
     assert keys(text) == (["global.timezone"] if refused else [])
+
+
+def test_the_password_s_length_is_counted_in_bytes() -> None:
+    # utils.rs: password.len() < ROOT_PASSWORD_MIN_LENGTH, and Rust's len() of a String is its UTF-8 bytes
+    assert keys(minimal(**{'root-password = "12345678"': 'root-password = "äöüäöüä"'})) == []
+    assert keys(minimal(**{'root-password = "12345678"': 'root-password = "1234567"'})) == [
+        "global.root-password"
+    ]

@@ -454,7 +454,7 @@ def _check_global(c: _Checker, glob: dict[str, Any], run_env: dict[str, Any] | N
             "one of root-password and root-password-hashed must be set",
             "add root-password-hashed (mkpasswd -m sha-512) or root-password",
         )
-    elif plain is not None and len(plain) < ROOT_PASSWORD_MIN_LENGTH:
+    elif plain is not None and len(plain.encode()) < ROOT_PASSWORD_MIN_LENGTH:
         c.add(
             "global.root-password",
             "(hidden)",

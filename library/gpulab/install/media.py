@@ -129,7 +129,7 @@ def settings(
     domain = var("pve_install_domain", "home.arpa")
     fqdn = var("pve_install_fqdn") or f"{node}.{domain}"
     password = var("pve_install_root_password") or os.environ.get(ROOT_PASSWORD_ENV) or None
-    if password is not None and len(str(password)) < fmt.ROOT_PASSWORD_MIN_LENGTH:
+    if password is not None and len(str(password).encode()) < fmt.ROOT_PASSWORD_MIN_LENGTH:
         problems.add(
             host,
             "pve_install_root_password",

@@ -29,6 +29,8 @@ from gpulab.labdef.problems import ProblemsError, described
 #: where each rule below was read (repository, path, version and commit)
 PINNED = {
     "pve-installer": "proxmox/pve-installer 9.2.7 (ec2af90)",
+    # pve-installer 9.2.7's Cargo.toml asks for 0.1.1; 0.1.0 is the newest source read (its changelog's
+    # first release), so a rule 0.1.1 changed is not here
     "proxmox-installer-types": "proxmox/proxmox-rs proxmox-installer-types 0.1.0 (f3305009), legacy feature",
 }
 

@@ -214,7 +214,7 @@ def _install_media(args: argparse.Namespace) -> int:
             print(f"  - {p}")
         return 1
     except (AnsibleError, Exception) as exc:  # the inventory itself does not parse
-        return _unreadable(args.inventory, exc)
+        return _unreadable(args.inventory, exc, "install-media")
     outdir = Path(args.outdir)
     if args.webhook:
         from gpulab.install import listener
@@ -240,11 +240,11 @@ def _install_media(args: argparse.Namespace) -> int:
     return 0
 
 
-def _unreadable(inventory: str, exc: Exception) -> int:
+def _unreadable(inventory: str, exc: Exception, command: str = "plan") -> int:
     hint = ""
     if "vault" in str(exc).lower():
         hint = " (an encrypted vault.yml: add --ask-vault-pass or --vault-password-file FILE)"
-    print(f"gpulab plan: cannot read inventory {inventory}: {exc}{hint}", file=sys.stderr)
+    print(f"gpulab {command}: cannot read inventory {inventory}: {exc}{hint}", file=sys.stderr)
     return 1
 
 

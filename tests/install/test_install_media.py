@@ -152,6 +152,12 @@ def test_the_root_password_comes_from_the_vault(tmp_path: Path) -> None:
         check=True,
     )
     assert PASSWORD not in vault.read_text()
+    locked = install_media(inv, tmp_path / "locked")
+    assert locked.returncode == 1
+    assert (
+        "gpulab install-media: cannot read inventory" in locked.stderr
+        and "--vault-password-file" in locked.stderr
+    )
     proc = install_media(inv, tmp_path / "out", "--vault-password-file", str(tmp_path / "pass"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     hashed = tomllib.loads((tmp_path / "out" / "answer.toml").read_text())["global"]["root-password-hashed"]

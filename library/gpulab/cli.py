@@ -347,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     media.add_argument(
         "--listen",
         metavar="OUTDIR",
-        help="wait for the installer's POST (OUTDIR written with --webhook) and write the node's host keys",
+        help="wait for the installer's POST (OUTDIR written with --webhook) and write the node's host keys; "
+        "meanwhile serve answer.toml at /answer to an ISO prepared with --fetch-from http",
     )
     media.add_argument("--bind", default="0.0.0.0", help="with --listen: the address to listen on")
     media.add_argument("--known-hosts", metavar="FILE", help="with --listen: default ~/.ssh/known_hosts")

@@ -339,6 +339,25 @@ def instructions(s: Settings, outdir: Path) -> str:
             f"with `ssh-keyscan {s.address} | ssh-keygen -lf -` before you trust them (or write the files again with\n"
             "`--webhook https://<this machine>:8443/` and let `--listen` receive them), then:"
         )
+    if s.webhook:
+        base = s.webhook["url"].split("://", 1)[-1].split("/", 1)[0]
+        http = (
+            "\n    proxmox-auto-install-assistant prepare-iso proxmox-ve_9.*.iso \\\n"
+            f"        --fetch-from http --url https://{base}/answer \\\n"
+            f"        --cert-fingerprint {s.webhook['cert-fingerprint']} \\\n"
+            f'        --answer-auth-token "$(cat webhook/token)" --on-first-boot first-boot.sh\n\n'
+            "and keep `gpulab install-media --listen` (step 3) running while the node installs: it serves the\n"
+            "answer to the installer (only with the ISO's token, over the certificate the ISO pins) until the\n"
+            "installer posts the node's host keys.\n"
+        )
+    else:
+        http = (
+            "\n    proxmox-auto-install-assistant prepare-iso proxmox-ve_9.*.iso \\\n"
+            "        --fetch-from http --url https://<server>/answer --cert-fingerprint <its SHA-256> \\\n"
+            "        --on-first-boot first-boot.sh\n\n"
+            "with a server of yours that answers the installer's POST with answer.toml; or write the files with\n"
+            "`--webhook https://<this machine>:8443/` and gpulab's `--listen` serves it (the command is then here).\n"
+        )
     return f"""# Installing Proxmox VE on {s.node} ({s.address}) without typing
 
 Written by `gpulab install-media {s.inventory} {outdir}`. The three files here:
@@ -354,12 +373,8 @@ Written by `gpulab install-media {s.inventory} {outdir}`. The three files here:
     proxmox-auto-install-assistant prepare-iso proxmox-ve_9.*.iso \\
         --fetch-from iso --answer-file answer.toml --on-first-boot first-boot.sh
 
-Or serve the answer over HTTP(S) instead of baking it in (the first-boot hook is still baked in):
-
-    proxmox-auto-install-assistant prepare-iso proxmox-ve_9.*.iso \\
-        --fetch-from http --url https://<controller>:8443/answer --cert-fingerprint <sha256> \\
-        --on-first-boot first-boot.sh
-
+Or serve the answer over HTTPS instead of baking it in (the first-boot hook is still baked in):
+{http}
 ## 2. Boot it, with the seed's kernel parameters
 
 Write the prepared ISO to a USB stick and boot the PC from it. If the NVIDIA card is the only display and

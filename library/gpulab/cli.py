@@ -181,7 +181,8 @@ def _install_media(args: argparse.Namespace) -> int:
             print(f"gpulab install-media --check: cannot read {path}: {exc}", file=sys.stderr)
             return 1
         run_env = json.loads(Path(args.run_env).read_text()) if args.run_env else None
-        problems = answer.check_text(text, run_env)
+        udev = json.loads(Path(args.udev).read_text()) if args.udev else None
+        problems = answer.check_text(text, run_env, udev)
         if problems:
             print(f"{path}: the Proxmox VE installer would refuse it ({len(problems)} problem(s)):")
             for p in problems:
@@ -189,7 +190,7 @@ def _install_media(args: argparse.Namespace) -> int:
             return 1
         checked = (
             "with the machine's runtime description"
-            if run_env
+            if run_env or udev
             else "(rules that need the machine: at install)"
         )
         print(f"{path}: accepted by the answer format of {answer.PINNED['pve-installer']} {checked}.")
@@ -337,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         "--run-env",
         metavar="JSON",
         help="with --check: the installer's runtime description (run-env-info.json) for the rules that need it",
+    )
+    media.add_argument(
+        "--udev",
+        metavar="JSON",
+        help="with --check: the machine's udev properties (run-env-udev.json), for the NIC and disk filters",
     )
     media.add_argument(
         "--webhook",

@@ -15,6 +15,7 @@ from gpulab.install import answer
 
 UPSTREAM = Path(__file__).parent / "upstream"
 BASE_ENV = json.loads((UPSTREAM / "run-env-info.json").read_text())
+UDEV = json.loads((UPSTREAM / "run-env-udev.json").read_text())
 
 # upstream's failing answer -> the key gpulab names (upstream's expected message in the .json beside it)
 REFUSED_FOR = {
@@ -53,13 +54,13 @@ def test_every_upstream_file_is_covered() -> None:
 @pytest.mark.parametrize("name", names("parse_answer"))
 def test_upstream_accepted_answers_pass(name: str) -> None:
     text = (UPSTREAM / "parse_answer" / f"{name}.toml").read_text()
-    assert answer.check_text(text, run_env("parse_answer", name)) == []
+    assert answer.check_text(text, run_env("parse_answer", name), UDEV) == []
 
 
 @pytest.mark.parametrize("name", names("parse_answer_fail"))
 def test_upstream_refused_answers_are_refused_for_upstream_s_reason(name: str) -> None:
     text = (UPSTREAM / "parse_answer_fail" / f"{name}.toml").read_text()
-    problems = answer.check_text(text, run_env("parse_answer_fail", name))
+    problems = answer.check_text(text, run_env("parse_answer_fail", name), UDEV)
     assert [p.key for p in problems][:1] == [REFUSED_FOR[name]], [str(p) for p in problems]
     expected = json.loads((UPSTREAM / "parse_answer_fail" / f"{name}.json").read_text())
     assert expected.get("error") or expected.get("parse-error")  # upstream refuses it too
@@ -73,8 +74,8 @@ def minimal(**changes: str) -> str:
     return text
 
 
-def keys(text: str, env: dict | None = None) -> list[str]:
-    return [p.key for p in answer.check_text(text, env)]
+def keys(text: str, env: dict | None = None, udev: dict | None = None) -> list[str]:
+    return [p.key for p in answer.check_text(text, env, udev)]
 
 
 def test_older_snake_case_spellings_are_read_and_both_spellings_at_once_are_refused() -> None:
@@ -252,3 +253,37 @@ def test_the_password_s_length_is_counted_in_bytes() -> None:
     assert keys(minimal(**{'root-password = "12345678"': 'root-password = "1234567"'})) == [
         "global.root-password"
     ]
+
+
+def test_the_nic_and_disk_filters_must_match_the_machine_s_devices() -> None:
+    # utils.rs get_single_udev_index / get_matched_udev_indexes: "filter did not match any device(s)"
+    nic = (UPSTREAM / "parse_answer" / "nic_matching.toml").read_text()
+    assert keys(nic, udev=UDEV) == []
+    absent = nic.replace('"*a0369f0ab382"', '"*00000000beef"')
+    assert keys(absent) == []  # without the machine's udev properties, it cannot be known
+    problems = answer.check_text(absent, BASE_ENV, UDEV)
+    assert [p.key for p in problems] == ["network.filter"]
+    assert "eno1 (" in problems[0].fix
+    disks = (UPSTREAM / "parse_answer" / "disk_match_all.toml").read_text()
+    assert keys(disks, udev=UDEV) == []
+    # "all": one disk must match both; "any": one match of either is enough
+    other = disks.replace(
+        'filter.ID_SERIAL_SHORT = "S2HRNX0J403419"', 'filter.ID_SERIAL_SHORT = "NOSUCHDISK"'
+    )
+    assert keys(other, udev=UDEV) == ["disk-setup.filter"]
+    assert keys(other.replace('filter-match = "all"', 'filter-match = "any"'), udev=UDEV) == []
+
+
+def test_a_filter_key_a_device_lacks_does_not_count_against_it_with_all() -> None:
+    devices = {"0": {"ID_SERIAL": "abc"}, "1": {"ID_SERIAL": "xyz", "ID_MODEL": "m"}}
+    assert answer.udev_matches({"ID_SERIAL": "a*", "ID_MODEL": "q*"}, devices, match_all=True) == ["0"]
+    assert answer.udev_matches({"ID_SERIAL": "a*", "ID_MODEL": "m"}, devices) == ["0", "1"]
+
+
+def test_the_command_line_check_takes_the_machine_s_udev_properties(tmp_path: Path) -> None:
+    absent = tmp_path / "answer.toml"
+    text = (UPSTREAM / "parse_answer" / "nic_matching.toml").read_text()
+    absent.write_text(text.replace('"*a0369f0ab382"', '"*00000000beef"'))
+    proc = gpulab("install-media", "--check", str(absent), "--udev", str(UPSTREAM / "run-env-udev.json"))
+    assert proc.returncode == 1 and "network.filter=" in proc.stdout, proc.stdout + proc.stderr
+    assert gpulab("install-media", "--check", str(absent)).returncode == 0

@@ -7,8 +7,8 @@ the enum spellings) and the checks of pve-installer's ``parse_answer`` (``proxmo
 utils.rs``) with the helpers it calls (``proxmox-installer-common``: ``options.rs``, ``disk_checks.rs``;
 ``proxmox-network-types``: ``fqdn.rs``). :func:`check` applies the rules the installer applies when it
 reads the file; those that need the machine (the disks and NICs a filter matches, what DHCP hands out)
-apply only when a runtime description is given (``run_env``, the installer's ``run-env-info.json``
-shape), as the installer has it at that point.
+apply only when the machine's description is given (``run_env``, the installer's ``run-env-info.json``
+shape, and ``udev``, its ``run-env-udev.json``), as the installer has them at that point.
 
 Every problem names the key (``section.key``), the value, why the installer refuses it, and the fix.
 """
@@ -20,7 +20,7 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from fnmatch import translate
+from fnmatch import fnmatchcase, translate
 from pathlib import Path
 from typing import Any
 
@@ -364,8 +364,13 @@ def _raid_level(value: Any, levels: dict[str, str]) -> str:
     return levels.get(value, value)
 
 
-def check(answer: dict[str, Any], run_env: dict[str, Any] | None = None) -> list[Problem]:
-    """Every problem the installer would refuse the parsed answer for (empty when it is accepted)."""
+def check(
+    answer: dict[str, Any], run_env: dict[str, Any] | None = None, udev: dict[str, Any] | None = None
+) -> list[Problem]:
+    """Every problem the installer would refuse the parsed answer for (empty when it is accepted). With
+    ``udev`` (the installer's run-env-udev.json: each disk's and NIC's udev properties), the filters that
+    pick the management NIC and the disks must match this machine's, as utils.rs get_single_udev_index and
+    get_matched_udev_indexes require."""
     c = _Checker()
     for name in answer:
         if name not in SECTIONS:
@@ -395,7 +400,61 @@ def check(answer: dict[str, Any], run_env: dict[str, Any] | None = None) -> list
             )
     if "post-installation-webhook" in answer:
         c.table("post-installation-webhook", answer["post-installation-webhook"], WEBHOOK)
+    if udev is not None:
+        _check_filters(c, answer, udev)
     return c.problems
+
+
+def udev_matches(
+    filters: dict[str, str], devices: dict[str, dict[str, str]], match_all: bool = False
+) -> list[str]:
+    """The devices (udev list keys, sorted) a filter picks, as utils.rs get_matched_udev_indexes: with
+    ``match_all``, a device whose every filtered property it has matches; else one that matches any. A
+    filter key the device lacks does not count against it."""
+    found = []
+    for dev, props in devices.items():
+        once, every = False, True
+        for key, pattern in filters.items():
+            if key in props:
+                if fnmatchcase(str(props[key]), pattern):
+                    once = True
+                else:
+                    every = False
+        if (match_all and every) or (not match_all and once):
+            found.append(dev)
+    return sorted(found)
+
+
+def _check_filters(c: _Checker, answer: dict[str, Any], udev: dict[str, Any]) -> None:
+    network, disks = answer.get("network"), answer.get("disk-setup")
+    if isinstance(network, dict) and network.get("source") == "from-answer" and not c.has("network.filter"):
+        nic_filter = network.get("filter") or {}
+        nics = udev.get("nics") or {}
+        # get_single_udev_index: the first NIC (in name order) that any filter key matches
+        if nic_filter and not udev_matches(nic_filter, dict(sorted(nics.items()))):
+            c.add(
+                "network.filter",
+                nic_filter,
+                "matches none of this machine's NICs (the installer stops: filter did not match any device)",
+                "match one of: "
+                + ", ".join(
+                    f"{n} ({props.get('ID_NET_NAME_MAC', '?')})" for n, props in sorted(nics.items())
+                ),
+            )
+    if isinstance(disks, dict) and not c.has("disk-setup.filter") and not disks.get("disk-list"):
+        disk_filter = disks.get("filter") or {}
+        if disk_filter and isinstance(disk_filter, dict):
+            # ext4 and xfs take one disk, the first any filter key matches (get_single_udev_index)
+            lvm = disks.get("filesystem") in ("ext4", "xfs")
+            all_ = not lvm and disks.get("filter-match", disks.get("filter_match")) == "all"
+            if not udev_matches(disk_filter, udev.get("disks") or {}, match_all=all_):
+                c.add(
+                    "disk-setup.filter",
+                    disk_filter,
+                    "matches none of this machine's disks (the installer stops: filter did not match any "
+                    "devices)",
+                    "match a disk's udev properties (udevadm info /dev/DISK), or use disk-list",
+                )
 
 
 def _countries() -> set[str] | None:
@@ -612,9 +671,11 @@ def parse(text: str) -> dict[str, Any]:
         raise AnswerError([Problem("(file)", None, f"not valid TOML: {exc}", "fix the syntax")]) from exc
 
 
-def check_text(text: str, run_env: dict[str, Any] | None = None) -> list[Problem]:
+def check_text(
+    text: str, run_env: dict[str, Any] | None = None, udev: dict[str, Any] | None = None
+) -> list[Problem]:
     try:
-        return check(parse(text), run_env)
+        return check(parse(text), run_env, udev)
     except AnswerError as exc:
         return exc.problems
 

@@ -181,7 +181,8 @@ def _install_media(args: argparse.Namespace) -> int:
             print(f"gpulab install-media --check: cannot read {path}: {exc}", file=sys.stderr)
             return 1
         run_env = json.loads(Path(args.run_env).read_text()) if args.run_env else None
-        problems = answer.check_text(text, run_env)
+        udev = json.loads(Path(args.udev).read_text()) if args.udev else None
+        problems = answer.check_text(text, run_env, udev)
         if problems:
             print(f"{path}: the Proxmox VE installer would refuse it ({len(problems)} problem(s)):")
             for p in problems:
@@ -189,7 +190,7 @@ def _install_media(args: argparse.Namespace) -> int:
             return 1
         checked = (
             "with the machine's runtime description"
-            if run_env
+            if run_env or udev
             else "(rules that need the machine: at install)"
         )
         print(f"{path}: accepted by the answer format of {answer.PINNED['pve-installer']} {checked}.")
@@ -214,7 +215,7 @@ def _install_media(args: argparse.Namespace) -> int:
             print(f"  - {p}")
         return 1
     except (AnsibleError, Exception) as exc:  # the inventory itself does not parse
-        return _unreadable(args.inventory, exc)
+        return _unreadable(args.inventory, exc, "install-media")
     outdir = Path(args.outdir)
     if args.webhook:
         from gpulab.install import listener
@@ -240,11 +241,11 @@ def _install_media(args: argparse.Namespace) -> int:
     return 0
 
 
-def _unreadable(inventory: str, exc: Exception) -> int:
+def _unreadable(inventory: str, exc: Exception, command: str = "plan") -> int:
     hint = ""
     if "vault" in str(exc).lower():
         hint = " (an encrypted vault.yml: add --ask-vault-pass or --vault-password-file FILE)"
-    print(f"gpulab plan: cannot read inventory {inventory}: {exc}{hint}", file=sys.stderr)
+    print(f"gpulab {command}: cannot read inventory {inventory}: {exc}{hint}", file=sys.stderr)
     return 1
 
 
@@ -339,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
         help="with --check: the installer's runtime description (run-env-info.json) for the rules that need it",
     )
     media.add_argument(
+        "--udev",
+        metavar="JSON",
+        help="with --check: the machine's udev properties (run-env-udev.json), for the NIC and disk filters",
+    )
+    media.add_argument(
         "--webhook",
         metavar="URL",
         help="with INVENTORY OUTDIR: the installer posts the new node's host keys to this URL of this machine "
@@ -347,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     media.add_argument(
         "--listen",
         metavar="OUTDIR",
-        help="wait for the installer's POST (OUTDIR written with --webhook) and write the node's host keys",
+        help="wait for the installer's POST (OUTDIR written with --webhook) and write the node's host keys; "
+        "meanwhile serve answer.toml at /answer to an ISO prepared with --fetch-from http",
     )
     media.add_argument("--bind", default="0.0.0.0", help="with --listen: the address to listen on")
     media.add_argument("--known-hosts", metavar="FILE", help="with --listen: default ~/.ssh/known_hosts")

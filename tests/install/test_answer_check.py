@@ -15,6 +15,7 @@ from gpulab.install import answer
 
 UPSTREAM = Path(__file__).parent / "upstream"
 BASE_ENV = json.loads((UPSTREAM / "run-env-info.json").read_text())
+UDEV = json.loads((UPSTREAM / "run-env-udev.json").read_text())
 
 # upstream's failing answer -> the key gpulab names (upstream's expected message in the .json beside it)
 REFUSED_FOR = {
@@ -53,13 +54,13 @@ def test_every_upstream_file_is_covered() -> None:
 @pytest.mark.parametrize("name", names("parse_answer"))
 def test_upstream_accepted_answers_pass(name: str) -> None:
     text = (UPSTREAM / "parse_answer" / f"{name}.toml").read_text()
-    assert answer.check_text(text, run_env("parse_answer", name)) == []
+    assert answer.check_text(text, run_env("parse_answer", name), UDEV) == []
 
 
 @pytest.mark.parametrize("name", names("parse_answer_fail"))
 def test_upstream_refused_answers_are_refused_for_upstream_s_reason(name: str) -> None:
     text = (UPSTREAM / "parse_answer_fail" / f"{name}.toml").read_text()
-    problems = answer.check_text(text, run_env("parse_answer_fail", name))
+    problems = answer.check_text(text, run_env("parse_answer_fail", name), UDEV)
     assert [p.key for p in problems][:1] == [REFUSED_FOR[name]], [str(p) for p in problems]
     expected = json.loads((UPSTREAM / "parse_answer_fail" / f"{name}.json").read_text())
     assert expected.get("error") or expected.get("parse-error")  # upstream refuses it too
@@ -73,8 +74,8 @@ def minimal(**changes: str) -> str:
     return text
 
 
-def keys(text: str, env: dict | None = None) -> list[str]:
-    return [p.key for p in answer.check_text(text, env)]
+def keys(text: str, env: dict | None = None, udev: dict | None = None) -> list[str]:
+    return [p.key for p in answer.check_text(text, env, udev)]
 
 
 def test_older_snake_case_spellings_are_read_and_both_spellings_at_once_are_refused() -> None:
@@ -165,3 +166,124 @@ def test_the_command_line_check_exit_codes_and_messages(tmp_path: Path) -> None:
     assert "global.fqdn.source='from-dhcp': the DHCP server did not provide a host name. Fix:" in bad.stdout
     missing = gpulab("install-media", "--check", str(tmp_path / "nope.toml"))
     assert missing.returncode == 1 and "cannot read" in missing.stderr
+
+
+def test_upstream_s_own_runtime_descriptions_are_all_there() -> None:
+    # tests/parse-answer.rs reads these answers in their own run-env, not the default one
+    own = sorted(f"{p.parent.name}/{p.name}" for p in UPSTREAM.glob("*/*.run-env.json"))
+    assert own == [
+        "parse_answer/no_network.run-env.json",
+        "parse_answer_fail/fqdn_from_dhcp_no_default_domain.run-env.json",
+        "parse_answer_fail/no_fqdn_from_dhcp.run-env.json",
+    ]
+    assert run_env("parse_answer", "no_network")["network"]["hostname"] == "no-gateways.test"
+
+
+PINNING = (
+    '[network.interface-name-pinning]\nenabled = {enabled}\nmapping = {{ "ab:cd:ef:12:34:56" = "{name}" }}\n'
+)
+
+
+def test_a_disabled_pinning_s_names_are_not_checked() -> None:
+    # options.rs From<&NetworkInterfacePinningOptionsAnswer>: disabled, the mapping is dropped before verify()
+    base = minimal()
+    bad = PINNING.format(enabled="false", name="waytoolonginterfacename")
+    assert keys(base + bad) == []
+    assert keys(base + PINNING.format(enabled="true", name="waytoolonginterfacename")) == [
+        "network.interface-name-pinning.mapping.ab:cd:ef:12:34:56"
+    ]
+    assert keys(base + PINNING.format(enabled="true", name="nic_1")) == []
+
+
+FROM_ANSWER = (
+    '[network]\nsource = "from-answer"\ncidr = "{cidr}"\ndns = "192.168.1.1"\ngateway = "192.168.1.1"\n'
+    'filter.ID_NET_NAME_MAC = "*"\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("cidr", "refused"),
+    [
+        ("192.168.1.5/24", False),
+        ("192.168.1.5", False),  # ip_address.rs Ipv4Cidr::from_str: no prefix is /32
+        ("fd00::5/64", False),
+        ("192.168.1.5/33", True),
+        ("192.168.1.5/255.255.255.0", True),  # the prefix is parsed as a number only
+        ("fe80::5%eth0/64", True),  # std's Ipv6Addr has no zone
+    ],
+)
+def test_cidr_as_the_installer_reads_it(cidr: str, refused: bool) -> None:
+    text = minimal().replace('[network]\nsource = "from-dhcp"\n', FROM_ANSWER.format(cidr=cidr))
+    assert 'source = "from-answer"' in text
+    assert keys(text) == (["network.cidr"] if refused else [])
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ('mailto = "mail@no.invalid"', 'mailto = "mail@no.invalid\\n"', "global.mailto"),
+        ('fqdn = "pveauto.testinstall"', 'fqdn = "pveauto.testinstall\\n"', "global.fqdn"),
+    ],
+)
+def test_a_value_ending_in_a_newline_is_refused(old: str, new: str, key: str) -> None:
+    # Rust's regex `$` is the end of the text; Python's `$` also matches before a final newline
+    assert keys(minimal(**{old: new})) == [key]
+
+
+def test_an_interface_name_ending_in_a_newline_is_refused() -> None:
+    text = minimal() + PINNING.format(enabled="true", name="nic0\\n")
+    assert keys(text) == ["network.interface-name-pinning.mapping.ab:cd:ef:12:34:56"]
+
+
+@pytest.mark.parametrize(
+    ("zone", "refused"),
+    [("UTC", False), ("Asia/Kuala_Lumpur", False), ("Etc/UTC", True), ("US/Eastern", True)],
+)
+def test_time_zones_are_those_of_zone_tab_and_utc(zone: str, refused: bool) -> None:
+    # country.pl builds the installer's cczones from zone.tab; verify_locale_settings adds UTC
+    if not Path("/usr/share/zoneinfo/zone.tab").is_file():
+        pytest.fail("tzdata's zone.tab is missing: install tzdata")
+    text = minimal(**{'timezone = "Europe/Vienna"': f'timezone = "{zone}"'})
+    assert keys(text) == (["global.timezone"] if refused else [])
+
+
+def test_the_password_s_length_is_counted_in_bytes() -> None:
+    # utils.rs: password.len() < ROOT_PASSWORD_MIN_LENGTH, and Rust's len() of a String is its UTF-8 bytes
+    assert keys(minimal(**{'root-password = "12345678"': 'root-password = "äöüäöüä"'})) == []
+    assert keys(minimal(**{'root-password = "12345678"': 'root-password = "1234567"'})) == [
+        "global.root-password"
+    ]
+
+
+def test_the_nic_and_disk_filters_must_match_the_machine_s_devices() -> None:
+    # utils.rs get_single_udev_index / get_matched_udev_indexes: "filter did not match any device(s)"
+    nic = (UPSTREAM / "parse_answer" / "nic_matching.toml").read_text()
+    assert keys(nic, udev=UDEV) == []
+    absent = nic.replace('"*a0369f0ab382"', '"*00000000beef"')
+    assert keys(absent) == []  # without the machine's udev properties, it cannot be known
+    problems = answer.check_text(absent, BASE_ENV, UDEV)
+    assert [p.key for p in problems] == ["network.filter"]
+    assert "eno1 (" in problems[0].fix
+    disks = (UPSTREAM / "parse_answer" / "disk_match_all.toml").read_text()
+    assert keys(disks, udev=UDEV) == []
+    # "all": one disk must match both; "any": one match of either is enough
+    other = disks.replace(
+        'filter.ID_SERIAL_SHORT = "S2HRNX0J403419"', 'filter.ID_SERIAL_SHORT = "NOSUCHDISK"'
+    )
+    assert keys(other, udev=UDEV) == ["disk-setup.filter"]
+    assert keys(other.replace('filter-match = "all"', 'filter-match = "any"'), udev=UDEV) == []
+
+
+def test_a_filter_key_a_device_lacks_does_not_count_against_it_with_all() -> None:
+    devices = {"0": {"ID_SERIAL": "abc"}, "1": {"ID_SERIAL": "xyz", "ID_MODEL": "m"}}
+    assert answer.udev_matches({"ID_SERIAL": "a*", "ID_MODEL": "q*"}, devices, match_all=True) == ["0"]
+    assert answer.udev_matches({"ID_SERIAL": "a*", "ID_MODEL": "m"}, devices) == ["0", "1"]
+
+
+def test_the_command_line_check_takes_the_machine_s_udev_properties(tmp_path: Path) -> None:
+    absent = tmp_path / "answer.toml"
+    text = (UPSTREAM / "parse_answer" / "nic_matching.toml").read_text()
+    absent.write_text(text.replace('"*a0369f0ab382"', '"*00000000beef"'))
+    proc = gpulab("install-media", "--check", str(absent), "--udev", str(UPSTREAM / "run-env-udev.json"))
+    assert proc.returncode == 1 and "network.filter=" in proc.stdout, proc.stdout + proc.stderr
+    assert gpulab("install-media", "--check", str(absent)).returncode == 0

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"
 
 
-def install_media(inventory: Path, out: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def install_media(inventory: Path, out: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     # no ~/.ssh keys of this machine's user
-    return run_install_media(inventory, out, HOME=str(out.parent / "home"), **env)
+    return run_install_media(inventory, out, *args, HOME=str(out.parent / "home"), **env)
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +132,110 @@ def test_a_short_password_is_refused_and_a_missing_one_left_to_fill_in(tmp_path:
     assert (
         "global.root-password-hashed=(not set): one of root-password and root-password-hashed" in none.stdout
     )
+
+
+def test_the_root_password_comes_from_the_vault(tmp_path: Path) -> None:
+    inv = copy(tmp_path, "")
+    vault = inv / "group_vars" / "all" / "vault.yml"
+    vault.write_text(f"vault_pve_root_password: {PASSWORD}\n")
+    (tmp_path / "pass").write_text("vault-pass\n")
+    subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "ansible-vault"),
+            "encrypt",
+            "--vault-password-file",
+            "pass",
+            str(vault),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+    )
+    assert PASSWORD not in vault.read_text()
+    locked = install_media(inv, tmp_path / "locked")
+    assert locked.returncode == 1
+    assert (
+        "gpulab install-media: cannot read inventory" in locked.stderr
+        and "--vault-password-file" in locked.stderr
+    )
+    proc = install_media(inv, tmp_path / "out", "--vault-password-file", str(tmp_path / "pass"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hashed = tomllib.loads((tmp_path / "out" / "answer.toml").read_text())["global"]["root-password-hashed"]
+    assert sha512_crypt(PASSWORD, hashed.split("$")[2]) == hashed
+
+
+def test_root_s_ssh_keys_from_the_inventory_else_the_user_s(tmp_path: Path) -> None:
+    home = tmp_path / "home" / ".ssh"
+    home.mkdir(parents=True)
+    (home / "id_ed25519.pub").write_text("ssh-ed25519 AAAAmine me@controller\n")
+    (home / "id_ed25519").write_text("private, never read\n")
+    mine = install_media(ROOT / "inventory" / "homelab", tmp_path / "a", GPULAB_PVE_ROOT_PASSWORD=PASSWORD)
+    assert mine.returncode == 0, mine.stdout
+    data = tomllib.loads((tmp_path / "a" / "answer.toml").read_text())
+    assert data["global"]["root-ssh-keys"] == ["ssh-ed25519 AAAAmine me@controller"]
+    inv = copy(tmp_path, "pve_install_root_ssh_keys: ['ssh-ed25519 AAAAtheirs admin@lab']\n")
+    theirs = install_media(inv, tmp_path / "b", GPULAB_PVE_ROOT_PASSWORD=PASSWORD)
+    assert theirs.returncode == 0, theirs.stdout
+    data = tomllib.loads((tmp_path / "b" / "answer.toml").read_text())
+    assert data["global"]["root-ssh-keys"] == ["ssh-ed25519 AAAAtheirs admin@lab"]
+
+
+def test_the_management_nic_is_matched_by_its_mac(tmp_path: Path) -> None:
+    inv = copy(tmp_path, "pve_install_nic_mac: 'AA:BB:CC:00:11:22'\n")
+    proc = install_media(inv, tmp_path / "out", GPULAB_PVE_ROOT_PASSWORD=PASSWORD)
+    assert proc.returncode == 0, proc.stdout
+    text = (tmp_path / "out" / "answer.toml").read_text()
+    # udev's ID_NET_NAME_MAC is enx<mac in lower case without colons>
+    assert tomllib.loads(text)["network"]["filter"] == {"ID_NET_NAME_MAC": "*aabbcc001122"}
+    assert "CHANGE-ME on a PC with more than one NIC" not in text
+
+
+def test_what_gpulab_does_not_know_is_a_change_me_comment_saying_what_goes_there(tmp_path: Path) -> None:
+    pve = ROOT / "inventory" / "homelab" / "host_vars" / "pve.yml"
+    inv = copy(tmp_path, "")
+    edited = (
+        pve.read_text().replace("pve_install_country: my\n", "").replace("pve_install_disks: [nvme0n1]\n", "")
+    )
+    (inv / "host_vars" / "pve.yml").write_text(edited)
+    proc = install_media(inv, tmp_path / "out", GPULAB_PVE_ROOT_PASSWORD=PASSWORD)
+    assert proc.returncode == 1
+    text = (tmp_path / "out" / "answer.toml").read_text()
+    assert '# country = "CHANGE-ME"  # two-letter country code for the mirrors (pve_install_country)' in text
+    assert '# disk-list = ["CHANGE-ME"]  # the disk(s) to install on' in text
+    assert '# zfs.raid = "CHANGE-ME"  # raid0 for one disk, raid1 for two (pve_install_raid)' in text
+    assert "global.country=(not set): required and missing" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ("pve_install_keyboard: german\n", "pve: pve_install_keyboard='german': not one of de, de-ch"),
+        ("pve_install_country: MY\n", "pve: pve_install_country='MY': not a two-letter country code"),
+        ("pve_install_timezone: Mars/Olympus\n", "pve: pve_install_timezone='Mars/Olympus': not a time zone"),
+        ("pve_install_mailto: nobody\n", "pve: pve_install_mailto='nobody': does not look like a mail"),
+        ("pve_install_domain: bad_domain\n", "pve: pve_install_fqdn (or pve_node and pve_install_domain)="),
+        ("pve_install_raid: raid1\n", "pve: pve_install_disks=['nvme0n1']: zfs RAID1 needs at least 2 disks"),
+        ("pve_install_nic_mac: 'aa:bb'\n", "pve: pve_install_nic_mac='aa:bb': not a MAC address"),
+    ],
+)
+def test_a_value_the_installer_refuses_is_named_by_its_inventory_variable(
+    tmp_path: Path, edit: str, field: str
+) -> None:
+    out = tmp_path / "out"
+    proc = install_media(copy(tmp_path, edit), out, GPULAB_PVE_ROOT_PASSWORD=PASSWORD)
+    assert proc.returncode == 1
+    assert field in proc.stdout, proc.stdout + proc.stderr
+    assert not out.exists()
+
+
+def test_a_node_that_is_not_in_group_proxmox_is_refused_naming_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = install_media(
+        ROOT / "inventory" / "homelab", out, "--node", "nosuch", GPULAB_PVE_ROOT_PASSWORD=PASSWORD
+    )
+    assert proc.returncode == 1
+    assert "proxmox: --node='nosuch': install-media writes the install of one node" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
+    assert "name one of pve with --node HOST" in proc.stdout
+    assert not out.exists()

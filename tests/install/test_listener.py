@@ -131,3 +131,45 @@ def test_a_post_without_keys_or_json_is_refused(tmp_path: Path) -> None:
     assert listener.accept(material, b"{", tmp_path / "kh")[0] == 400
     assert listener.accept(material, json.dumps({"token": "tok"}).encode(), tmp_path / "kh")[0] == 400
     assert not (tmp_path / "kh").exists()
+
+
+def fetch_answer(port: int, out: Path, token: str) -> requests.Response:
+    """The installer's answer fetch (proxmox-fetch-answer http.rs): a POST of its system information with
+    the ISO's token as a bearer token, over the pinned certificate."""
+    for _ in range(50):
+        try:
+            return requests.post(
+                f"https://127.0.0.1:{port}/answer",
+                json={"$schema": {"version": "1.0"}, "product": {"product": "pve"}},
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Accept": "application/json, application/toml;q=0.5",
+                },
+                verify=str(out / "webhook" / "cert.pem"),
+                timeout=10,
+            )
+        except requests.ConnectionError:
+            threading.Event().wait(0.1)
+    raise AssertionError("the listener did not answer")
+
+
+def test_the_listener_serves_the_answer_to_the_iso_s_token_until_the_keys_come(
+    written, tmp_path: Path
+) -> None:
+    out, port = written
+    material = listener.load_material(out)
+    assert listener.answer_url(material) == f"https://127.0.0.1:{port}/answer"
+    thread, got = listen(out, tmp_path / "known_hosts")
+    assert fetch_answer(port, out, "not-the-token").status_code == 403
+    served = fetch_answer(port, out, material.token)
+    assert served.status_code == 200 and served.headers["Content-Type"].startswith("application/toml")
+    assert served.text == (out / "answer.toml").read_text()
+    assert thread.is_alive()  # the answer is not the end: the host keys are
+    post(port, out, post_hook_body(material.token))
+    thread.join(10)
+    assert got and "host key(s)" in got[0]
+    # README-install.md's command for that ISO: this URL, this certificate, the token from its file
+    readme = (out / "README-install.md").read_text()
+    assert f"--fetch-from http --url https://127.0.0.1:{port}/answer" in readme
+    assert f"--cert-fingerprint {material.fingerprint}" in readme
+    assert '--answer-auth-token "$(cat webhook/token)"' in readme and material.token not in readme

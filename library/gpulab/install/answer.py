@@ -7,8 +7,8 @@ the enum spellings) and the checks of pve-installer's ``parse_answer`` (``proxmo
 utils.rs``) with the helpers it calls (``proxmox-installer-common``: ``options.rs``, ``disk_checks.rs``;
 ``proxmox-network-types``: ``fqdn.rs``). :func:`check` applies the rules the installer applies when it
 reads the file; those that need the machine (the disks and NICs a filter matches, what DHCP hands out)
-apply only when a runtime description is given (``run_env``, the installer's ``run-env-info.json``
-shape), as the installer has it at that point.
+apply only when the machine's description is given (``run_env``, the installer's ``run-env-info.json``
+shape, and ``udev``, its ``run-env-udev.json``), as the installer has them at that point.
 
 Every problem names the key (``section.key``), the value, why the installer refuses it, and the fix.
 """
@@ -20,7 +20,7 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from fnmatch import translate
+from fnmatch import fnmatchcase, translate
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from gpulab.labdef.problems import ProblemsError, described
 #: where each rule below was read (repository, path, version and commit)
 PINNED = {
     "pve-installer": "proxmox/pve-installer 9.2.7 (ec2af90)",
+    # pve-installer 9.2.7's Cargo.toml asks for 0.1.1; 0.1.0 is the newest source read (its changelog's
+    # first release), so a rule 0.1.1 changed is not here
     "proxmox-installer-types": "proxmox/proxmox-rs proxmox-installer-types 0.1.0 (f3305009), legacy feature",
 }
 
@@ -69,10 +71,11 @@ EMAIL_PLACEHOLDER = "mail@example.invalid"
 # HTML's <input type=email> pattern, as options.rs email_validate uses it
 EMAIL = re.compile(
     r"^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
-    r"(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$"
+    r"(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*\Z"
 )
-IFNAME = re.compile(r"^[a-z][a-z0-9_]{1,20}([:.]\d+)?$", re.IGNORECASE)
-FQDN_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?$")
+# (\Z, not $: Rust's $ is the end of the text, Python's also matches before a final newline)
+IFNAME = re.compile(r"^[a-z][a-z0-9_]{1,20}([:.][0-9]+)?\Z", re.IGNORECASE)
+FQDN_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\Z")
 
 
 @dataclass(frozen=True)
@@ -197,8 +200,13 @@ _interface = _parsed_by(
 
 
 def _cidr(value: Any) -> str | None:
-    if not isinstance(value, str) or "/" not in value:
+    """ip_address.rs Cidr::from_str: ADDRESS/PREFIX with a decimal prefix (IPv4 at most 32, IPv6 at most 128),
+    or a bare ADDRESS (a /32 or /128); no netmask form, no IPv6 zone."""
+    if not isinstance(value, str):
         return "not ADDRESS/PREFIX"
+    address, _, prefix = value.partition("/")
+    if "%" in address or (_ and not re.fullmatch(r"[0-9]{1,3}", prefix)):
+        return "an invalid IP address or prefix length (IPv4 /0 to /32, IPv6 /0 to /128)"
     return _interface(value)
 
 
@@ -256,6 +264,9 @@ DISK_SETUP = [
     Key("filter", _string_table),
     Key("filter-match", _one_of(["any", "all"]), alias="filter_match"),
 ]
+# The ranges below are the answer schema's (answer.rs under its api-types feature, the form Proxmox's own
+# answer servers check); pve-installer's parse (legacy feature only) takes any unsigned integer or number
+# here and leaves an out-of-range value to fail in the low-level installer.
 ZFS = [
     Key("raid", _raid(ZFS_RAID_ALIASES)),
     Key("ashift", _number(9, integer=True, maximum=16)),
@@ -353,8 +364,13 @@ def _raid_level(value: Any, levels: dict[str, str]) -> str:
     return levels.get(value, value)
 
 
-def check(answer: dict[str, Any], run_env: dict[str, Any] | None = None) -> list[Problem]:
-    """Every problem the installer would refuse the parsed answer for (empty when it is accepted)."""
+def check(
+    answer: dict[str, Any], run_env: dict[str, Any] | None = None, udev: dict[str, Any] | None = None
+) -> list[Problem]:
+    """Every problem the installer would refuse the parsed answer for (empty when it is accepted). With
+    ``udev`` (the installer's run-env-udev.json: each disk's and NIC's udev properties), the filters that
+    pick the management NIC and the disks must match this machine's, as utils.rs get_single_udev_index and
+    get_matched_udev_indexes require."""
     c = _Checker()
     for name in answer:
         if name not in SECTIONS:
@@ -384,7 +400,61 @@ def check(answer: dict[str, Any], run_env: dict[str, Any] | None = None) -> list
             )
     if "post-installation-webhook" in answer:
         c.table("post-installation-webhook", answer["post-installation-webhook"], WEBHOOK)
+    if udev is not None:
+        _check_filters(c, answer, udev)
     return c.problems
+
+
+def udev_matches(
+    filters: dict[str, str], devices: dict[str, dict[str, str]], match_all: bool = False
+) -> list[str]:
+    """The devices (udev list keys, sorted) a filter picks, as utils.rs get_matched_udev_indexes: with
+    ``match_all``, a device whose every filtered property it has matches; else one that matches any. A
+    filter key the device lacks does not count against it."""
+    found = []
+    for dev, props in devices.items():
+        once, every = False, True
+        for key, pattern in filters.items():
+            if key in props:
+                if fnmatchcase(str(props[key]), pattern):
+                    once = True
+                else:
+                    every = False
+        if (match_all and every) or (not match_all and once):
+            found.append(dev)
+    return sorted(found)
+
+
+def _check_filters(c: _Checker, answer: dict[str, Any], udev: dict[str, Any]) -> None:
+    network, disks = answer.get("network"), answer.get("disk-setup")
+    if isinstance(network, dict) and network.get("source") == "from-answer" and not c.has("network.filter"):
+        nic_filter = network.get("filter") or {}
+        nics = udev.get("nics") or {}
+        # get_single_udev_index: the first NIC (in name order) that any filter key matches
+        if nic_filter and not udev_matches(nic_filter, dict(sorted(nics.items()))):
+            c.add(
+                "network.filter",
+                nic_filter,
+                "matches none of this machine's NICs (the installer stops: filter did not match any device)",
+                "match one of: "
+                + ", ".join(
+                    f"{n} ({props.get('ID_NET_NAME_MAC', '?')})" for n, props in sorted(nics.items())
+                ),
+            )
+    if isinstance(disks, dict) and not c.has("disk-setup.filter") and not disks.get("disk-list"):
+        disk_filter = disks.get("filter") or {}
+        if disk_filter and isinstance(disk_filter, dict):
+            # ext4 and xfs take one disk, the first any filter key matches (get_single_udev_index)
+            lvm = disks.get("filesystem") in ("ext4", "xfs")
+            all_ = not lvm and disks.get("filter-match", disks.get("filter_match")) == "all"
+            if not udev_matches(disk_filter, udev.get("disks") or {}, match_all=all_):
+                c.add(
+                    "disk-setup.filter",
+                    disk_filter,
+                    "matches none of this machine's disks (the installer stops: filter did not match any "
+                    "devices)",
+                    "match a disk's udev properties (udevadm info /dev/DISK), or use disk-list",
+                )
 
 
 def _countries() -> set[str] | None:
@@ -396,6 +466,16 @@ def _countries() -> set[str] | None:
 
 
 def _timezones() -> set[str]:
+    """The zones the installer accepts: those of tzdata's zone.tab (country.pl parse_zoneinfo builds the
+    installer's cczones from it; utils.rs verify_locale_settings adds UTC); without zone.tab, every zone
+    this system knows."""
+    tab = Path("/usr/share/zoneinfo/zone.tab")
+    if tab.is_file():
+        return {
+            line.split("\t")[2]
+            for line in tab.read_text().splitlines()
+            if line[:1].isalpha() and line.count("\t") >= 2 and "/" in line.split("\t")[2]
+        }
     import zoneinfo
 
     return set(zoneinfo.available_timezones())
@@ -435,7 +515,7 @@ def _check_global(c: _Checker, glob: dict[str, Any], run_env: dict[str, Any] | N
             "one of root-password and root-password-hashed must be set",
             "add root-password-hashed (mkpasswd -m sha-512) or root-password",
         )
-    elif plain is not None and len(plain) < ROOT_PASSWORD_MIN_LENGTH:
+    elif plain is not None and len(plain.encode()) < ROOT_PASSWORD_MIN_LENGTH:
         c.add(
             "global.root-password",
             "(hidden)",
@@ -484,7 +564,9 @@ def _check_network(c: _Checker, network: Any, run_env: dict[str, Any] | None) ->
     if "interface-name-pinning" in network:
         pin = c.table("network.interface-name-pinning", network["interface-name-pinning"], PINNING)
         names: dict[str, str] = {}
-        for mac, name in (pin.get("mapping") or {}).items():
+        # options.rs: a disabled pinning has no mapping, so its names are not checked
+        mapping = (pin.get("mapping") or {}) if pin.get("enabled") else {}
+        for mac, name in mapping.items():
             mac = mac.lower()
             key = f"network.interface-name-pinning.mapping.{mac}"
             if len(name) < IFNAME_MIN:
@@ -589,9 +671,11 @@ def parse(text: str) -> dict[str, Any]:
         raise AnswerError([Problem("(file)", None, f"not valid TOML: {exc}", "fix the syntax")]) from exc
 
 
-def check_text(text: str, run_env: dict[str, Any] | None = None) -> list[Problem]:
+def check_text(
+    text: str, run_env: dict[str, Any] | None = None, udev: dict[str, Any] | None = None
+) -> list[Problem]:
     try:
-        return check(parse(text), run_env)
+        return check(parse(text), run_env, udev)
     except AnswerError as exc:
         return exc.problems
 

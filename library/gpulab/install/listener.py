@@ -11,7 +11,12 @@ written into known_hosts for the node's address, replacing what was there for it
 the node without trusting the network.
 
 :func:`make_material` writes the certificate, its key and the token beside the answer; :func:`serve` waits
-for the POST (``gpulab install-media --listen OUTDIR``).
+for the POST (``gpulab install-media --listen OUTDIR``). Until then it also serves the answer file to an ISO
+prepared with ``--fetch-from http`` (:data:`ANSWER_PATH` of the same address and certificate): the
+installer's fetch POSTs its system information there with ``Authorization: Bearer TOKEN`` (the ISO's
+``--answer-auth-token``) and takes the body as its answer (pve-installer 9.2.7
+``proxmox-fetch-answer/src/fetch_plugins/http.rs``, ``proxmox-installer-common/src/http.rs`` post: 200 or
+201, TOML unless the Content-Type is JSON).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 MATERIAL = "webhook"  # the folder beside answer.toml
+ANSWER_PATH = "/answer"  # where the listener serves answer.toml to an ISO prepared with --fetch-from http
 KEY_TYPES = ("ed25519", "ecdsa", "rsa")
 
 
@@ -164,11 +170,25 @@ def accept(material: Material, body: bytes, known_hosts: Path) -> tuple[int, str
     return 200, f"{material.address}: {len(keys)} host key(s) of {payload.get('fqdn', 'the node')} written"
 
 
+def answer_url(material: Material) -> str:
+    """The URL the listener serves answer.toml at: the webhook's scheme, host and port, path /answer."""
+    parts = urlsplit(material.url)
+    return f"{parts.scheme}://{parts.netloc}{ANSWER_PATH}"
+
+
+def answer_for(material: Material, outdir: Path, authorization: str | None) -> tuple[int, str]:
+    """The listener's answer (status, body) to the installer's answer fetch: answer.toml for the ISO's token."""
+    if not hmac.compare_digest(authorization or "", f"Bearer {material.token}"):
+        return 403, "wrong or missing token: prepare the ISO with --answer-auth-token (README-install.md)"
+    return 200, (outdir / "answer.toml").read_text()
+
+
 def serve(
     outdir: Path, bind: str, known_hosts: Path, port: int | None = None, timeout: float | None = None
 ) -> str | None:
     """Serve HTTPS on bind:port (default: the webhook URL's port) with the material's certificate until one
-    POST with the right token arrives (its message returned) or ``timeout`` seconds pass (None returned)."""
+    POST with the right token arrives (its message returned) or ``timeout`` seconds pass (None returned);
+    meanwhile answer.toml to the installer's fetch at :data:`ANSWER_PATH`."""
     material = load_material(outdir)
     port = port if port is not None else (urlsplit(material.url).port or 443)
     done: list[str] = []
@@ -176,13 +196,22 @@ def serve(
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            status, message = accept(material, self.rfile.read(min(length, 10 << 20)), known_hosts)
+            body = self.rfile.read(min(length, 10 << 20))
+            kind = "text/plain; charset=utf-8"
+            fetch = urlsplit(self.path).path == ANSWER_PATH
+            if fetch:
+                status, text = answer_for(material, outdir, self.headers.get("Authorization"))
+                message = "answer.toml sent" if status == 200 else text
+                kind = "application/toml; charset=utf-8" if status == 200 else kind
+            else:
+                status, message = accept(material, body, known_hosts)
+                text = message
             self.send_response(status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Type", kind)
             self.end_headers()
-            self.wfile.write(message.encode() + b"\n")
+            self.wfile.write(text.encode() + (b"" if text.endswith("\n") else b"\n"))
             print(f"gpulab install-media --listen: {self.client_address[0]}: {status} {message}", flush=True)
-            if status == 200:
+            if status == 200 and not fetch:
                 done.append(message)
 
         def log_message(self, format: str, *args: Any) -> None:

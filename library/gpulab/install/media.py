@@ -32,6 +32,22 @@ SUITE = "trixie"  # Proxmox VE 9
 REPOSITORIES = {"no-subscription": "pve-no-subscription", "enterprise": "pve-enterprise", "test": "pve-test"}
 DEFAULT_BLACKLIST = ["nova_core", "nova_drm", "nova", "nouveau"]
 DEFAULT_BLACKLIST_MODULES = ["nouveau", "nova_core", "nova_drm", "nova", "nvidiafb"]
+MAC = re.compile(r"[0-9A-Fa-f]{2}([:-]?)[0-9A-Fa-f]{2}(\1[0-9A-Fa-f]{2}){4}")
+#: the answer's keys that come from the inventory, and the variable each comes from
+ANSWER_VARIABLES = {
+    "global.keyboard": "pve_install_keyboard",
+    "global.country": "pve_install_country",
+    "global.timezone": "pve_install_timezone",
+    "global.fqdn": "pve_install_fqdn (or pve_node and pve_install_domain)",
+    "global.mailto": "pve_install_mailto",
+    "global.root-ssh-keys": "pve_install_root_ssh_keys",
+    "network.cidr": "ansible_host (and the router's router_subnet or pve_install_prefix)",
+    "network.gateway": "pve_install_gateway (or the router's router_address)",
+    "network.dns": "pve_install_dns",
+    "disk-setup.disk-list": "pve_install_disks",
+    "disk-setup.zfs.raid": "pve_install_raid",
+    "disk-setup.btrfs.raid": "pve_install_raid",
+}
 
 
 @dataclass
@@ -78,10 +94,11 @@ def settings(
     if host is None or host not in nodes:
         problems.add(
             "proxmox",
-            nodes,
+            "--node" if node_host else "hosts",
+            node_host or nodes,
             f"install-media writes the install of one node, and {'none' if not nodes else len(nodes)} "
             "node(s) are in group proxmox" + (f" ({node_host} is not one)" if node_host else ""),
-            "name the node with --node HOST",
+            f"name one of {', '.join(nodes)} with --node HOST" if nodes else "add the node to group proxmox",
         )
         raise LabDefinitionError(problems)
 
@@ -112,7 +129,7 @@ def settings(
     domain = var("pve_install_domain", "home.arpa")
     fqdn = var("pve_install_fqdn") or f"{node}.{domain}"
     password = var("pve_install_root_password") or os.environ.get(ROOT_PASSWORD_ENV) or None
-    if password is not None and len(str(password)) < fmt.ROOT_PASSWORD_MIN_LENGTH:
+    if password is not None and len(str(password).encode()) < fmt.ROOT_PASSWORD_MIN_LENGTH:
         problems.add(
             host,
             "pve_install_root_password",
@@ -157,6 +174,15 @@ def settings(
                 "not a kernel parameter the first-boot hook can write (letters, digits and _.,=:/+- only)",
                 "correct the parameter",
             )
+    nic_mac = var("pve_install_nic_mac")
+    if nic_mac is not None and not MAC.fullmatch(str(nic_mac)):
+        problems.add(
+            host,
+            "pve_install_nic_mac",
+            nic_mac,
+            "not a MAC address (six pairs of hex digits)",
+            "give the management NIC's MAC as `ip link` shows it, e.g. aa:bb:cc:dd:ee:ff",
+        )
     webhook = None
     if problems:
         raise LabDefinitionError(problems)
@@ -175,7 +201,7 @@ def settings(
         mailto=var("pve_install_mailto", f"root@{fqdn}"),
         root_password_hash=sha512_crypt(str(password)) if password else None,
         root_ssh_keys=list(var("pve_install_root_ssh_keys", [])) or _default_ssh_keys(),
-        nic_mac=var("pve_install_nic_mac"),
+        nic_mac=nic_mac,
         filesystem=filesystem,
         raid=raid,
         disks=disks,
@@ -184,7 +210,20 @@ def settings(
         blacklist_modules=list(var("pve_host_blacklist_modules", DEFAULT_BLACKLIST_MODULES)),
         webhook=webhook,
     )
+    _refuse_values_the_installer_refuses(s)
     return s
+
+
+def _refuse_values_the_installer_refuses(s: Settings) -> None:
+    """The answer's own check on the values the inventory gave, each problem named by its inventory variable
+    (a value gpulab leaves to fill in, a CHANGE-ME line, is not one: the command lists those after writing)."""
+    problems = Problems()
+    for p in fmt.check_text(answer_toml(s)):
+        name = ANSWER_VARIABLES.get(p.key)
+        if name is not None and p.value is not None:
+            problems.add(s.host, name, p.value, p.why + f" (answer.toml's {p.key})", p.fix)
+    if problems:
+        raise LabDefinitionError(problems)
 
 
 def _line(key: str, value: Any) -> str:
@@ -300,6 +339,25 @@ def instructions(s: Settings, outdir: Path) -> str:
             f"with `ssh-keyscan {s.address} | ssh-keygen -lf -` before you trust them (or write the files again with\n"
             "`--webhook https://<this machine>:8443/` and let `--listen` receive them), then:"
         )
+    if s.webhook:
+        base = s.webhook["url"].split("://", 1)[-1].split("/", 1)[0]
+        http = (
+            "\n    proxmox-auto-install-assistant prepare-iso proxmox-ve_9.*.iso \\\n"
+            f"        --fetch-from http --url https://{base}/answer \\\n"
+            f"        --cert-fingerprint {s.webhook['cert-fingerprint']} \\\n"
+            f'        --answer-auth-token "$(cat webhook/token)" --on-first-boot first-boot.sh\n\n'
+            "and keep `gpulab install-media --listen` (step 3) running while the node installs: it serves the\n"
+            "answer to the installer (only with the ISO's token, over the certificate the ISO pins) until the\n"
+            "installer posts the node's host keys.\n"
+        )
+    else:
+        http = (
+            "\n    proxmox-auto-install-assistant prepare-iso proxmox-ve_9.*.iso \\\n"
+            "        --fetch-from http --url https://<server>/answer --cert-fingerprint <its SHA-256> \\\n"
+            "        --on-first-boot first-boot.sh\n\n"
+            "with a server of yours that answers the installer's POST with answer.toml; or write the files with\n"
+            "`--webhook https://<this machine>:8443/` and gpulab's `--listen` serves it (the command is then here).\n"
+        )
     return f"""# Installing Proxmox VE on {s.node} ({s.address}) without typing
 
 Written by `gpulab install-media {s.inventory} {outdir}`. The three files here:
@@ -315,12 +373,8 @@ Written by `gpulab install-media {s.inventory} {outdir}`. The three files here:
     proxmox-auto-install-assistant prepare-iso proxmox-ve_9.*.iso \\
         --fetch-from iso --answer-file answer.toml --on-first-boot first-boot.sh
 
-Or serve the answer over HTTP(S) instead of baking it in (the first-boot hook is still baked in):
-
-    proxmox-auto-install-assistant prepare-iso proxmox-ve_9.*.iso \\
-        --fetch-from http --url https://<controller>:8443/answer --cert-fingerprint <sha256> \\
-        --on-first-boot first-boot.sh
-
+Or serve the answer over HTTPS instead of baking it in (the first-boot hook is still baked in):
+{http}
 ## 2. Boot it, with the seed's kernel parameters
 
 Write the prepared ISO to a USB stick and boot the PC from it. If the NVIDIA card is the only display and

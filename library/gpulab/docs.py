@@ -461,11 +461,22 @@ def render_vm_argument_spec() -> str:
     (AnsibleModule's keyword arguments between options), one option a line (`ruff format` splits long ones)."""
     from gpulab.pve import vmoptions
 
-    lines = [VM_SPEC_START, "ARGUMENT_SPEC = dict(\n"]
-    lines += [f"    {option}={_literal(entry)},\n" for option, entry in vmoptions.argument_spec().items()]
     # the connection options and their rules: plugins/module_utils/pve.py, once for every PVE module
-    lines += ["    **pve.CONNECTION,\n", ")\n", "RULES = pve.CONNECTION_RULES\n", SPEC_END]
-    return _formatted("".join(lines), "pve_vm")
+    code = _spec_code(VM_SPEC_START, "ARGUMENT_SPEC", vmoptions.argument_spec(), "    **pve.CONNECTION,\n")
+    return _formatted(code + "RULES = pve.CONNECTION_RULES\n" + SPEC_END, "pve_vm")
+
+
+def _spec_code(start: str, name: str, spec: dict, spread: str = "") -> str:
+    """`start`, then `name = dict(...)` of the argument spec `spec`, one option a line, `spread` last."""
+    options = [f"    {option}={_literal(entry)},\n" for option, entry in spec.items()]
+    return "".join([start, f"{name} = dict(\n", *options, spread, ")\n"])
+
+
+def _generated_block(text: str, start: str, where: str) -> str:
+    """The generated lines of the file `where` (its `text`): from the line `start` to SPEC_END."""
+    if start not in text:
+        raise ValueError(f"{where} has no line {start.strip()!r}")
+    return start + text.split(start, 1)[1].split(SPEC_END, 1)[0] + SPEC_END
 
 
 CONNECTION_MODULE = "plugins/module_utils/pve.py"
@@ -479,20 +490,13 @@ def render_connection_spec() -> str:
     into its ARGUMENT_SPEC, and their rules (AnsibleModule's keyword arguments)."""
     from gpulab.pve import connection
 
-    spec = connection.argument_spec(_Fallback())
     rules = {k: [list(group) for group in v] for k, v in connection.MODULE_KWARGS.items()}
-    lines = [CONNECTION_START, "CONNECTION = dict(\n"]
-    lines += [f"    {option}={_literal(entry)},\n" for option, entry in spec.items()]
-    lines.append(")\n")
-    lines.append(f"CONNECTION_RULES = {_literal(rules)}\n")
-    lines.append(SPEC_END)
-    return _formatted("".join(lines), "../module_utils/pve")
+    code = _spec_code(CONNECTION_START, "CONNECTION", connection.argument_spec(_Fallback()))
+    return _formatted(f"{code}CONNECTION_RULES = {_literal(rules)}\n{SPEC_END}", "../module_utils/pve")
 
 
 def connection_spec_block(text: str) -> str:
-    if CONNECTION_START not in text:
-        raise ValueError(f"{CONNECTION_MODULE} has no line {CONNECTION_START.strip()!r}")
-    return CONNECTION_START + text.split(CONNECTION_START, 1)[1].split(SPEC_END, 1)[0] + SPEC_END
+    return _generated_block(text, CONNECTION_START, CONNECTION_MODULE)
 
 
 def update_connection_spec(root: Path) -> bool:
@@ -519,9 +523,7 @@ def _formatted(code: str, name: str) -> str:
 
 
 def vm_argument_spec_block(text: str) -> str:
-    if VM_SPEC_START not in text:
-        raise ValueError(f"{VM_MODULE} has no line {VM_SPEC_START.strip()!r}")
-    return VM_SPEC_START + text.split(VM_SPEC_START, 1)[1].split(SPEC_END, 1)[0] + SPEC_END
+    return _generated_block(text, VM_SPEC_START, VM_MODULE)
 
 
 def update_vm_argument_spec(root: Path) -> bool:

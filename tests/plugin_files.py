@@ -18,6 +18,12 @@ def load(relative: str, name: str | None = None) -> ModuleType:
     return module
 
 
+def argument_spec(module: str) -> dict:
+    """The ARGUMENT_SPEC that plugins/modules/<module>.py declares: what AnsibleModule and validate-modules read,
+    the one place a module's options are declared."""
+    return load(f"plugins/modules/{module}.py").ARGUMENT_SPEC
+
+
 def filters(plugin: str) -> dict:
     """The filters of plugins/filter/<plugin>.py by name."""
     return load(f"plugins/filter/{plugin}.py").FilterModule().filters()

@@ -11,7 +11,6 @@ import yaml
 from gpulab import constants, routers
 from gpulab.labdef import rules
 from gpulab.pve.client import PveConnection
-from gpulab.tasks import dhcp_reservation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +32,7 @@ def test_the_dhcp_module_offers_the_router_kinds():
     spec = importlib.util.spec_from_file_location("dhcp_module_kinds", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert dhcp_reservation.OPTIONS["kind"]["choices"] == list(constants.ROUTER_KINDS)
+    assert mod.ARGUMENT_SPEC["kind"]["choices"] == list(constants.ROUTER_KINDS)
     doc = yaml.safe_load(mod.DOCUMENTATION)
     assert doc["options"]["kind"]["choices"] == list(constants.ROUTER_KINDS)
 

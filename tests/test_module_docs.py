@@ -1,15 +1,16 @@
 """Every module in plugins/modules: DOCUMENTATION, EXAMPLES and RETURN parse and match its argument spec.
 
 Modules are found by listing the folder, so a new module is checked without touching this file. Every module
-declares its options in ARGUMENT_SPEC; a controller module's is generated from its task's in the engine
-(gpulab.tasks.<name>, with the PVE connection options for a PVE task) by `make docs`, and must be that spec.
-A module without one must be the documentation of an action plugin.
+declares its options in ARGUMENT_SPEC, the one place they are declared: by hand (a PVE module spreads the
+connection options of plugins/module_utils/pve.py into it), but for pve_vm's, which `make docs` generates from
+its option table gpulab.pve.vmoptions. A module without one must be the documentation of an action plugin.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 from pathlib import Path
 from types import ModuleType
 
@@ -154,33 +155,92 @@ def test_secret_options_are_no_log(name):
 
 
 CONTROLLER = [n for n in MODULES if tasks.of(n) is not None]
-
-
-def test_the_controller_modules_are_those_make_docs_writes():
-    assert set(CONTROLLER) == set(docs.CONTROLLER_MODULES)
-
-
 RUFF = importlib.util.find_spec("ruff") is not None
 
 
 @pytest.mark.parametrize("name", CONTROLLER)
-def test_a_controller_modules_argument_spec_is_its_engines(name):
-    """The spec the file declares (what Ansible and validate-modules read) is the engine's OPTIONS with the
-    connection options of a PVE task, fallbacks and rules included: `make docs` wrote it and nobody edited it."""
-    from ansible.module_utils.basic import env_fallback
-
-    mod, task = module(name), tasks.of(name)
-    assert tasks.argument_spec(task, env_fallback) == mod.ARGUMENT_SPEC
-    rules = {k: [list(group) for group in v] for k, v in tasks.rules(task).items()}
-    assert rules == mod.RULES
-    fragments = yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment") or []
-    assert getattr(task, "PVE", False) == (f"{COLLECTION}.pve" in fragments), (
-        "the pve fragment goes with a PVE task"
-    )
-    # and the lines are those `make docs` writes now (laid out by ruff as the lint wants)
+def test_a_controller_modules_options_are_declared_in_its_file_only(name):
+    """The module file's ARGUMENT_SPEC is the one declaration of its options: the engine's task keeps no copy
+    (it reads its options from the checked params by name), and only pve_vm's is written by `make docs`."""
+    task = tasks.of(name)
+    assert not hasattr(task, "OPTIONS") and not hasattr(task, "PVE"), f"gpulab.tasks.{name} repeats the spec"
     text = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
+    assert ("by `make docs`: edit its OPTIONS" in text) == (name == "pve_vm")
+
+
+@pytest.mark.parametrize("name", CONTROLLER)
+def test_a_pve_module_spreads_the_connection_options_and_rules(name):
+    """A module documented with the pve fragment takes the connection options and their rules of
+    plugins/module_utils/pve.py as they are; any other controller module takes neither."""
+    from ansible_collections.gpulab.homelab.plugins.module_utils import pve
+
+    mod = module(name)
+    fragments = yaml.safe_load(mod.DOCUMENTATION).get("extends_documentation_fragment") or []
+    if f"{COLLECTION}.pve" in fragments:
+        assert {k: mod.ARGUMENT_SPEC.get(k) for k in pve.CONNECTION} == pve.CONNECTION
+        assert mod.RULES == pve.CONNECTION_RULES
+    else:
+        assert not [k for k in mod.ARGUMENT_SPEC if k.startswith("api_")]
+        assert mod.RULES == {}
+
+
+def test_pve_vms_argument_spec_is_its_option_table():
+    """pve_vm's spec is generated from gpulab.pve.vmoptions (the table that also maps each option to PVE's
+    keys) with the connection options: `make docs` wrote it and nobody edited it."""
+    from ansible_collections.gpulab.homelab.plugins.module_utils import pve
+
+    from gpulab.pve import vmoptions
+
+    mod = module("pve_vm")
+    assert {**vmoptions.argument_spec(), **pve.CONNECTION} == mod.ARGUMENT_SPEC
+    assert mod.RULES == pve.CONNECTION_RULES
+    text = (ROOT / "plugins" / "modules" / "pve_vm.py").read_text()
     if RUFF:  # make docs lays the lines out with ruff (a venv without it, such as unit-min's, writes them unformatted)
-        assert docs.argument_spec_block(text, name) == docs.render_argument_spec(name)
+        assert docs.vm_argument_spec_block(text) == docs.render_vm_argument_spec()
+
+
+def keywords(function, *leave_out: str) -> dict:
+    """The keyword parameters of `function` (but `leave_out`), with their defaults."""
+    params = inspect.signature(function).parameters.values()
+    return {p.name: p.default for p in params if p.name not in leave_out and p.kind is not p.VAR_KEYWORD}
+
+
+def test_the_hand_kept_specs_offer_what_the_engine_takes():
+    """What a hand-kept spec shares with the engine is checked here: the router kinds, PVE's info sections, and
+    the options a task hands on whole to an engine function (a name the function does not take would fail
+    every run; a default that differs from the function's would change what a run does)."""
+    from gpulab import constants, hami, monitoring, routers
+    from gpulab.pve import connection, download, info
+    from gpulab.tasks import pve_download
+
+    dhcp = module("dhcp_reservation").ARGUMENT_SPEC
+    assert dhcp["kind"]["choices"] == list(routers.KINDS) == list(constants.ROUTER_KINDS)
+    gather = module("pve_info").ARGUMENT_SPEC["gather"]
+    assert (gather["choices"], gather["default"]) == (list(info.SECTIONS), list(info.DEFAULT_SECTIONS))
+
+    charts = module("monitoring_charts").ARGUMENT_SPEC
+    render = keywords(monitoring.render)
+    assert set(charts) == set(render)
+    assert {
+        k: v["default"] for k, v in charts.items() if render[k] not in (None, inspect.Parameter.empty)
+    } == {k: v for k, v in render.items() if v not in (None, inspect.Parameter.empty)}
+
+    values = module("hami_values").ARGUMENT_SPEC
+    chart_args = (
+        "chart_version",
+        "name",
+        "namespace",
+        "repo",
+        "timeout",
+    )  # hami.render's own, to the HelmChart
+    assert set(values) == set(keywords(hami.build_values)) | set(chart_args)
+
+    spec = module("pve_download").ARGUMENT_SPEC
+    taken = keywords(download.ensure_download, "client", "check_mode", "on_progress")
+    assert set(spec) - set(connection.OPTIONS) - set(pve_download.NOT_DOWNLOAD) == set(taken)
+    assert {k: spec[k].get("default") for k in taken if taken[k] is not inspect.Parameter.empty} == {
+        k: v for k, v in taken.items() if v is not inspect.Parameter.empty
+    }
 
 
 def test_the_pve_connection_options_are_written_once_for_every_pve_module():

@@ -1,7 +1,8 @@
 """What `make docs` writes: docs/variables.md, each role's README, the command blocks of the docs and the
-data-flow picture, and the generated options of two modules. Each comes from one source (the catalogue, the
-roles' meta/argument_specs.yml and defaults, library/gpulab/data/commands.yml, the tables of the engine);
-tests/labdef/test_docs.py fails when a written file is out of date."""
+data-flow picture, the generated options of two modules, pve_vm's argument spec and the PVE connection options
+of plugins/module_utils/pve.py. Each comes from one source (the catalogue, the roles' meta/argument_specs.yml
+and defaults, library/gpulab/data/commands.yml, the tables of the engine); tests/labdef/test_docs.py fails when
+a written file is out of date."""
 
 from __future__ import annotations
 
@@ -424,22 +425,12 @@ def update_data_flow(root: Path) -> bool:
     return _write(root / DATA_FLOW, render_data_flow())
 
 
-# The argument spec of each controller module (its engine's OPTIONS, gpulab.tasks.<name>, with the PVE connection
-# options of a PVE task), written into the module file as a Python literal so that Ansible and ansible-test's
-# validate-modules read the module's real arguments without the engine. `make docs` writes it (then
-# `ruff format` lays it out); tests/test_module_docs.py checks each file's spec is its engine's.
-CONTROLLER_MODULES = (
-    "dhcp_reservation",
-    "hami_values",
-    "hami_workloads",
-    "lab_table",
-    "monitoring_charts",
-    "pve_download",
-    "pve_info",
-    "pve_pci_mapping",
-    "pve_vm",
-)
-SPEC_START = "# generated from gpulab.tasks.{name} by `make docs`: edit its OPTIONS, not these lines\n"
+# pve_vm's argument spec: its option table gpulab.pve.vmoptions (which also maps each option to PVE's keys) with
+# the PVE connection options, written into the module file as a Python literal so that Ansible and ansible-test's
+# validate-modules read the module's real arguments without the engine. `make docs` writes it (then `ruff format`
+# lays it out); tests/test_module_docs.py checks the file's spec is the table's. The other controller modules'
+# specs are plain data kept by hand in their files, the one place they are declared.
+VM_SPEC_START = "# generated from gpulab.pve.vmoptions by `make docs`: edit its OPTIONS, not these lines\n"
 SPEC_END = "# end of the generated argument spec\n"
 
 
@@ -465,21 +456,27 @@ def _literal(value) -> str:
     return repr(value)
 
 
-def render_argument_spec(name: str) -> str:
-    """The generated lines of controller module `name`: ARGUMENT_SPEC and RULES (AnsibleModule's keyword
-    arguments between options), one option a line (`ruff format` splits the long ones)."""
-    from gpulab import tasks
+def render_vm_argument_spec() -> str:
+    """The generated lines of pve_vm: ARGUMENT_SPEC (the table's options, then the connection's) and RULES
+    (AnsibleModule's keyword arguments between options), one option a line (`ruff format` splits long ones)."""
+    from gpulab.pve import vmoptions
 
-    task = tasks.of(name)
-    pve = getattr(task, "PVE", False)
-    lines = [SPEC_START.format(name=name), "ARGUMENT_SPEC = dict(\n"]
-    lines += [f"    {option}={_literal(entry)},\n" for option, entry in dict(task.OPTIONS).items()]
-    if pve:  # the connection options and their rules: plugins/module_utils/pve.py, once for every PVE module
-        lines.append("    **pve.CONNECTION,\n")
-    lines.append(")\n")
-    lines.append("RULES = pve.CONNECTION_RULES\n" if pve else "RULES = {}\n")
-    lines.append(SPEC_END)
-    return _formatted("".join(lines), name)
+    # the connection options and their rules: plugins/module_utils/pve.py, once for every PVE module
+    code = _spec_code(VM_SPEC_START, "ARGUMENT_SPEC", vmoptions.argument_spec(), "    **pve.CONNECTION,\n")
+    return _formatted(code + "RULES = pve.CONNECTION_RULES\n" + SPEC_END, "pve_vm")
+
+
+def _spec_code(start: str, name: str, spec: dict, spread: str = "") -> str:
+    """`start`, then `name = dict(...)` of the argument spec `spec`, one option a line, `spread` last."""
+    options = [f"    {option}={_literal(entry)},\n" for option, entry in spec.items()]
+    return "".join([start, f"{name} = dict(\n", *options, spread, ")\n"])
+
+
+def _generated_block(text: str, start: str, where: str) -> str:
+    """The generated lines of the file `where` (its `text`): from the line `start` to SPEC_END."""
+    if start not in text:
+        raise ValueError(f"{where} has no line {start.strip()!r}")
+    return start + text.split(start, 1)[1].split(SPEC_END, 1)[0] + SPEC_END
 
 
 CONNECTION_MODULE = "plugins/module_utils/pve.py"
@@ -493,20 +490,13 @@ def render_connection_spec() -> str:
     into its ARGUMENT_SPEC, and their rules (AnsibleModule's keyword arguments)."""
     from gpulab.pve import connection
 
-    spec = connection.argument_spec(_Fallback())
     rules = {k: [list(group) for group in v] for k, v in connection.MODULE_KWARGS.items()}
-    lines = [CONNECTION_START, "CONNECTION = dict(\n"]
-    lines += [f"    {option}={_literal(entry)},\n" for option, entry in spec.items()]
-    lines.append(")\n")
-    lines.append(f"CONNECTION_RULES = {_literal(rules)}\n")
-    lines.append(SPEC_END)
-    return _formatted("".join(lines), "../module_utils/pve")
+    code = _spec_code(CONNECTION_START, "CONNECTION", connection.argument_spec(_Fallback()))
+    return _formatted(f"{code}CONNECTION_RULES = {_literal(rules)}\n{SPEC_END}", "../module_utils/pve")
 
 
 def connection_spec_block(text: str) -> str:
-    if CONNECTION_START not in text:
-        raise ValueError(f"{CONNECTION_MODULE} has no line {CONNECTION_START.strip()!r}")
-    return CONNECTION_START + text.split(CONNECTION_START, 1)[1].split(SPEC_END, 1)[0] + SPEC_END
+    return _generated_block(text, CONNECTION_START, CONNECTION_MODULE)
 
 
 def update_connection_spec(root: Path) -> bool:
@@ -532,23 +522,12 @@ def _formatted(code: str, name: str) -> str:
     return proc.stdout if proc.returncode == 0 else code
 
 
-def argument_spec_block(text: str, name: str) -> str:
-    start = SPEC_START.format(name=name)
-    if start not in text:
-        raise ValueError(f"plugins/modules/{name}.py has no line {start.strip()!r}")
-    return start + text.split(start, 1)[1].split(SPEC_END, 1)[0] + SPEC_END
+def vm_argument_spec_block(text: str) -> str:
+    return _generated_block(text, VM_SPEC_START, VM_MODULE)
 
 
-def update_argument_specs(root: Path) -> list[str]:
-    """Rewrite each controller module's generated argument spec; the names of those that changed."""
-    changed = []
-    for name in CONTROLLER_MODULES:
-        path = root / "plugins" / "modules" / f"{name}.py"
-        if _rewrite_block(
-            path, lambda text, n=name: argument_spec_block(text, n), lambda n=name: render_argument_spec(n)
-        ):
-            changed.append(name)
-    return changed
+def update_vm_argument_spec(root: Path) -> bool:
+    return _rewrite_block(root / VM_MODULE, vm_argument_spec_block, render_vm_argument_spec)
 
 
 def main(root: Path) -> None:
@@ -563,12 +542,7 @@ def main(root: Path) -> None:
     print(f"{VM_MODULE} options {said[update_vm_module(root)]}")
     print(f"{ROUTER_MODULE} options {said[update_router_module(root)]}")
     print(f"{CONNECTION_MODULE} connection options {said[update_connection_spec(root)]}")
-    changed_specs = update_argument_specs(root)
-    print(
-        f"argument specs updated: {', '.join(changed_specs)}"
-        if changed_specs
-        else "argument specs up to date"
-    )
+    print(f"{VM_MODULE} argument spec {said[update_vm_argument_spec(root)]}")
 
 
 if __name__ == "__main__":

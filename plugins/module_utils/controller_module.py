@@ -1,7 +1,8 @@
 """The main() of every controller module: its AnsibleModule, then its engine task.
 
 A controller module (pve_vm, pve_info, dhcp_reservation, ...) declares its arguments itself (ARGUMENT_SPEC and
-RULES, generated into the file from its engine task's OPTIONS by `make docs`); its main() is
+RULES, the one place they are declared: written by hand, but for pve_vm's, which `make docs` writes from its
+option table gpulab.pve.vmoptions; a PVE module spreads the connection options of pve.py into them); its main() is
 `run_module(ARGUMENT_SPEC, RULES, "<name>")`, which builds the AnsibleModule from them; `run_task` runs the
 engine's task gpulab.tasks.<name> with the checked options, check and diff mode, and reports its result or its
 failure. The engine (the gpulab distribution,

@@ -291,7 +291,6 @@ error_code:
 
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
-# generated from gpulab.tasks.dhcp_reservation by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
     kind=dict(
         type="str", choices=["dnsmasq", "openwrt", "kea", "mikrotik", "opnsense", "pfsense", "huawei_ont"]
@@ -320,7 +319,7 @@ ARGUMENT_SPEC = dict(
             local=dict(type="bool", default=False),
         ),
     ),
-    options=dict(type="dict", default=dict()),
+    options=dict(type="dict", default={}),
     reservations=dict(
         type="list",
         elements="dict",
@@ -349,7 +348,6 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
 )
 RULES = {}
-# end of the generated argument spec
 
 
 def main():

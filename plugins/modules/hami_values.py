@@ -134,7 +134,6 @@ keys_known:
 
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
-# generated from gpulab.tasks.hami_values by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
     chart_version=dict(type="str", required=True),
     device_split_count=dict(type="int", default=10),
@@ -143,19 +142,18 @@ ARGUMENT_SPEC = dict(
     node_selector=dict(type="dict", default=dict(gpu="on")),
     kube_scheduler_image=dict(
         type="dict",
-        default=dict(),
+        default={},
         options=dict(registry=dict(type="str"), repository=dict(type="str"), tag=dict(type="str")),
     ),
     image_registry=dict(type="str", default=""),
     kube_version=dict(type="str", default=""),
-    extra_values=dict(type="dict", default=dict()),
+    extra_values=dict(type="dict", default={}),
     name=dict(type="str", default="hami"),
     namespace=dict(type="str", default="kube-system"),
     repo=dict(type="str", default="https://project-hami.github.io/HAMi/"),
     timeout=dict(type="str", default="10m0s"),
 )
 RULES = {}
-# end of the generated argument spec
 
 
 def main():

@@ -124,7 +124,6 @@ cards:
 
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
-# generated from gpulab.tasks.hami_workloads by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
     engines=dict(type="list", elements="dict", required=True),
     gpus_by_node=dict(type="dict", required=True),
@@ -132,7 +131,6 @@ ARGUMENT_SPEC = dict(
     wait_image=dict(type="str"),
 )
 RULES = {}
-# end of the generated argument spec
 
 
 def main():

@@ -107,19 +107,17 @@ files:
 from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
-# generated from gpulab.tasks.lab_table by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
     vms=dict(type="list", elements="dict", required=True),
-    gpus=dict(type="dict", default=dict()),
+    gpus=dict(type="dict", default={}),
     k8s_nodes=dict(type="list", elements="dict", default=[]),
     k8s_pods=dict(type="list", elements="dict", default=[]),
     state_dir=dict(type="path"),
-    links=dict(type="dict", default=dict()),
+    links=dict(type="dict", default={}),
     kube_context=dict(type="str", default=""),
     **pve.CONNECTION,
 )
 RULES = pve.CONNECTION_RULES
-# end of the generated argument spec
 
 
 def main():

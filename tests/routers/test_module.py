@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from ansible_modules import command
+from plugin_files import argument_spec
 
 from gpulab.routers import OPTION_DEFAULTS, RouterError, make_backend
 from gpulab.tasks import dhcp_reservation as task
@@ -17,9 +18,10 @@ PW = "Mod-Secret-42"
 
 
 def test_passwords_are_no_log_and_every_backend_is_a_kind():
-    assert task.OPTIONS["password"]["no_log"] is True
-    assert task.OPTIONS["ssh"]["options"]["password"]["no_log"] is True
-    assert set(task.OPTIONS["kind"]["choices"]) == set(OPTION_DEFAULTS)
+    spec = argument_spec("dhcp_reservation")
+    assert spec["password"]["no_log"] is True
+    assert spec["ssh"]["options"]["password"]["no_log"] is True
+    assert set(spec["kind"]["choices"]) == set(OPTION_DEFAULTS)
 
 
 def test_make_backend_refuses_unknown_kind_and_option():

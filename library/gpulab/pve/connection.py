@@ -1,7 +1,8 @@
 """The connection options every PVE module shares, as data, and the client built from them.
 
-The modules take their argument spec from `argument_spec(env_fallback)` (Ansible's env_fallback is
-passed in, so this package stays free of Ansible) and document it through the `pve` doc fragment.
+`make docs` writes `argument_spec(env_fallback)` (Ansible's env_fallback is passed in, so this package stays
+free of Ansible) into plugins/module_utils/pve.py, whose CONNECTION every PVE module spreads into its
+ARGUMENT_SPEC; the `pve` doc fragment documents the options.
 """
 
 from __future__ import annotations

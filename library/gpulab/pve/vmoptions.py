@@ -1,12 +1,12 @@
 """The input options of pve_vm, one row each, with the PVE config keys each one writes.
 
-This one table drives the module's argument spec (`argument_spec()`), its DOCUMENTATION options
-(`documentation()`, written into plugins/modules/pve_vm.py by `make docs`; a test keeps the two
-equal), the config the module sends (`build()`) and, the other way, the option values a VM's config
-holds (`read()`, which gpulab.discover reads an existing VM with). Each row of `OPTIONS` names the keys of `vmconfig`'s
-key table (or the indexed families, `net*`) it writes; a test fails when a row writes a key it does not
-name or names a key that table lacks. `CONTROL` holds the options that say which VM and what to do with
-it (no config key).
+This one table drives the module's argument spec (`argument_spec()`) and its DOCUMENTATION options
+(`documentation()`), both written into plugins/modules/pve_vm.py by `make docs` (tests keep them in step),
+the config the module sends (`build()`) and, the other way, the option values a VM's config holds
+(`read()`, which gpulab.discover reads an existing VM with). Each row of `OPTIONS` names the keys of
+`vmconfig`'s key table (or the indexed families, `net*`) it writes; a test fails when a row writes a key
+it does not name or names a key that table lacks. `CONTROL` holds the options that say which VM and what
+to do with it (no config key).
 """
 
 from __future__ import annotations

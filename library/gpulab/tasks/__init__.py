@@ -1,21 +1,21 @@
 """What each controller module does, as a function of its checked options: one module of this package per
 module of plugins/modules that runs on the controller (hami_values -> gpulab.tasks.hami_values).
 
-Each holds the module's own options (`OPTIONS`, an argument spec; `PVE = True` adds the connection options
-of gpulab.pve.connection and their rules) and `run(task)`, which does the work and
-returns the result, or raises `Failed` with the message and the result so far. `task` is what the caller
-gives: the checked options (`params`), `check_mode`, `diff`, `warn(msg)`, `log(msg)` and `no_log_values`.
+Each holds `run(task)`, which does the work and returns the result, or raises `Failed` with the message and
+the result so far. `task` is what the caller gives: the checked options (`params`), `check_mode`, `diff`,
+`warn(msg)`, `log(msg)` and `no_log_values`.
 
-The module file (plugins/modules/<name>.py) declares the same spec as a literal, ARGUMENT_SPEC and RULES, that
-`make docs` writes from `argument_spec` and `rules` here (gpulab.docs); its main() builds the AnsibleModule
-and runs the task (plugins/module_utils/controller_module.py, `run_task`). Nothing here imports Ansible:
-the environment fallback of the connection options is passed in.
+The options themselves are declared once, in the module file (plugins/modules/<name>.py): its ARGUMENT_SPEC
+and RULES, written by hand (a PVE module spreads the connection options of plugins/module_utils/pve.py into
+them; pve_vm's spec is the one `make docs` writes, from its option table gpulab.pve.vmoptions). Its main()
+builds the AnsibleModule and runs the task (plugins/module_utils/controller_module.py, `run_task`); a task
+reads its options from `params` by name. Nothing here imports Ansible.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -54,27 +54,6 @@ def of(module_name: str) -> ModuleType | None:
         if exc.name != f"{__name__}.{short}":
             raise
         return None
-
-
-def argument_spec(task: ModuleType, fallback: Callable[..., Any] | None = None) -> dict[str, dict[str, Any]]:
-    """The task's whole argument spec: its own options and, for a PVE task, the connection options, which
-    fall back to the PVE_API_* environment variables through `fallback` (Ansible's env_fallback)."""
-    spec = dict(task.OPTIONS)
-    if getattr(task, "PVE", False):
-        from gpulab.pve import connection
-
-        spec.update(connection.argument_spec(fallback))
-    return spec
-
-
-def rules(task: ModuleType) -> dict[str, Any]:
-    """The rules between options (mutually_exclusive, required_together, ...) as AnsibleModule and
-    ArgumentSpecValidator take them as keyword arguments."""
-    if getattr(task, "PVE", False):
-        from gpulab.pve import connection
-
-        return dict(connection.MODULE_KWARGS)
-    return {}
 
 
 def plain(value: Any) -> Any:

@@ -2,63 +2,9 @@
 
 from __future__ import annotations
 
-from gpulab.routers import KINDS, RouterError, make_backend
+from gpulab.routers import RouterError, make_backend
 from gpulab.routers.http import mask
 from gpulab.tasks import Failed, Task
-
-
-def _list_of(**options) -> dict:
-    """An option that is a list of dicts with these sub-options, empty when not given."""
-    return dict(type="list", elements="dict", default=[], options=options)
-
-
-OPTIONS = dict(
-    kind=dict(
-        type="str",
-        choices=list(KINDS),  # the module's DOCUMENTATION repeats them (a test compares)
-    ),
-    address=dict(type="str"),
-    subnet=dict(type="str"),
-    pool=dict(
-        type="dict", options=dict(start=dict(type="str", required=True), end=dict(type="str", required=True))
-    ),
-    user=dict(type="str"),
-    password=dict(type="str", no_log=True),
-    url=dict(type="str"),
-    validate_certs=dict(type="bool"),
-    ssh=dict(
-        type="dict",
-        options=dict(
-            host=dict(type="str"),
-            port=dict(type="int"),
-            user=dict(type="str"),
-            password=dict(type="str", no_log=True),
-            key_file=dict(type="path", no_log=False),
-            host_key_checking=dict(type="bool"),
-            known_hosts=dict(type="path"),
-            ssh_args=dict(type="str"),
-            become=dict(type="bool", default=False),
-            local=dict(type="bool", default=False),
-        ),
-    ),
-    options=dict(type="dict", default={}),
-    reservations=_list_of(
-        mac=dict(type="str", required=True),
-        address=dict(type="str"),
-        hostname=dict(type="str"),
-        current_address=dict(type="str"),
-        expect=dict(type="str"),
-        name=dict(type="str"),
-    ),
-    keep_free=_list_of(
-        address=dict(type="str", required=True),
-        host=dict(type="str"),
-        field=dict(type="str"),
-        what=dict(type="str"),
-    ),
-    known_only=dict(type="bool", default=False),
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-)
 
 
 def apply(params: dict, check_mode: bool) -> dict:

@@ -6,13 +6,6 @@ from gpulab.k8s import workloads
 from gpulab.k8s.validate import ManifestError
 from gpulab.tasks import Run, Task
 
-OPTIONS = {
-    "engines": {"type": "list", "elements": "dict", "required": True},
-    "gpus_by_node": {"type": "dict", "required": True},
-    "k3s_version": {"type": "str"},
-    "wait_image": {"type": "str"},
-}
-
 
 def run(task: Task) -> dict:
     p = task.params

@@ -5,17 +5,6 @@ from __future__ import annotations
 from gpulab import labtable
 from gpulab.tasks import Run, Task
 
-PVE = True
-OPTIONS = {
-    "vms": {"type": "list", "elements": "dict", "required": True},
-    "gpus": {"type": "dict", "default": {}},
-    "k8s_nodes": {"type": "list", "elements": "dict", "default": []},
-    "k8s_pods": {"type": "list", "elements": "dict", "default": []},
-    "state_dir": {"type": "path"},
-    "links": {"type": "dict", "default": {}},
-    "kube_context": {"type": "str", "default": ""},
-}
-
 
 def run(task: Task) -> dict:
     p = task.params

@@ -2,29 +2,10 @@
 
 from __future__ import annotations
 
-from gpulab.pve import download
+from gpulab.pve import connection, download
 from gpulab.tasks import Run, Task
 
-PVE = True
-OPTIONS = {
-    "node": {"type": "str", "required": True},
-    "storage": {"type": "str", "required": True},
-    "url": {"type": "str", "required": True},
-    "filename": {"type": "str", "required": True},
-    "content": {"type": "str", "choices": ["iso", "import", "vztmpl"], "default": "iso"},
-    "checksum": {"type": "str"},
-    "checksum_algorithm": {
-        "type": "str",
-        "choices": ["md5", "sha1", "sha224", "sha256", "sha384", "sha512"],
-        "default": "sha256",
-    },
-    "verify_certificates": {"type": "bool", "default": True},
-    "verify_existing": {"type": "bool", "default": False},
-    "wait": {"type": "bool", "default": True},
-    "upid": {"type": "str"},
-    "timeout": {"type": "int", "default": 3600},
-    "poll_interval": {"type": "int", "default": 5},
-}
+NOT_DOWNLOAD = ("upid", "poll_interval")  # the options that are not arguments of download.ensure_download
 
 
 def run(task: Task) -> dict:
@@ -61,8 +42,9 @@ def run(task: Task) -> dict:
                 f", {state['progress']:.0f}%" if state["progress"] is not None else ""
             )
         else:
-            # every option of the module but upid and poll_interval is an argument of the engine's download
-            own = {name: p[name] for name in OPTIONS if name not in ("upid", "poll_interval")}
+            # every option of the module (plugins/modules/pve_download.py) but the connection's, upid and
+            # poll_interval is an argument of the engine's download
+            own = {k: v for k, v in p.items() if k not in connection.OPTIONS and k not in NOT_DOWNLOAD}
             res = download.ensure_download(client, check_mode=task.check_mode, **own)
             result.update(
                 changed=res.changed,

@@ -5,25 +5,6 @@ from __future__ import annotations
 from gpulab.pve import mapping
 from gpulab.tasks import Run, Task
 
-PVE = True
-OPTIONS = {
-    "id": {"type": "str", "required": True},
-    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-    "description": {"type": "str"},
-    "entries": {
-        "type": "list",
-        "elements": "dict",
-        "default": [],
-        "options": {
-            "node": {"type": "str", "required": True},
-            "path": {"type": "str", "required": True},
-            "id": {"type": "str", "required": True},
-            "iommugroup": {"type": "int"},
-            "subsystem_id": {"type": "str"},
-        },
-    },
-}
-
 
 def run(task: Task) -> dict:
     p = task.params

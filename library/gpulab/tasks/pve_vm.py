@@ -6,10 +6,6 @@ from gpulab.pve import connection, vmconfig, vmoptions
 from gpulab.pve.vm import VmError, VmManager, build_spec, read_host_keys, wait_for_address
 from gpulab.tasks import Run, Task
 
-PVE = True
-# the option table of gpulab.pve.vmoptions (the connection's options come with PVE)
-OPTIONS = vmoptions.argument_spec()
-
 
 def refuse_raw_hostpci(entries, conn):
     """PVE attaches a raw PCI address for root@pam password logins only; refuse it up front otherwise

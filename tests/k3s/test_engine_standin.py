@@ -12,6 +12,8 @@ import pytest
 from labsim.net.k3s import engine
 from labsim.net.k3s.cluster import Cluster
 
+from .engines import VLLM as VLLM_ENGINE
+
 IMAGE = "vllm/vllm-openai:v0.11.0"
 
 
@@ -206,3 +208,87 @@ def test_loadbalancer_services_reach_their_pods(tmp_path):
     with cluster.lock:
         cluster.run_pods(docs)
     assert cluster.state["pods"][0]["name"] != first["name"]
+
+
+def test_a_lan_engine_of_the_plan_answers_and_a_new_pod_fetches_nothing(tmp_path, monkeypatch):
+    """The workloads plan's own manifests for a LAN vLLM engine with a model cache volume, through the k3s
+    stand-in (HAMi places the pod) and the node's engine stand-in: the LoadBalancer port answers /v1/models
+    and a completion with the engine's model; the pod deleted by name is made again, reads the model from
+    the kept volume and fetches nothing."""
+    from gpulab.k8s import workloads
+
+    from .test_k3s_standin_pods import FACTS, Lab
+
+    lab = Lab(tmp_path, monkeypatch)
+    port = free_port()
+    vllm = {**VLLM_ENGINE, "args": ["Qwen/Qwen2.5-0.5B-Instruct"], "lan": True, "lan_port": port}
+    plan = workloads.plan([{**vllm, "model_cache_size": "20Gi"}], FACTS, addresses={"vm-gpu": "127.0.0.1"})
+    assert plan["engines"][0]["lan"]["url"] == f"http://127.0.0.1:{port}/v1"
+    lab.place(plan)
+    lab.step(0)
+    assert lab.step() == {"vllm": ("Running", True)}
+    node = tmp_path / "node"
+    engines = engine.Engines("vm-gpu", "127.0.0.1", root=str(node))
+    try:
+        engines.step(lab.cluster.state["pods"])
+        code, body = call(f"http://127.0.0.1:{port}/v1/models")
+        assert code == 200 and json.loads(body)["data"][0]["id"] == "Qwen/Qwen2.5-0.5B-Instruct"
+        body = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "prompt": "Say hello", "max_tokens": 5}
+        assert call(f"http://127.0.0.1:{port}/v1/completions", body)[0] == 200
+        first = lab.pods()["vllm"]["name"]
+        assert [f["pod"] for f in engine.fetched(str(node))] == [first]
+
+        assert lab.cluster.delete_pods("default", [first], {}) == [first]
+        lab.step(0)
+        assert lab.step() == {"vllm": ("Running", True)}
+        assert lab.pods()["vllm"]["name"] != first
+        engines.step(lab.cluster.state["pods"])
+        assert call(f"http://127.0.0.1:{port}/health")[0] == 200
+        assert [f["pod"] for f in engine.fetched(str(node))] == [first]  # the new pod fetched nothing
+    finally:
+        engines.close()
+
+
+def test_the_run_ends_by_calling_each_lan_engine_and_saying_its_url_and_model(tmp_path):
+    """Role workloads' last step (lan_proof.yml), from the controller as a user would: the engine's models, one
+    short completion, the URL and the model said, and the endpoint kept for the lab table."""
+    import os
+    import subprocess
+
+    from .conftest import LOCAL_HOST, PLAYBOOK, ROOT
+
+    port = free_port()
+    server = engine.serve("127.0.0.1", port, "Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B")
+    planned = {"name": "vllm", "namespace": "default", "node": "vm-gpu", "cards": ["GPU-6f2a1c3e-0d4b"],
+               "gpu_memory_percent": 45, "lan": {"url": f"http://127.0.0.1:{port}/v1"}}  # fmt: skip
+    play = [
+        {
+            "hosts": "all",
+            "gather_facts": False,
+            "vars": {"workloads_engine": planned, "workloads_lan_timeout": 10},
+            "tasks": [
+                {
+                    "ansible.builtin.include_role": {
+                        "name": "gpulab.homelab.workloads",
+                        "tasks_from": "lan_proof.yml",
+                    }
+                },
+                {"ansible.builtin.debug": {"msg": "ENDPOINTS {{ workloads_endpoints | to_json }}"}},
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"speaker": LOCAL_HOST}}}))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    try:
+        proc = subprocess.run(
+            [str(PLAYBOOK), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+            capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert f"serves Qwen/Qwen3-0.6B on the LAN at http://127.0.0.1:{port}/v1" in out
+    assert '\\"model\\": \\"Qwen/Qwen3-0.6B\\"' in out or '"model": "Qwen/Qwen3-0.6B"' in out

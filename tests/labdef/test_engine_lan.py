@@ -107,17 +107,26 @@ LAN = {**VLLM, "lan": True}
 OLLAMA = {"name": "ollama", "image": "ollama/ollama:0.12.6", "node": "vm-gpu", "gpu_memory_percent": 40}
 
 
+def with_kube_vip(inv):
+    """The reference lab with a kube-vip VIP (k3s_registration_address) and a DHCP pool of .100-.200."""
+    inv.hosts["isp-router"]["router_dhcp_pool"] = {"start": "192.168.100.100", "end": "192.168.100.200"}
+    inv.globals["k3s_registration_address"] = "192.168.100.50"
+    return inv
+
+
 @pytest.mark.parametrize(
     "address, why",
     [
         ("10.0.0.9", "outside the router's subnet 192.168.100.0/24"),
         ("192.168.100.1", "already in use: that is the address of the router"),
         ("192.168.100.53", "already in use: that is the address of VM vm-1"),
+        ("192.168.100.50", "already in use: that is the address of k3s_registration_address"),
         ("192.168.100.255", "the network or broadcast address"),
-        ("192.168.100.60", "inside the router's DHCP pool 192.168.100.2-192.168.100.254"),
+        ("192.168.100.150", "inside the router's DHCP pool 192.168.100.100-192.168.100.200"),
     ],
 )
 def test_preflight_refuses_a_bad_lan_address(inv, address, why):
+    with_kube_vip(inv)
     inv.globals["workloads_engines"] = [{**LAN, "lan_address": address}]
     (problem,) = inv.check()[1]
     assert problem.field == "workloads_engines[0].lan_address" and problem.value == address
@@ -125,15 +134,23 @@ def test_preflight_refuses_a_bad_lan_address(inv, address, why):
 
 
 def test_preflight_takes_a_free_lan_address_and_the_node_address(inv):
-    inv.hosts["isp-router"]["router_dhcp_pool"] = {"start": "192.168.100.100", "end": "192.168.100.200"}
-    inv.globals["workloads_engines"] = [{**LAN, "lan_address": "192.168.100.60"}]
-    assert inv.messages() == []
     inv.globals["workloads_engines"] = [LAN]
     assert inv.messages() == []
+    with_kube_vip(inv).globals["workloads_engines"] = [{**LAN, "lan_address": "192.168.100.60"}]
+    assert inv.messages() == []
+
+
+def test_preflight_refuses_a_lan_address_without_kube_vip(inv):
+    inv.hosts["isp-router"]["router_dhcp_pool"] = {"start": "192.168.100.100", "end": "192.168.100.200"}
+    inv.globals["workloads_engines"] = [{**LAN, "lan_address": "192.168.100.60"}]
+    (problem,) = inv.check()[1]
+    assert (
+        problem.field == "workloads_engines[0].lan_address" and "no kube-vip runs in this lab" in problem.why
+    )
 
 
 def test_preflight_refuses_one_lan_address_for_two_engines_naming_both(inv):
-    inv.hosts["isp-router"]["router_dhcp_pool"] = {"start": "192.168.100.100", "end": "192.168.100.200"}
+    with_kube_vip(inv)
     second = {**OLLAMA, "port": 11434, "lan": True, "lan_address": "192.168.100.60"}
     inv.globals["workloads_engines"] = [{**LAN, "lan_address": "192.168.100.60"}, second]
     (problem,) = inv.check()[1]

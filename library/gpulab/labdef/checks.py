@@ -451,6 +451,17 @@ def _router_net(d: LabDefinition):
     return net, str(r.get("router_address")), start, end
 
 
+def _has_kube_vip(d: LabDefinition) -> bool:
+    """Whether stage k3s runs kube-vip (playbooks/vars/k3s_vip.yml): the registration address is an IPv4 address
+    that is no VM's vm_address."""
+    value = str(d.globals.get("k3s_registration_address") or "")
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        return False
+    return value not in {str(vm.get("vm_address")) for vm in d.vms.values()}
+
+
 def check_lan(d: LabDefinition, engines: list, out: Problems) -> None:
     """The LAN addresses of the engines with lan: true, before any change. A lan_address (kube-vip announces it)
     must be on the router's subnet, outside its DHCP pool (no reservation holds it, so the router could lease it
@@ -490,6 +501,14 @@ def check_lan(d: LabDefinition, engines: list, out: Problems) -> None:
                         "give one of them another lan_port, or a lan_address of its own")  # fmt: skip
             continue
         addr = ipaddress.IPv4Address(lan["address"])
+        if not _has_kube_vip(d):
+            why = (
+                "no kube-vip runs in this lab to announce it: kube-vip runs for a k3s_registration_address that "
+                "is an IPv4 address and no VM's vm_address (several servers)"
+            )
+            fix = "leave lan_address out (the engine answers on its node's vm_address), or set up kube-vip's VIP"
+            out.add("all", field, lan["address"], why, fix)
+            continue
         if lan["address"] in taken:
             why = (
                 f"given to two engines, {taken[lan['address']]} and {name}; each LAN address is one engine's"

@@ -292,3 +292,41 @@ def test_the_run_ends_by_calling_each_lan_engine_and_saying_its_url_and_model(tm
     assert proc.returncode == 0, out[-4000:]
     assert f"serves Qwen/Qwen3-0.6B on the LAN at http://127.0.0.1:{port}/v1" in out
     assert '\\"model\\": \\"Qwen/Qwen3-0.6B\\"' in out or '"model": "Qwen/Qwen3-0.6B"' in out
+
+
+def test_kube_vip_service_address_forwards_to_the_engine(tmp_path):
+    """With svc_enable, kube-vip's leader announces the address a Service of its class names
+    (kube-vip.io/loadbalancerIPs) and the stand-in carries each connection to the pod's node at the Service's
+    port, where the engine answers (its node serves that port on its own address)."""
+    from labsim.net.k3s import kube_vip
+
+    port = free_port()
+    lan = [{"address": "192.168.100.61", "port": port, "target": "http"}]
+    state = {
+        "nodes": {"vm-gpu": {"address": "127.0.0.1"}},
+        "pods": [pod("vllm-a", container(["org/m"]), lan=lan)],
+    }
+    assert kube_vip.service_addresses(state) == {("192.168.100.61", port): ("127.0.0.1", port)}
+    assert (
+        kube_vip.service_addresses({**state, "pods": [pod("vllm-a", container(), lan=lan, ready=None)]}) == {}
+    )
+    docs = [{"kind": "DaemonSet", "spec": {"template": {"spec": {"hostNetwork": True, "containers": [{
+        "image": "ghcr.io/kube-vip/kube-vip:v1.2.2",
+        "env": [{"name": n, "value": v} for n, v in (("vip_arp", "true"), ("cp_enable", "true"),
+                ("svc_enable", "true"), ("address", "192.168.100.50"))]}]}}}}]  # fmt: skip
+    assert kube_vip.kube_vip_spec(docs)["services"] is True
+
+    engines = engine.Engines("vm-gpu", "127.0.0.1", root=str(tmp_path))
+    front = free_port()
+    forwarder = None
+    try:
+        engines.step(state["pods"])  # the engine node: the kube-vip address is not here, its own address is
+        assert set(engines.listeners) == {("127.0.0.1", port)}
+        forwarder = kube_vip.forward("127.0.0.1", front, ("127.0.0.1", port))  # the leader's side
+        code, body = call(f"http://127.0.0.1:{front}/v1/models")
+        assert code == 200 and json.loads(body)["data"][0]["id"] == "org/m"
+    finally:
+        engines.close()
+        if forwarder is not None:
+            forwarder.shutdown()
+            forwarder.server_close()

@@ -23,9 +23,11 @@ library/labsim/UPSTREAM.md (## vLLM engine).
   snapshot is written) and the fetch recorded in ``FETCHES`` on the node (pod, model, cache; whether a token was
   given, never the token), so a test sees that a restarted pod with a kept cache fetched nothing.
 * The engine answers on the node's address at the port of each LoadBalancer Service that selects its pod (k3s'
-  ServiceLB opens that port on the node, to the Service's target port), and on a LoadBalancer address the
-  Service names (``kube-vip.io/loadbalancerIPs``) when the node holds it. Known difference: ServiceLB opens
-  the port on every node; the stand-in answers on the engine's own node only.
+  ServiceLB opens that port on the node, to the Service's target port). A Service of kube-vip's class names its
+  address (``kube-vip.io/loadbalancerIPs``): the kube-vip leader holds it and forwards each connection to the
+  pod's node at that port (module kube_vip, standing in for kube-proxy), where the engine answers too. Known
+  differences: ServiceLB opens the port on every node, the stand-in on the engine's own node only; a kube-vip
+  Service's port also answers on the engine's node address.
 
 Standard library only.
 """
@@ -319,8 +321,9 @@ class Engines:
                     if target not in ports and target not in ports.values():
                         continue
                     address = lb["address"] or self.address
-                    if address in local:
-                        out[(address, lb["port"])] = (pod, container)
+                    # an address kube-vip holds on another node reaches the pod through the node's address there
+                    # (the stand-in's kube-proxy: module kube_vip forwards to it)
+                    out[(address if address in local else self.address, lb["port"])] = (pod, container)
                 if pod["name"] not in self.cached:
                     cache = cache_folder(pod, container, self.root)
                     ensure_model(cache, served_model(container)[1], pod, has_token(container), self.root)

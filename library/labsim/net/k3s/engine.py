@@ -332,12 +332,9 @@ class Engines:
 
     def step(self, pods):
         wanted = self.wanted(pods)
-        for key in [
-            k
-            for k, (pod_name, _) in self.listeners.items()
-            if wanted.get(k, ({},))[0].get("name") != pod_name
-        ]:
-            _, server = self.listeners.pop(key)
+        serving = {key: pod["name"] for key, (pod, _) in wanted.items()}
+        for key in [k for k, (pod_name, _) in self.listeners.items() if serving.get(k) != pod_name]:
+            _, server = self.listeners.pop(key)  # its pod is gone, not Ready, or another pod's now
             server.shutdown()
             server.server_close()
         for key, (pod, container) in wanted.items():

@@ -90,13 +90,16 @@ def rows(
     k8s_nodes: list[Mapping[str, Any]],
     k8s_pods: list[Mapping[str, Any]] | None = None,
     kube_context: str = "",
-) -> list[dict[str, str]]:
+    endpoints: list[Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """One row per VM. `vms`: {name, vmid, address, gpu (a card id, a list of them, or None), down (the run
     found it unreachable)}; `pve`: read_vm_configs(); `gpus`: GPU facts
     per VM name; `k8s_nodes`: items of `kubectl get nodes -o json` (node name = inventory name); `k8s_pods`:
     items of `kubectl get pods -A -o json`, whose HAMi annotations say who holds what on each card;
     `kube_context`: the context of the cluster in the controller's kubeconfig (stage k3s writes it), named in the
-    row of each VM that is a node of the cluster."""
+    row of each VM that is a node of the cluster; `endpoints`: the LAN engines stage workloads called ({name, url,
+    model, node, cards, gpu_memory_percent}), listed in the row of their node (`endpoints`: name, url, model,
+    share)."""
     nodes = {n.get("metadata", {}).get("name"): n for n in k8s_nodes}
     usage = card_usage({"items": list(k8s_nodes)}, {"items": list(k8s_pods or [])})
     table = []
@@ -133,7 +136,30 @@ def rows(
                 **({"context": kube_context} if kube_context and node else {}),
             }
         )
+        served = [endpoint_entry(e) for e in endpoints or [] if e.get("node") == name]
+        if served:
+            table[-1]["endpoints"] = served
     return table
+
+
+def endpoint_entry(engine: Mapping[str, Any]) -> dict[str, str]:
+    """A LAN engine as the table lists it: name, URL, model and its card share (`45 % of GPU-6f2a1c3e-0d4`)."""
+    cards = ", ".join(str(c)[:12] for c in engine.get("cards") or []) or "?"
+    return {
+        "name": str(engine.get("name", "?")),
+        "url": str(engine.get("url", "")),
+        "model": str(engine.get("model", "?")),
+        "share": f"{engine.get('gpu_memory_percent', 100)} % of {cards}",
+    }
+
+
+def endpoint_links(table: list[Mapping[str, Any]]) -> dict[str, str]:
+    """`engine NAME (MODEL, on VM, SHARE)` -> URL for every endpoint of the table's rows."""
+    return {
+        f"engine {e['name']} ({e['model']}, on {r['vm']}, {e['share']})": e["url"]
+        for r in table
+        for e in r.get("endpoints") or []
+    }
 
 
 def gpu_text(gpu: Any, config: Mapping[str, Any]) -> str:
@@ -187,7 +213,8 @@ def text(table: list[Mapping[str, str]]) -> list[str]:
 def files(table: list[Mapping[str, str]], links: Mapping[str, str] | None = None) -> dict[str, str]:
     """The stored forms of the table: file name -> content. `links`: where the lab's UIs are reached (name ->
     URL, e.g. stage monitoring's Prometheus and Grafana), listed under the table and on the page."""
-    extra = "".join(f"- {name}: {url}\n" for name, url in (links or {}).items())
+    links = {**(links or {}), **endpoint_links(table)}  # the LAN engines (stage workloads) with the UIs
+    extra = "".join(f"- {name}: {url}\n" for name, url in links.items())
     context = next((r["context"] for r in table if r.get("context")), "")
     if context:  # the cluster in the controller's kubeconfig (stage k3s)
         extra += f"- kubectl: context {context} (kubectl --context {context} get nodes)\n"

@@ -39,7 +39,15 @@ options:
       - The engines, in start order. Keys are C(name), C(image), C(node) (required), C(gpus) (card indexes
         into the node's GPU facts or GPU UUIDs, default C([0])), C(gpu_memory_percent) (1-100, default 100),
         C(gpu_cores), C(cuda_disable_control) (default true for vLLM), C(kind) (C(vllm) or C(other)),
-        C(namespace), C(replicas), C(command), C(args), C(env), C(port), C(readiness_path), C(resources).
+        C(namespace), C(replicas), C(command), C(args), C(env), C(port), C(readiness_path), C(resources),
+        C(lan), C(lan_address), C(lan_port), C(model_cache_size), C(model_cache_path), C(hf_token).
+      - An engine with C(lan=true) gets a LoadBalancer Service on C(lan_port) (default C(port)). It is served by
+        k3s' ServiceLB on its node's address, or at C(lan_address) by kube-vip (C(loadBalancerClass)
+        C(kube-vip.io/kube-vip-class), annotation C(kube-vip.io/loadbalancerIPs)).
+      - C(model_cache_size) adds a PersistentVolumeClaim of that size (k3s' C(local-path) class), C(model_cache_path)
+        a hostPath folder of the node; either is mounted at C(/root/.cache/huggingface), the image's Hugging Face
+        cache, so a restarted pod reads its model from it. C(hf_token=true) sets C(HF_TOKEN) from the Secret
+        C(gpulab-hf-token) (key C(token)).
     type: list
     elements: dict
     required: true
@@ -57,6 +65,11 @@ options:
       - Image of the init container that waits for the earlier engines on a card. It needs C(sh), C(sleep) and
         a C(wget) that fails on an HTTP error, as busybox has them. The default is C(busybox:1.37.0).
     type: str
+  addresses:
+    description:
+      - Each GPU node's LAN address, by inventory host; a LAN engine without C(lan_address) answers on its node's
+        address (RV(engines[].lan)).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -116,6 +129,14 @@ engines:
     gpu_memory_utilization:
       description: The C(--gpu-memory-utilization) added to a vLLM engine's args, or null when none is added.
       type: str
+    lan:
+      description:
+        - Where a LAN engine answers (C(address), C(port), C(url), the OpenAI-compatible base URL, and C(kube_vip),
+          whether kube-vip announces the address); null for an engine not on the LAN.
+      type: dict
+    hf_token:
+      description: Whether the engine reads C(HF_TOKEN) from the Secret C(gpulab-hf-token).
+      type: bool
 cards:
   description: Each card's total memory share in percent.
   returned: success
@@ -129,6 +150,7 @@ ARGUMENT_SPEC = dict(
     gpus_by_node=dict(type="dict", required=True),
     k3s_version=dict(type="str"),
     wait_image=dict(type="str"),
+    addresses=dict(type="dict"),
 )
 RULES = {}
 

@@ -62,6 +62,14 @@ options:
       in the row of each VM that is a node of the cluster, under the Markdown table and on the page.
     type: str
     default: ""
+  endpoints:
+    description:
+      - The LAN engines stage workloads called from the controller (C(name), C(url), C(model), C(node), C(cards),
+        C(gpu_memory_percent)). Each is listed in its node's row (C(endpoints)), under the Markdown table and on
+        the page, with its URL, model and card share.
+    type: list
+    elements: dict
+    default: []
 """
 
 EXAMPLES = r"""
@@ -115,6 +123,7 @@ ARGUMENT_SPEC = dict(
     state_dir=dict(type="path"),
     links=dict(type="dict", default={}),
     kube_context=dict(type="str", default=""),
+    endpoints=dict(type="list", elements="dict", default=[]),
     **pve.CONNECTION,
 )
 RULES = pve.CONNECTION_RULES

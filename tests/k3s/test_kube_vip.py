@@ -166,3 +166,48 @@ def test_the_manifest_sets_only_variables_kube_vip_1_2_2_reads():
     ).read_text()
     names = set(re.findall(r"^ +- name: ([a-z_]+)$", template, re.M))
     assert "vip_subnet" in names and names <= KUBE_VIP_1_2_2_ENV, names - KUBE_VIP_1_2_2_ENV
+
+
+def test_stage_network_keeps_each_engines_lan_address_free(tmp_path):
+    """playbooks/vars/k3s_vip.yml: an engine on the LAN with a lan_address (kube-vip announces it) is kept free
+    on the router as the VIP is; one without lan_address (its node's reserved address) or off the LAN is not."""
+    engines = [
+        {"name": "vllm", "lan": True, "lan_address": "192.168.100.61"},
+        {"name": "ollama", "lan": True},
+        {"name": "other", "lan": False, "lan_address": "192.168.100.62"},
+    ]
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {}}}))
+    task = {"name": "free", "ansible.builtin.debug": {"msg": "{{ gpulab_network_keep_free }}"},
+            "vars": {"k3s_registration_address": "192.168.100.60", "workloads_engines": engines}}  # fmt: skip
+    play = [{"hosts": "localhost", "gather_facts": False, "vars_files": [str(ROOT / "playbooks/vars/k3s_vip.yml")],
+             "tasks": [task]}]  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    (tmp_path / "callbacks").mkdir()
+    (tmp_path / "callbacks" / "gpulab_test_json.py").write_text(JSON_CALLBACK)
+    env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "gpulab_test_json",
+           "ANSIBLE_CALLBACK_PLUGINS": str(tmp_path / "callbacks"),
+           "PATH": str(ROOT / ".venv/bin") + ":/usr/bin:/bin", "ANSIBLE_LOCALHOST_WARNING": "0"}  # fmt: skip
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
+                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, timeout=120,
+                          check=False, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    free = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
+    assert free == [
+        {"address": "192.168.100.60", "host": "all", "field": "k3s_registration_address",
+         "what": "the kube-vip VIP the k3s servers hold"},
+        {"address": "192.168.100.61", "host": "all", "field": "workloads_engines",
+         "what": "the LAN address kube-vip announces for engine vllm"},
+    ]  # fmt: skip
+
+
+def test_kube_vip_announces_service_addresses_when_an_engine_has_a_lan_address(lab):
+    """k3s_server_kube_vip_services (stage k3s: an engine of workloads_engines has a lan_address) turns on
+    kube-vip's Service load balancer (svc_enable), which announces the engine Service's kube-vip.io/loadbalancerIPs."""
+    task = kube_vip()
+    task["vars"]["k3s_server_kube_vip_services"] = True
+    rc, out = lab.play([task])
+    assert rc == 0, lab.failures(out)
+    env = {
+        e["name"]: e.get("value") for e in daemonset(lab)["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["svc_enable"] == "true" and env["cp_enable"] == "true"

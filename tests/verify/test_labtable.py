@@ -214,3 +214,26 @@ def test_the_kubeconfig_context_is_named_for_each_node_in_the_json_the_markdown_
     assert "- kubectl: context demo (kubectl --context demo get nodes)" in out["lab-table.md"]
     assert 'data-context="demo"' in out["lab-table.html"]
     assert "context" not in labtable.files(labtable.rows(VMS, PVE, GPUS, [node("vm-gpu")]))["lab-table.md"]
+
+
+def test_each_lan_engine_is_listed_with_its_url_model_node_and_share_in_the_json_the_markdown_and_the_page():
+    """The endpoints stage workloads called from the controller (role workloads, lan_proof.yml) are listed in
+    their node's row of the JSON, under the Markdown table and on the page."""
+    engine = {"name": "vllm", "url": "http://192.168.100.55:8000/v1", "model": "Qwen/Qwen3-0.6B", "node": "vm-gpu",
+              "cards": ["GPU-6f2a1c3e-0d4b-4c6a-9e1f-2b3c4d5e6f70"], "gpu_memory_percent": 45}  # fmt: skip
+    table = labtable.rows(VMS, PVE, GPUS, [node("vm-gpu", gpus=10)], kube_context="demo", endpoints=[engine])
+    assert "endpoints" not in table[0]
+    listed = {
+        "name": "vllm",
+        "url": engine["url"],
+        "model": "Qwen/Qwen3-0.6B",
+        "share": "45 % of GPU-6f2a1c3e",
+    }
+    out = labtable.files(table)
+    assert json.loads(out["lab-table.json"])[1]["endpoints"] == [listed]
+    line = "- engine vllm (Qwen/Qwen3-0.6B, on vm-gpu, 45 % of GPU-6f2a1c3e): http://192.168.100.55:8000/v1"
+    assert line in out["lab-table.md"]
+    assert (
+        'href="http://192.168.100.55:8000/v1"' in out["lab-table.html"]
+        and "Qwen/Qwen3-0.6B" in out["lab-table.html"]
+    )

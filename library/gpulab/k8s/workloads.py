@@ -31,6 +31,7 @@ vLLM sees only its share as the card, and its own default applies.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 
@@ -63,10 +64,32 @@ ENGINE_KEYS = {
     "readiness_path": "HTTP path for the readiness probe (default: a TCP check on port); needed with port when "
     "a later engine shares a card with this one (it waits until this path answers)",
     "resources": "CPU/memory requests and limits (Kubernetes resources map without the GPU keys)",
+    "lan": "true: reachable from the LAN (needs port): a LoadBalancer Service, served by k3s' ServiceLB on the "
+    "engine's node address, or at lan_address when given (default false)",
+    "lan_address": "fixed LAN address kube-vip announces for the engine (with lan; on the router's subnet, outside "
+    "its DHCP pool, used by nothing else); default: the engine's node address (ServiceLB)",
+    "lan_port": "TCP port on the LAN (with lan; default port)",
+    "model_cache_size": "keep the model cache on a volume of that size on the engine's node (k3s' local-path "
+    "provisioner), e.g. 50Gi, mounted at the image's Hugging Face cache: a restart downloads nothing",
+    "model_cache_path": "keep the model cache in this folder of the node instead (hostPath), mounted at the "
+    "image's Hugging Face cache",
+    "hf_token": "true: the engine gets HF_TOKEN from the Secret the stage makes from workloads_hf_token (vault), "
+    "for gated models (default false)",
 }
 
 
 KINDS = ("vllm", "other")
+#: where the engine's image keeps its Hugging Face cache (vllm/vllm-openai runs as root, HF_HOME unset)
+HF_CACHE = "/root/.cache/huggingface"
+#: the Secret holding the Hugging Face token (key HF_TOKEN_KEY), made by the stage from workloads_hf_token
+HF_TOKEN_SECRET = "gpulab-hf-token"
+HF_TOKEN_KEY = "token"
+#: k3s' packaged local-path provisioner's StorageClass
+LOCAL_PATH_CLASS = "local-path"
+#: kube-vip's LoadBalancer class and the annotation that names the address it announces for a Service
+KUBE_VIP_CLASS = "kube-vip.io/kube-vip-class"
+KUBE_VIP_ADDRESS = "kube-vip.io/loadbalancerIPs"
+QUANTITY_RE = re.compile(r"^(?P<n>[0-9]+(?:\.[0-9]+)?)(?:Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 #: vLLM's flag for the fraction of the whole card's memory it takes (its default is 0.9)
 VLLM_MEMORY_FLAG = "--gpu-memory-utilization"
 #: the image of the init container that waits for the earlier engines on a card (busybox: sh, sleep, wget)
@@ -275,11 +298,76 @@ def core_problem(uuid, users):
     return None
 
 
+def _bool(engine, key):
+    value = engine.get(key, False)
+    if not isinstance(value, bool):
+        raise _engine_error(engine, f"{key} must be true or false, not {value!r}")
+    return value
+
+
+def lan_settings(engine):
+    """Where the engine answers on the LAN: {"address": lan_address or None (its node's address, ServiceLB),
+    "port": lan_port or port}, or None when it is not on the LAN. Raises PlanError."""
+    if not _bool(engine, "lan"):
+        extra = [k for k in ("lan_address", "lan_port") if engine.get(k) is not None]
+        if extra:
+            raise _engine_error(engine, f"{', '.join(extra)} without lan: true; add lan: true or remove them")
+        return None
+    if engine.get("port") is None:
+        raise _engine_error(engine, "lan: true needs port, the engine's own TCP port (vLLM: 8000)")
+    port = engine.get("lan_port", engine["port"])
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise _engine_error(engine, f"lan_port must be a TCP port number, not {port!r}")
+    address = engine.get("lan_address")
+    if address is not None:
+        try:
+            address = str(ipaddress.IPv4Address(str(address)))
+        except ValueError:
+            raise _engine_error(engine, f"lan_address must be an IPv4 address, not {address!r}") from None
+    return {"address": address, "port": port}
+
+
+def cache_settings(engine):
+    """The engine's model cache volume: {"size": ...} (a local-path claim), {"path": ...} (a node folder) or None."""
+    size, path = engine.get("model_cache_size"), engine.get("model_cache_path")
+    if size is not None and path is not None:
+        raise _engine_error(engine, "model_cache_size and model_cache_path both set; keep one")
+    if size is not None:
+        m = QUANTITY_RE.match(str(size))
+        if isinstance(size, bool) or not m or float(m["n"]) <= 0:
+            raise _engine_error(engine, f"model_cache_size must be a size such as 50Gi, not {size!r}")
+        return {"size": str(size)}
+    if path is not None:
+        if not isinstance(path, str) or not path.startswith("/") or path.rstrip("/") == "":
+            raise _engine_error(
+                engine, f"model_cache_path must be an absolute folder of the node, not {path!r}"
+            )
+        return {"path": path}
+    return None
+
+
+def cache_claim(engine):
+    """The PersistentVolumeClaim of an engine's model cache (model_cache_size)."""
+    name, ns = engine["name"], engine.get("namespace", "default")
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": f"{name}-model-cache", "namespace": ns, "labels": _labels(name)},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": LOCAL_PATH_CLASS,
+            "resources": {"requests": {"storage": str(engine["model_cache_size"])}},
+        },
+    }
+
+
 def readiness_url(engine):
     """Where a later engine on the same card polls this one: its Service, at its readiness path."""
     ns = engine.get("namespace", "default")
     path = engine["readiness_path"]
-    return f"http://{engine['name']}.{ns}.svc:{engine['port']}{path if path.startswith('/') else '/' + path}"
+    lan = lan_settings(engine)
+    port = engine["port"] if lan is None else lan["port"]  # the Service's port (lan_port on the LAN)
+    return f"http://{engine['name']}.{ns}.svc:{port}{path if path.startswith('/') else '/' + path}"
 
 
 def wait_container(urls, image):
@@ -321,6 +409,9 @@ def _container(engine, cards, percent, cores, core_off=False, utilization=None):
         if not ENV_NAME_RE.match(str(key)):
             raise _engine_error(engine, f"env {key!r} is not a valid environment variable name")
         env.append({"name": str(key), "value": str(value)})
+    if _bool(engine, "hf_token"):
+        ref = {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}
+        env.append({"name": "HF_TOKEN", "valueFrom": ref})
     container = {"name": "engine", "image": engine["image"]}
     for key in ("command", "args"):
         if engine.get(key) is not None:
@@ -331,6 +422,8 @@ def _container(engine, cards, percent, cores, core_off=False, utilization=None):
         container["args"] = [*container.get("args", []), VLLM_MEMORY_FLAG, utilization]
     if env:
         container["env"] = env
+    if cache_settings(engine) is not None:
+        container["volumeMounts"] = [{"name": "model-cache", "mountPath": HF_CACHE}]
     port = engine.get("port")
     if port is not None:
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
@@ -359,6 +452,14 @@ def engine_manifests(
     if waits:
         pod_spec["initContainers"] = [wait_container(waits, wait_image)]
     pod_spec["containers"] = [_container(engine, cards, percent, cores, core_off, utilization)]
+    cache = cache_settings(engine)
+    if cache is not None:
+        source = (
+            {"persistentVolumeClaim": {"claimName": f"{name}-model-cache"}}
+            if "size" in cache
+            else {"hostPath": {"path": cache["path"], "type": "DirectoryOrCreate"}}
+        )
+        pod_spec["volumes"] = [{"name": "model-cache", **source}]
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -377,23 +478,29 @@ def engine_manifests(
             },
         },
     }
-    docs = [deployment]
+    docs = [cache_claim(engine)] if cache is not None and "size" in cache else []
+    docs.append(deployment)
     if engine.get("port") is not None:
-        docs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name, "namespace": ns, "labels": _labels(name)},
-                "spec": {
-                    "type": "ClusterIP",
-                    "selector": {"app.kubernetes.io/name": name},
-                    "ports": [
-                        {"name": "http", "port": engine["port"], "targetPort": "http", "protocol": "TCP"}
-                    ],
-                },
-            }
-        )
+        docs.append(engine_service(engine))
     return docs
+
+
+def engine_service(engine):
+    """The engine's Service: ClusterIP, or with lan a LoadBalancer (k3s' ServiceLB on the node's address, or
+    kube-vip's class at lan_address), whose port lan_port goes to the engine's port."""
+    name, ns = engine["name"], engine.get("namespace", "default")
+    lan = lan_settings(engine)
+    meta = {"name": name, "namespace": ns, "labels": _labels(name)}
+    spec = {"type": "ClusterIP", "selector": {"app.kubernetes.io/name": name}}
+    port = {"name": "http", "port": engine["port"], "targetPort": "http", "protocol": "TCP"}
+    if lan is not None:
+        spec["type"] = "LoadBalancer"
+        port["port"] = lan["port"]
+        if lan["address"] is not None:
+            meta["annotations"] = {KUBE_VIP_ADDRESS: lan["address"]}
+            spec["loadBalancerClass"] = KUBE_VIP_CLASS  # ServiceLB leaves a Service with a class to kube-vip
+    spec["ports"] = [port]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 
 def dump_documents(docs, header):
@@ -401,7 +508,18 @@ def dump_documents(docs, header):
     return f"# {header}\n{body}"
 
 
-def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=False):
+def lan_endpoint(item, addresses):
+    """A LAN engine's endpoint: address (lan_address, else its node's address from `addresses`), port and the
+    OpenAI-compatible base URL; None for an engine not on the LAN."""
+    lan = item["lan"]
+    if lan is None:
+        return None
+    address = lan["address"] or (addresses or {}).get(item["node"])
+    url = f"http://{address}:{lan['port']}/v1" if address else None
+    return {"address": address, "port": lan["port"], "url": url, "kube_vip": lan["address"] is not None}
+
+
+def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=False, addresses=None):
     """Check the engines against the nodes' GPU facts and return the plan.
 
     `gpus_by_node` maps an inventory host to its GPU facts (the `gpus` list of gpu_facts). The result
@@ -411,7 +529,8 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=F
     card's total share in percent. With `k3s_version` every object is validated against that release's
     schema; `wait_image` is the init container's image (default WAIT_IMAGE). With `any_uuid` a card named by
     a UUID the facts do not list is taken as a card of its own (the lab definition, before the guests stage,
-    knows how many cards a node has but not their UUIDs). Raises PlanError.
+    knows how many cards a node has but not their UUIDs). `addresses` maps a node to its LAN address: a LAN
+    engine's `lan` gives its address, port and URL (None for the others). Raises PlanError.
     """
     if not isinstance(engines, list):
         raise PlanError(f"workloads_engines must be a list, not {type(engines).__name__}")
@@ -462,6 +581,9 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=F
                 "its own (each then waits for the one before)",
             )
         utilization = _memory_utilization(engine, kind, percent, core_off)
+        lan = lan_settings(engine)
+        cache_settings(engine)
+        _bool(engine, "hf_token")
         for uuid in cards:
             usage.setdefault(uuid, []).append((engine["name"], percent * replicas))
             compute.setdefault(uuid, []).extend([(engine["name"], hami_cores(percent, cores))] * replicas)
@@ -476,6 +598,7 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=F
                 "gpu_cores": cores,
                 "core_off": core_off,
                 "gpu_memory_utilization": utilization,
+                "lan": lan,
             }
         )
 
@@ -537,6 +660,8 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=F
                 "after": [p["name"] for p in earlier],
                 "waits_for": waits,
                 "wait_ready": any(set(p["cards"]) & set(item["cards"]) for p in planned[i + 1 :]),
+                "lan": lan_endpoint(item, addresses),
+                "hf_token": bool(item["engine"].get("hf_token")),
             }
         )
     return {"engines": result, "cards": {u: sum(p for _, p in users) for u, users in usage.items()}}

@@ -427,6 +427,110 @@ def check_engines(d: LabDefinition, out: Problems) -> None:
             or "change workloads_engines as the message says (its keys: docs/variables.md, role workloads)"
         )
         out.add("all", "workloads_engines", err.value, err.why, fix)
+    else:
+        check_lan(d, engines, out)
+
+
+def _router_net(d: LabDefinition):
+    """The router's subnet, its address and DHCP pool (start, end), or None when the router is not usable."""
+    if d.router is None:
+        return None
+    _host, r = d.router
+    try:
+        net = ipaddress.IPv4Network(str(r.get("router_subnet")), strict=True)
+    except ValueError:
+        return None
+    pool = r.get("router_dhcp_pool") or {}
+    try:
+        start, end = (
+            ipaddress.IPv4Address(str(pool.get("start"))),
+            ipaddress.IPv4Address(str(pool.get("end"))),
+        )
+    except ValueError:
+        start = end = None
+    return net, str(r.get("router_address")), start, end
+
+
+def _has_kube_vip(d: LabDefinition) -> bool:
+    """Whether stage k3s runs kube-vip (playbooks/vars/k3s_vip.yml): the registration address is an IPv4 address
+    that is no VM's vm_address."""
+    value = str(d.globals.get("k3s_registration_address") or "")
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        return False
+    return value not in {str(vm.get("vm_address")) for vm in d.vms.values()}
+
+
+def check_lan(d: LabDefinition, engines: list, out: Problems) -> None:
+    """The LAN addresses of the engines with lan: true, before any change. A lan_address (kube-vip announces it)
+    must be on the router's subnet, outside its DHCP pool (no reservation holds it, so the router could lease it
+    to another device), and used by nothing else: not the router, a Proxmox node, a VM, the registration
+    address or another engine's. Without lan_address the engine answers on its node's vm_address (ServiceLB),
+    where two engines cannot take the same port."""
+    router = _router_net(d)
+    users: dict[str, str] = {}
+    if router is not None:
+        users[router[1]] = "the router"
+    for host, node in d.nodes.items():
+        if node.get("ansible_host"):
+            users[str(node["ansible_host"])] = f"Proxmox node {host}"
+    for host, vm in d.vms.items():
+        if vm.get("vm_address"):
+            users[str(vm["vm_address"])] = f"VM {host}"
+    if d.globals.get("k3s_registration_address"):
+        users[str(d.globals["k3s_registration_address"])] = (
+            "k3s_registration_address (kube-vip's control plane)"
+        )
+    taken: dict[str, str] = {}  # lan_address -> engine
+    ports: dict[tuple[str, int], str] = {}  # (node address, port) -> engine, for ServiceLB
+    for i, engine in enumerate(engines):
+        lan = workloads.lan_settings(engine)  # the plan accepted it
+        if lan is None:
+            continue
+        name, field = engine["name"], f"workloads_engines[{i}].lan_address"
+        if lan["address"] is None:
+            node_address = str(d.vms.get(engine["node"], {}).get("vm_address") or engine["node"])
+            other = ports.setdefault((node_address, lan["port"]), name)
+            if other != name:
+                why = (
+                    f"engines {other} and {name} both take port {lan['port']} on {engine['node']}'s address "
+                    f"{node_address} (k3s' ServiceLB): only one can have it"
+                )
+                out.add("all", f"workloads_engines[{i}].lan_port", lan["port"], why,
+                        "give one of them another lan_port, or a lan_address of its own")  # fmt: skip
+            continue
+        addr = ipaddress.IPv4Address(lan["address"])
+        if not _has_kube_vip(d):
+            why = (
+                "no kube-vip runs in this lab to announce it: kube-vip runs for a k3s_registration_address that "
+                "is an IPv4 address and no VM's vm_address (several servers)"
+            )
+            fix = "leave lan_address out (the engine answers on its node's vm_address), or set up kube-vip's VIP"
+            out.add("all", field, lan["address"], why, fix)
+            continue
+        if lan["address"] in taken:
+            why = (
+                f"given to two engines, {taken[lan['address']]} and {name}; each LAN address is one engine's"
+            )
+            out.add("all", field, lan["address"], why, "give one of them another free address")
+            continue
+        taken[lan["address"]] = name
+        if router is None:
+            continue  # reported by check_router
+        net, _gw, start, end = router
+        if addr not in net:
+            why = f"outside the router's subnet {net}: the LAN would not reach the engine there"
+            out.add("all", field, lan["address"], why, f"pick a free address of {net} outside the DHCP pool")
+        elif addr in (net.network_address, net.broadcast_address):
+            why = f"the network or broadcast address of {net}"
+            out.add("all", field, lan["address"], why, "pick a free host address outside the DHCP pool")
+        elif lan["address"] in users:
+            why = f"already in use: that is the address of {users[lan['address']]}"
+            out.add("all", field, lan["address"], why, f"pick a free address of {net} outside the DHCP pool")
+        elif start and end and start <= addr <= end:
+            why = f"inside the router's DHCP pool {start}-{end}: the router may lease it to another device"
+            out.add("all", field, lan["address"], why, f"pick a free address of {net} outside {start}-{end}")
 
 
 def _unknown(host: str, name: str, value: Any, known: Iterable[str]) -> Problem:

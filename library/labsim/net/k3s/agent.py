@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import hami_metrics, registry
+from . import engine, hami_metrics, registry
 from .common import (
     HEARTBEAT_S,
     boot_id,
@@ -40,6 +40,14 @@ def server_pods(endpoint):
         return json.loads(urllib.request.urlopen(f"http://{endpoint}/gpulab/pods", timeout=3).read() or b"[]")
     except (OSError, ValueError):
         return []
+
+
+def node_pods(endpoint):
+    """The pods the server holds, or None when it does not answer (the engines on the node stay as they are)."""
+    try:
+        return json.loads(urllib.request.urlopen(f"http://{endpoint}/gpulab/pods", timeout=3).read() or b"[]")
+    except (OSError, ValueError):
+        return None
 
 
 def run_agent():
@@ -72,6 +80,8 @@ def run_agent():
     me.update(gpus=len(cards), gpu_uuids=[c["uuid"] for c in cards], gpu_cards=cards)
     # HAMi's vGPU monitor on this node (module hami_metrics): started once HAMi's device plugin registered it
     monitor = {"server": None, "legacy": False}
+    # the vLLM engines of the pods that run on this node (module engine)
+    engines = engine.Engines(name, me["address"])
     while True:
         current = endpoints[0]
         req = urllib.request.Request(
@@ -106,4 +116,10 @@ def run_agent():
         except OSError as exc:
             print(f'level=error msg="failed to contact server {current}: {exc}"', file=sys.stderr, flush=True)
             endpoints.append(endpoints.pop(0))
+        pods = node_pods(endpoints[0])
+        if pods is not None:
+            try:
+                engines.step(pods)
+            except OSError as exc:  # the node's disk: the next heartbeat tries again
+                print(f'level=error msg="engine stand-in: {exc}"', file=sys.stderr, flush=True)
         time.sleep(HEARTBEAT_S)

@@ -29,7 +29,7 @@ import secrets
 import threading
 import time
 
-from . import hami, monitoring_charts, registry
+from . import engine, hami, monitoring_charts, registry
 from .common import HEARTBEAT_S, now_iso, version
 
 STATE = "/var/lib/rancher/k3s/server/db/gpulab-state.json"
@@ -369,6 +369,9 @@ class Cluster:
                 out[key] = {"ready": True, "seen": entry["seen"], "ready_at": entry["ready_at"]}
                 continue
             pod = self.step_pod(key, doc, entry, found, services, now)
+            # the LoadBalancer ports that reach it (k3s' ServiceLB, kube-vip): where its node serves the engine
+            lan = {f"{k[0]}/{k[1]}": v for k, v in services.items()}
+            pod["lan_ports"] = engine.lan_ports(lan, pod["namespace"], pod.get("labels") or {})
             pods.extend(entry.get("failed", []))  # pods the kubelet rejected stay, Failed (module hami)
             if pod.get("phase") != "Failed":
                 pods.append(pod)
@@ -607,6 +610,15 @@ class Cluster:
     def delete_pods(self, namespace, names, selector):
         direct = self.state.get("direct_pods", {})
         gone = []
+        for entry in self.state.get("deployment_history", {}).values():
+            pod = entry.get("pod")
+            if not pod or pod["namespace"] != namespace:
+                continue
+            if names and pod["name"] in names:
+                # deleted by name (not by selector: the stand-in's kubectl reads no --field-selector, which the
+                # workloads stage's cleanup of pods that went around HAMi adds): the ReplicaSet makes a new one
+                entry["pod"] = None
+                gone.append(pod["name"])
         for key, pod in list(direct.items()):
             if pod["namespace"] != namespace:
                 continue

@@ -8,6 +8,7 @@ takes it once etcd has elected it (a few seconds). Without a quorum nobody holds
 the manifests' DaemonSets.
 """
 
+import contextlib
 import http.server
 import json
 import socket
@@ -45,8 +46,58 @@ def kube_vip_spec(docs):
                     "address": env["address"],
                     "interface": env.get("vip_interface") or "",
                     "leader_election": truthy(env.get("vip_leaderelection")),
+                    "services": truthy(env.get("svc_enable")),
                 }
     return None
+
+
+def service_addresses(state):
+    """With kube-vip's Service load balancer on (svc_enable), what its leader announces for LoadBalancer Services:
+    (address, port) -> (node address, port) of the Ready pod behind it, for each Service of kube-vip's class that
+    names its address (kube-vip.io/loadbalancerIPs; the stand-in's pods carry their Services' ports, module
+    engine). kube-proxy carries a connection to the pod; the stand-in forwards it to the pod's node, where the
+    engine stand-in answers."""
+    out = {}
+    for pod in state.get("pods") or []:
+        node = (state.get("nodes") or {}).get(pod.get("node") or "") or {}
+        if pod.get("ready") is None or not node.get("address"):
+            continue
+        for lan in pod.get("lan_ports") or []:
+            if lan.get("address"):
+                out[(lan["address"], int(lan["port"]))] = (node["address"], int(lan["port"]))
+    return out
+
+
+def forward(address, port, target):
+    """A TCP listener on address:port that carries each connection to `target` (host, port); returns it."""
+    import socketserver
+
+    class Pipe(socketserver.BaseRequestHandler):
+        def handle(self):
+            try:
+                upstream = socket.create_connection(target, timeout=10)
+            except OSError:
+                return
+            with upstream:
+                threading.Thread(target=self.pump, args=(upstream, self.request), daemon=True).start()
+                self.pump(self.request, upstream)
+
+        @staticmethod
+        def pump(src, dst):
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    class Server(socketserver.ThreadingTCPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+
+    server = Server((address, port), Pipe)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def default_interface():
@@ -102,6 +153,7 @@ class KubeVip:
         self.held = None  # (address, interface)
         self.server = None
         self.lock = threading.Lock()
+        self.services = {}  # (address, port) -> (target, forwarder) of the Service addresses held (svc_enable)
 
     def wanted(self):
         etcd = self.cluster.etcd
@@ -109,17 +161,47 @@ class KubeVip:
             docs = etcd_addons(self.cluster.state, etcd.members) if etcd is not None else manifest_docs()
         spec = kube_vip_spec(docs)
         if spec is None or not (etcd is None or etcd.is_leader()):
+            self.wanted_services = {}
             return None
+        with self.cluster.lock:
+            self.wanted_services = service_addresses(self.cluster.state) if spec.get("services") else {}
         return spec["address"], spec["interface"] or default_interface()
 
     def step(self):
         want = self.wanted()
         with self.lock:
-            if want == self.held:
-                return
-            self._release()
-            if want is not None and want[1]:
-                self._take(*want)
+            if want != self.held:
+                self._release()
+                if want is not None and want[1]:
+                    self._take(*want)
+            self._services(self.wanted_services if self.held else {})
+
+    def _services(self, wanted):
+        """Hold the Service addresses kube-vip announces (on the VIP's interface), each forwarded to its pod."""
+        import subprocess
+
+        for key in [k for k, (target, _) in self.services.items() if wanted.get(k) != target]:
+            _, server = self.services.pop(key)
+            server.shutdown()
+            server.server_close()
+            if not any(k[0] == key[0] for k in self.services):
+                subprocess.run(["ip", "addr", "del", f"{key[0]}/32", "dev", self.held[1] if self.held else ""],
+                               capture_output=True)  # fmt: skip
+        for key, target in wanted.items():
+            if key in self.services:
+                continue
+            iface = self.held[1]
+            subprocess.run(["ip", "addr", "replace", f"{key[0]}/32", "dev", iface], capture_output=True)
+            try:
+                self.services[key] = (target, forward(key[0], key[1], target))
+            except OSError as e:
+                self.log(f'level=error msg="kube-vip: Service address {key[0]}:{key[1]}: {e}"')
+                continue
+            with contextlib.suppress(OSError):
+                gratuitous_arp(key[0], iface)
+            self.log(
+                f'level=info msg="kube-vip: this server announces the Service address {key[0]}:{key[1]}"'
+            )
 
     def _take(self, address, iface):
         import subprocess
@@ -149,6 +231,7 @@ class KubeVip:
 
         if self.held is None:
             return
+        self._services({})  # the Service addresses go with the VIP
         address, iface = self.held
         if self.server is not None:
             self.server.shutdown()

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from . import hami_metrics, monitoring_charts, registry, tls
+from . import engine, hami_metrics, monitoring_charts, registry, tls
 from .apiserver import make_handler
 from .cluster import MANIFESTS, Cluster, manifest_docs
 from .common import (
@@ -245,6 +245,8 @@ def run_server():
     os.makedirs(MANIFESTS, exist_ok=True)
     metrics = {}  # HAMi's metrics listeners (module hami_metrics), started once HAMi's chart is installed
     pages = {}  # HAMi-WebUI's frontend by NodePort (module monitoring_charts), while its Service exists
+    # the vLLM engines of the pods on this server's node (module engine)
+    engines = engine.Engines(name, address)
     sd_notify(
         "READY=1"
     )  # Type=notify, as k3s: `systemctl start k3s` returns once the token and API are there
@@ -270,6 +272,12 @@ def run_server():
             continue
         serve_hami_metrics(cluster, name, address, cards, metrics)
         serve_webui(cluster, address, pages)
+        with cluster.lock:
+            pods = json.loads(json.dumps(cluster.state.get("pods") or []))
+        try:
+            engines.step(pods)
+        except OSError as exc:  # the node's disk: the next loop tries again
+            print(f'level=error msg="engine stand-in: {exc}"', file=sys.stderr, flush=True)
         if time.time() - started > 2 and "nvidia" not in cluster.state["runtimeclasses"]:
             with cluster.lock:
                 for handler_name in RUNTIME_CLASSES:

@@ -72,7 +72,27 @@ def format_host_line(r: Reservation) -> str:
     return f"{r.mac},{r.ip}" + (f",{r.hostname}" if r.hostname else "")
 
 
-class DnsmasqBackend(Backend):
+class DnsmasqOverShell(Backend):
+    """A dnsmasq that gpulab reaches through a shell on its router (this module's backend and OpenWrt's): the
+    shell, the lease file its current addresses come from and the command that makes it re-read its hosts."""
+
+    def __init__(self, shell: Shell, *, leasefile: str | None, reload_command: str | None, **kw):
+        super().__init__(**kw)
+        self.shell = shell
+        self.leasefile = leasefile
+        self.reload_command = reload_command
+
+    def _leasefile(self) -> str:
+        return self.leasefile or ""
+
+    def list_leases(self) -> list[Lease]:
+        return parse_leases(self.shell.read(self._leasefile()) or "")
+
+    def close(self) -> None:
+        self.shell.close()
+
+
+class DnsmasqBackend(DnsmasqOverShell):
     kind = "dnsmasq"
 
     def __init__(
@@ -86,12 +106,9 @@ class DnsmasqBackend(Backend):
         check_wiring: bool = True,
         **kw,
     ):
-        super().__init__(**kw)
-        self.shell = shell
+        super().__init__(shell, leasefile=leasefile, reload_command=reload_command, **kw)
         self.hostsfile = hostsfile
-        self.leasefile = leasefile
         self.pidfile = pidfile
-        self.reload_command = reload_command
         self.wiring_check = check_wiring
         self._lines: list[str] | None = None
 
@@ -99,9 +116,6 @@ class DnsmasqBackend(Backend):
         text = self.shell.read(self.hostsfile)
         self._lines = (text or "").splitlines()
         return self._lines
-
-    def list_leases(self) -> list[Lease]:
-        return parse_leases(self.shell.read(self.leasefile) or "")
 
     def list_reservations(self) -> list[Reservation]:
         out = []
@@ -184,6 +198,3 @@ class DnsmasqBackend(Backend):
                 f"--dhcp-hostsfile={self.hostsfile} --pid-file={self.pidfile} (or set router_dnsmasq_pidfile), "
                 "then run again"
             )
-
-    def close(self) -> None:
-        self.shell.close()

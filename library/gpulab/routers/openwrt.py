@@ -19,9 +19,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from .backend import Backend
-from .dnsmasq import parse_leases
-from .model import ApplyError, Lease, Plan, Reservation, RouterError, ip4, norm_mac
+from .dnsmasq import DnsmasqOverShell
+from .model import ApplyError, Plan, Reservation, RouterError, ip4, norm_mac
 from .shell import Shell
 
 _LINE = re.compile(r"^dhcp\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?=(.*)$")
@@ -56,16 +55,13 @@ def section_name(mac: str) -> str:
     return "gpulab_" + mac.replace(":", "")
 
 
-class OpenWrtBackend(Backend):
+class OpenWrtBackend(DnsmasqOverShell):
     kind = "openwrt"
 
     def __init__(
         self, shell: Shell, *, leasefile=None, reload_command="/etc/init.d/dnsmasq reload", uci="uci", **kw
     ):
-        super().__init__(**kw)
-        self.shell = shell
-        self.leasefile = leasefile
-        self.reload_command = reload_command
+        super().__init__(shell, leasefile=leasefile, reload_command=reload_command, **kw)
         self.uci = uci
         self.check_mode = False
         self._leftovers_checked = False
@@ -77,9 +73,6 @@ class OpenWrtBackend(Backend):
             res = self.shell.run(f"{self.uci} -q get 'dhcp.@dnsmasq[0].leasefile'")
             self.leasefile = res.out.strip() if res.rc == 0 and res.out.strip() else "/tmp/dhcp.leases"
         return self.leasefile
-
-    def list_leases(self) -> list[Lease]:
-        return parse_leases(self.shell.read(self._leasefile()) or "")
 
     def _drop_own_leftovers(self) -> None:
         """Revert an interrupted run's staged half (only gpulab's sections), before the table is read: uci's
@@ -187,6 +180,3 @@ class OpenWrtBackend(Backend):
                 f"the reservations are saved in /etc/config/dhcp on {self.shell.where} but `{self.reload_command}` "
                 f"failed ({(res.err or res.out).strip() or res.rc}); reload dnsmasq by hand"
             )
-
-    def close(self) -> None:
-        self.shell.close()

@@ -324,17 +324,24 @@ APT_MODULES = {"ansible.builtin.apt", "apt", "ansible.builtin.package", "ansible
 
 
 def _tasks(items: list) -> Iterator[dict]:
-    for task in items or []:
+    for task in items if isinstance(items, list) else []:
+        if not isinstance(task, dict):
+            continue
         yield task
-        for key in ("block", "rescue", "always"):
+        for key in ("block", "rescue", "always", "pre_tasks", "tasks", "post_tasks", "handlers"):
             yield from _tasks(task.get(key) or [])
 
 
 def test_every_apt_task_of_the_roles_waits_for_apt_s_locks_as_long():
-    """A role's apt task (the guests' and any on the Proxmox node) follows a apt_locks wait of its own
-    file and gives apt the timeout that wait used, so a lock taken in between is waited for as long."""
+    """An apt task of a role or a playbook (the guests' and any on the Proxmox node) follows a apt_locks wait of
+    its own file and gives apt the timeout that wait used, so a lock taken in between is waited for as long."""
     found = 0
-    for path in sorted(ROOT.glob("roles/*/tasks/*.yml")):
+    books = [
+        *ROOT.glob("roles/*/tasks/*.yml"),
+        *ROOT.glob("roles/*/handlers/*.yml"),
+        *ROOT.glob("playbooks/**/*.yml"),
+    ]
+    for path in sorted(books):
         waits: list[str] = []
         for task in _tasks(yaml.safe_load(path.read_text()) or []):
             if "gpulab.homelab.apt_locks" in task:

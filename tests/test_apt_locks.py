@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_modules import MODULES, run_json
-from ansible_runs import ROOT, ansible_playbook, playbook_env
+from ansible_runs import BIN, ROOT, ansible_playbook, playbook_env
 
 STANDIN = ROOT / "library" / "labsim" / "net" / "unattended_upgrades.py"
 APT_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock")
@@ -143,7 +143,8 @@ def test_the_module_reports_holders_in_check_mode_and_changes_nothing(tmp_path):
 # --- the task in a play on this machine -----------------------------------------------------------------------
 
 
-def _play(tmp_path: Path, paths: list[str], timeout: int) -> subprocess.CompletedProcess:
+def _book(tmp_path: Path, paths: list[str], timeout: int) -> list[str | Path]:
+    """The arguments of ansible-playbook for the wait on this machine, then a task that shows what it did."""
     task = {
         "name": "Wait until no other process holds apt's and dpkg's locks",
         "gpulab.homelab.apt_locks": {
@@ -162,28 +163,50 @@ def _play(tmp_path: Path, paths: list[str], timeout: int) -> subprocess.Complete
     book.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task, show]}]))
     inv = tmp_path / "hosts.ini"
     inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
-    env = playbook_env(ANSIBLE_STDOUT_CALLBACK="default")
-    return ansible_playbook("-i", inv, book, env=env)
+    return ["-i", inv, book]
+
+
+def _play(tmp_path: Path, paths: list[str], timeout: int) -> subprocess.CompletedProcess:
+    return ansible_playbook(
+        *_book(tmp_path, paths, timeout), env=playbook_env(ANSIBLE_STDOUT_CALLBACK="default")
+    )
 
 
 def test_the_task_waits_naming_the_holder_until_it_lets_go(tmp_path):
-    with unattended_upgrade(tmp_path, 6) as proc:
-        run = _play(tmp_path, locks(tmp_path), timeout=60)
+    # The stand-in lets go once the task has said who holds the locks and said it again at its pace, however
+    # long ansible-playbook took to start (a hold of a few seconds can be over before a loaded machine's first look).
+    with unattended_upgrade(tmp_path, 600) as proc:
         pid = proc.pid
-    assert run.returncode == 0, run.stdout + run.stderr
+        play = subprocess.Popen(
+            [str(BIN / "ansible-playbook"), *map(str, _book(tmp_path, locks(tmp_path), timeout=60))],
+            cwd=ROOT,
+            env=playbook_env(ANSIBLE_STDOUT_CALLBACK="default"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        seen = []
+        for line in play.stdout:
+            seen.append(line)
+            if line.startswith("localhost: waiting for apt's locks:"):
+                break
+        proc.kill()  # its locks go with it
+        proc.wait()
+        stdout = "".join(seen) + play.communicate(timeout=120)[0]
+    assert play.returncode == 0, stdout
     # at once: who holds what, and how long the task waits
     assert re.search(
         rf"^localhost: .*/var/lib/apt/lists/lock are held by process {pid} \(unattended-upgr\); waiting up to 60 s",
-        run.stdout,
+        stdout,
         re.M,
-    ), run.stdout
+    ), stdout
     # then at a steady pace, still naming it
     assert re.search(
         rf"^localhost: waiting for apt's locks: .* held by process {pid} \(unattended-upgr\): \d+ s of 60 s$",
-        run.stdout,
+        stdout,
         re.M,
-    ), run.stdout
-    waited, looks = re.search(r"waited ([\d.]+) looks (\d+)", run.stdout).groups()
+    ), stdout
+    waited, looks = re.search(r"waited ([\d.]+) looks (\d+)", stdout).groups()
     assert float(waited) >= 2 and int(looks) >= 2
 
 
@@ -205,6 +228,46 @@ def test_free_locks_cost_one_look_and_no_line(tmp_path):
     run = _play(tmp_path, [str(tmp_path / "no" / "lock")], timeout=60)
     assert run.returncode == 0, run.stdout
     assert "looks 1" in run.stdout and "waiting for apt's locks" not in run.stdout
+
+
+def _slow_first_look(monkeypatch, answers: list[dict]) -> tuple[dict, list[str]]:
+    """The action's wait on a fake clock whose first look takes 25 s (a loaded host, a slow SSH login), past its
+    progress_interval of 2 s, so that a line falls due while it runs; later looks answer at once. The task's
+    result, and the lines it printed."""
+    from ansible_collections.gpulab.homelab.plugins.action import apt_locks as action
+    from ansible_collections.gpulab.homelab.plugins.plugin_utils import waiting_action
+
+    lines: list[str] = []
+    monkeypatch.setattr(waiting_action.display, "display", lambda text, *a, **k: lines.append(text))
+    now = [0.0]
+    plugin = object.__new__(action.ActionModule)
+    plugin.clock = lambda: now[0]
+    plugin.sleep = lambda seconds: now.__setitem__(0, now[0] + seconds)
+    pending = iter(answers)
+
+    def execute_module(**_kwargs):
+        if now[0] == 0.0:
+            now[0] = 25.0
+            time.sleep(1.0)  # the progress thread looks every 0.5 s of real time while a look runs
+        return next(pending)
+
+    plugin._execute_module = execute_module
+    args = {"timeout": 60, "interval": 5, "progress_interval": 2, "paths": ["/var/lib/dpkg/lock"]}
+    return plugin.wait(args, {}, "vm-1"), lines
+
+
+def test_a_slow_first_look_prints_no_line_before_it_names_a_holder(monkeypatch):
+    free = {"holders": [], "msg": "apt's locks are free"}
+    result, lines = _slow_first_look(monkeypatch, [free])
+    assert result["looks"] == 1 and not result.get("failed")
+    assert lines == []  # over at its first look: nothing printed, however long that look took
+    held = {
+        "holders": [{"pid": 4242, "name": "unattended-upgr", "paths": ["/var/lib/dpkg/lock"]}],
+        "msg": "/var/lib/dpkg/lock is held by process 4242 (unattended-upgr)",
+    }
+    result, lines = _slow_first_look(monkeypatch, [held, held, free])
+    assert result["looks"] == 3 and not result.get("failed")
+    assert lines and all("held by process 4242 (unattended-upgr)" in line for line in lines), lines
 
 
 # --- the lab's stand-in against apt's own lock code (library/labsim/UPSTREAM.md, "apt locks") --------------------
@@ -261,17 +324,24 @@ APT_MODULES = {"ansible.builtin.apt", "apt", "ansible.builtin.package", "ansible
 
 
 def _tasks(items: list) -> Iterator[dict]:
-    for task in items or []:
+    for task in items if isinstance(items, list) else []:
+        if not isinstance(task, dict):
+            continue
         yield task
-        for key in ("block", "rescue", "always"):
+        for key in ("block", "rescue", "always", "pre_tasks", "tasks", "post_tasks", "handlers"):
             yield from _tasks(task.get(key) or [])
 
 
 def test_every_apt_task_of_the_roles_waits_for_apt_s_locks_as_long():
-    """A role's apt task (the guests' and any on the Proxmox node) follows a apt_locks wait of its own
-    file and gives apt the timeout that wait used, so a lock taken in between is waited for as long."""
+    """An apt task of a role or a playbook (the guests' and any on the Proxmox node) follows a apt_locks wait of
+    its own file and gives apt the timeout that wait used, so a lock taken in between is waited for as long."""
     found = 0
-    for path in sorted(ROOT.glob("roles/*/tasks/*.yml")):
+    books = [
+        *ROOT.glob("roles/*/tasks/*.yml"),
+        *ROOT.glob("roles/*/handlers/*.yml"),
+        *ROOT.glob("playbooks/**/*.yml"),
+    ]
+    for path in sorted(books):
         waits: list[str] = []
         for task in _tasks(yaml.safe_load(path.read_text()) or []):
             if "gpulab.homelab.apt_locks" in task:

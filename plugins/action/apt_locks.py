@@ -46,17 +46,24 @@ class ActionModule(WaitingAction):
             ),
         )
 
+        # Each line names the holder a look found: none before a look has found one. A first look slower than
+        # progress_interval (a loaded host, a slow SSH login) would otherwise print a line with no holder in it,
+        # and a wait that is over at its first look would print one.
+        say = progress.emit
+        progress.emit = lambda text: say(text) if last.get("holders") else None
+
         def look() -> dict:
             res = self._execute_module(
                 module_name=self.MODULE, module_args={"paths": paths}, task_vars=task_vars
             )
-            if not last and res.get("holders") and not res.get("failed"):
-                progress.emit(
+            first = not last
+            last.clear()
+            last.update(res)
+            if first and res.get("holders") and not res.get("failed"):
+                say(
                     f"{res.get('msg')}; waiting up to {waiting.seconds(timeout)} for it to let go "
                     "(Ubuntu's apt-daily and unattended-upgrades run after a boot, and daily)"
                 )
-            last.clear()
-            last.update(res)
             return res
 
         outcome = waiting.poll(

@@ -30,6 +30,7 @@ import urllib3
 import yaml
 
 from gpulab import monitoring
+from gpulab.k8s import skew
 from labsim.network_lab import lab_id
 
 from . import engines
@@ -593,6 +594,28 @@ def node_steps(lab, since):
 
 def last_call(lab) -> float:
     return max((c["time"] for c in lab.k3s_calls("vm-1")), default=0.0)
+
+
+def test_upgrade_refuses_a_skipped_minor_before_any_change(lab):
+    """k3s_version two minor releases above what the nodes run: upgrade.yml stops before any node is touched
+    (Kubernetes' version skew policy), naming the release to go through; every node keeps its k3s."""
+    before = {n: v["version"] for n, v in lab.cluster()["nodes"].items()}
+    running = max(before.values(), key=skew.parse)  # the demo lab's start, v1.35.6+k3s1
+    major, minor = skew.parse(running)[:2]
+    skipped = f"v{major}.{minor + 2}.0+k3s1"
+    files = {h: lab.upper(h) / "var/lib/gpulab-sim/k3s-version" for h in ["vm-1", *AGENTS]}
+    installed = {h: f.read_text() for h, f in files.items() if f.exists()}
+    start = last_call(lab)
+    rc, _recap, out = lab.play("playbooks/upgrade.yml", "-e", f"k3s_version={skipped}")
+    assert rc == 2, out[-6000:]
+    text = flat(out)
+    assert f"k3s_version {skipped} cannot be reached in one upgrade; nothing was changed" in text, out[-6000:]
+    assert f"{running} -> {skipped} skips 1 minor release(s)" in text
+    assert f"upgrade through v{major}.{minor + 1}.x then v{major}.{minor + 2}.x" in text
+    # refused before the servers' play: no drain, cordon or annotation, no install, every node on its release
+    assert node_steps(lab, start) == []
+    assert {h: f.read_text() for h, f in files.items() if f.exists()} == installed
+    assert {n: v["version"] for n, v in lab.cluster()["nodes"].items()} == before
 
 
 def test_upgrade_rolls_the_agents_one_at_a_time(lab):

@@ -595,6 +595,26 @@ def test_the_version_rules_are_written_once_and_the_role_defaults_keep_them():
     assert K3S_VERSION_RE.match("v1.33.5+k3s1") and not K3S_VERSION_RE.match("v0.10.2+k3s1")
 
 
+def test_the_pins_a_first_time_user_gets_are_releases_upstream_supports():
+    """Issue 42: inventory/homelab (which `gpulab discover` copies) pinned k3s v1.33, out of upstream support, and
+    the role default kube-vip v0.8.9, a release line behind; the driver role knew branch 580 only. Now: a k3s
+    minor upstream still patches (v1.34 or newer), kube-vip 1.x, and branch 595 offered beside 580."""
+    from pathlib import Path
+
+    import yaml
+
+    from gpulab import cards
+    from gpulab.k8s import skew
+
+    root = Path(__file__).resolve().parents[2]
+    for inventory in ("homelab", "homelab-lab"):
+        pins = yaml.safe_load((root / "inventory" / inventory / "group_vars/all/main.yml").read_text())
+        assert skew.parse(pins["k3s_version"])[:2] >= (1, 34), inventory
+    kube_vip = yaml.safe_load((root / "roles/k3s_server/defaults/main.yml").read_text())
+    assert skew.parse(kube_vip["k3s_server_kube_vip_version"])[0] >= 1
+    assert set(cards.BRANCHES) >= {"580", "595"}
+
+
 def test_monitoring_chart_values_the_pinned_charts_lack_are_refused_before_any_change(inv):
     """Stage monitoring's extra values are checked in preflight against the pinned Prometheus and Grafana charts."""
     _set(

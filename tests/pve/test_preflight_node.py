@@ -1,6 +1,7 @@
-"""Preflight against the world as it is (issue 42): downloads that move or vanish under their URLs, and nodes
-whose storages are not the ones gpulab assumed. Each refusal comes in preflight, before stage host or any
-write, naming what to copy into the inventory; with the fix in place preflight passes.
+"""Preflight against the world as it is (issue 42): downloads that move or vanish under their URLs, nodes
+whose storages are not the ones gpulab assumed, and a rule a later stage applies (the engines' cores). Each
+refusal comes in preflight, before stage host or any write, naming what to copy into the inventory; with the
+fix in place preflight passes.
 
 The lab is API-only (tests/pve/conftest.py): the PVE simulator with its internet (labsim.internet), which
 preflight reaches through the lab's proxy (inventory/demo's gpulab_download_check_proxy).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from k3s.engines import VLLM  # the reference vLLM engine, as the k3s tests run it
 
 from labsim.fixture import load_fixture
 from labsim.internet import publish
@@ -177,6 +179,25 @@ def test_a_btrfs_node_is_refused_in_preflight_and_passes_with_local_btrfs(tmp_pa
                    playbooks=PREFLIGHT)  # fmt: skip
         (problem,) = failure(out)["problems"]
         assert "`pvesm set local-btrfs --content iso,vztmpl,backup,images,rootdir,import,snippets`" in problem
+
+
+def test_an_engine_asking_all_cores_of_a_shared_card_stops_site_yml_in_preflight(tmp_path):
+    """Stage workloads' core rule (HAMi's ExclusiveDeviceAllocateConflict) used to be met only after the VMs, the
+    router, the guests and k3s had changed: preflight refuses it first, through the stage's own plan."""
+    ollama = {"name": "ollama", "image": "ollama/ollama:0.12.6", "node": "vm-gpu", "gpus": [0]}
+    ollama.update(gpu_memory_percent=40, gpu_cores=100)
+    with playbook_lab(tmp_path) as lab:
+        out = play(lab.state, "-e", json.dumps({"workloads_engines": [VLLM, ollama]}), playbooks=SITE)
+        result = failure(out)
+        nothing_past_preflight(out, lab)
+        (problem,) = result["problems"]
+        assert problem.startswith("all: workloads_engines=['vm-gpu card 0']: "), problem
+        assert "ollama ask(s) all 100 cores" in problem and "ExclusiveDeviceAllocateConflict" in problem
+        assert "an engine asking all 100 cores needs a card of its own" in problem
+        # cores the two can share: preflight passes
+        shared = {**ollama, "gpu_cores": 60}
+        out = play(lab.state, "-e", json.dumps({"workloads_engines": [VLLM, shared]}), playbooks=PREFLIGHT)
+        assert out["rc"] == 0, out["stdout"][-3000:]
 
 
 @pytest.mark.root

@@ -11,6 +11,11 @@ picked card cannot hold the proof, "" when it can), `hami_proof_start_refusal` (
 under HAMi's scheduler, "" when they do) and `hami_proof_outcome` (the problems of the shares and of the third
 pod's refusal, and the report). `hami_look | hami_conflicts(release)` names the DaemonSets of NVIDIA's device
 plugin that would fight HAMi's (roles/hami/tasks/conflicts.yml).
+
+Stage workloads: `results | hami_webhook_refusal(scheduler_name, timeout)` says why HAMi's webhook is taken not to
+answer, from the registered loop of server dry runs (one per namespace: `workloads_namespace`, `rc`, `stdout` the
+schedulerName the dry-run pod got, `stderr`), "" when each got `scheduler_name`; `cards | hami_card_shares_text`
+is the plan's card shares (UUID -> percent) in one line.
 """
 
 from __future__ import annotations
@@ -213,6 +218,28 @@ def hami_proof_outcome(look, seen, card, share_percent, third_percent, third="gp
     return {"problems": problems, "report": report}
 
 
+def hami_webhook_refusal(results, scheduler_name="hami-scheduler", timeout=""):
+    bad = next((r for r in results or [] if r.get("stdout") != scheduler_name), None)
+    if bad is None:
+        return ""
+    got = (
+        f"schedulerName {bad.get('stdout')}"
+        if bad.get("rc") == 0
+        else f"an error: {str(bad.get('stderr') or '').strip()}"
+    )
+    return (
+        f"HAMi's webhook did not send a GPU pod to {scheduler_name} within {timeout} s: a server dry run of a one-vGPU "
+        f"pod in namespace {bad.get('workloads_namespace')} got {got}, so no engine was placed (an engine's pod "
+        "created now would go unchanged to default-scheduler, and HAMi's device plugin gives cards only to pods "
+        "HAMi's scheduler bound: the kubelet would reject it, UnexpectedAdmissionError, and its Deployment would "
+        "make new pods again and again, or, asking a share of a card, it would stay Pending)"
+    )
+
+
+def hami_card_shares_text(cards):
+    return "; ".join(f"{card}: {share} %" for card, share in (cards or {}).items())
+
+
 def hami_conflicts(look, release="hami"):
     """The DaemonSets (namespace/name) of a `get daemonsets -A -o json` text that run NVIDIA's k8s-device-plugin
     image or are named like NVIDIA's device plugin, other than HAMi's own (`release`-device-plugin)."""
@@ -243,4 +270,6 @@ class FilterModule:
             "hami_proof_start_refusal": hami_proof_start_refusal,
             "hami_proof_outcome": hami_proof_outcome,
             "hami_conflicts": hami_conflicts,
+            "hami_webhook_refusal": hami_webhook_refusal,
+            "hami_card_shares_text": hami_card_shares_text,
         }

@@ -1,4 +1,10 @@
-"""Filters of stage vms: the PCI resource mappings of the GPUs, shaped from what each node reports.
+"""Filters of stages host and vms: kernel module lines, IOMMU group neighbours and the GPUs' PCI mappings.
+
+`modules | kernel_module_lines(keyword)` is the lines module files takes for a modprobe file, one per module:
+`{line: "<keyword> <module>", regexp}`, the regexp matching the module's line however it is spaced and with - and _
+alike, as kmod reads them (`blacklist nvidia_drm` is `blacklist nvidia-drm`); without a keyword, the bare module
+name (modules-load files), matched as written. `devices | pci_devices_text` names the devices a GPU shares its
+IOMMU group with (pve_host's check), each as `address (vendor:device, class C, driver D)`.
 
 `pve_vms_pci.results | pve_gpu_mappings(hostvars)` takes the results of module pve_info (gather: [pci]) looped
 over the Proxmox nodes that list pve_gpus (each result's `item` is the node's inventory host, its `pci` the
@@ -11,10 +17,31 @@ a card the node does not report keeps the inventory's vendor_device and iommu_gr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+
+
+def kernel_module_lines(modules: list[str], keyword: str = "") -> list[dict[str, str]]:
+    out = []
+    for module in modules or []:
+        module = str(module)
+        if keyword:
+            line = f"{keyword} {module}"
+            regexp = rf"^\s*{keyword}\s+" + re.sub("[-_]", "[-_]", module) + r"\s*$"
+        else:
+            line, regexp = module, rf"^\s*{module}\s*$"
+        out.append({"line": line, "regexp": regexp})
+    return out
+
+
+def pci_devices_text(devices: list[Mapping[str, Any]]) -> str:
+    return ", ".join(
+        f"{d.get('address')} ({d.get('vendor_device')}, class {d.get('class')}, driver {d.get('driver') or 'none'})"
+        for d in devices or []
+    )
 
 
 def _entry(node: str, gpu: Mapping[str, Any], reported: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -44,4 +71,8 @@ def pve_gpu_mappings(results: list[Mapping[str, Any]], hostvars: Mapping[str, An
 
 class FilterModule:
     def filters(self):
-        return {"pve_gpu_mappings": pve_gpu_mappings}
+        return {
+            "pve_gpu_mappings": pve_gpu_mappings,
+            "kernel_module_lines": kernel_module_lines,
+            "pci_devices_text": pci_devices_text,
+        }

@@ -3,7 +3,7 @@
 The HelmCharts of stages hami and monitoring must keep the bytes gpulab wrote when it dumped them in Python
 (gpulab.hami.dump_manifest): k3s's helm controller runs helm again whenever the file changes, so a byte of
 difference would reinstall the charts of every lab once. The sharing proof's pods must be the objects the proof
-reads back (names, label, card, share).
+reads back (names, label, card, share), and stage workloads' webhook probe the pod its dry run sends.
 """
 
 from __future__ import annotations
@@ -121,6 +121,10 @@ def rendered(tmp_path_factory):
             for name in ("prometheus", "grafana", "hami-webui")
         },
         "proof": ("hami/templates/proof-pods.yaml.j2", proof_vars),
+        "probe": (
+            "workloads/templates/webhook-probe.yaml.j2",
+            {"workloads_namespace": "ai", "workloads_wait_image": "busybox:1.36"},
+        ),
     }
     return {"got": render(tmp, cases), "hami": hami_values()[1], "odd": odd, "monitoring": mon}
 
@@ -170,3 +174,21 @@ def test_the_proof_pods_ask_their_share_of_the_card(rendered):
         assert container["resources"] == {
             "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": share}
         }
+
+
+def test_the_webhook_probe_asks_one_vgpu_share(rendered):
+    """Stage workloads' server dry run: a pod HAMi's webhook must send to its scheduler."""
+    assert yaml.safe_load(rendered["got"]["probe"]) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpulab-webhook-probe", "namespace": "ai"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": "busybox:1.36",
+                    "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 1}},
+                }
+            ]
+        },
+    }

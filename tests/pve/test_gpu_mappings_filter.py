@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import plugin_files
 
 pve_gpu_mappings = plugin_files.filters("pve")["pve_gpu_mappings"]
@@ -63,3 +65,34 @@ def test_a_card_without_inventory_iommu_group_keeps_none_and_mappings_follow_nod
 
 def test_no_node_with_gpus_maps_nothing():
     assert pve_gpu_mappings([], {}) == {}
+
+
+F = plugin_files.filters("pve")
+
+
+def test_blacklist_lines_match_the_module_however_it_is_spelled():
+    lines = F["kernel_module_lines"](["nouveau", "nvidia_drm"], "blacklist")
+    assert lines == [
+        {"line": "blacklist nouveau", "regexp": r"^\s*blacklist\s+nouveau\s*$"},
+        {"line": "blacklist nvidia_drm", "regexp": r"^\s*blacklist\s+nvidia[-_]drm\s*$"},
+    ]
+    assert re.match(lines[1]["regexp"], "  blacklist   nvidia-drm ")
+
+
+def test_module_load_lines_are_the_bare_names():
+    assert F["kernel_module_lines"](["vfio", "vfio_pci"]) == [
+        {"line": "vfio", "regexp": r"^\s*vfio\s*$"},
+        {"line": "vfio_pci", "regexp": r"^\s*vfio_pci\s*$"},
+    ]
+    assert F["kernel_module_lines"]([], "blacklist") == []
+
+
+def test_iommu_group_neighbours_are_named_with_their_driver():
+    devices = [
+        {"address": "0000:00:01.0", "vendor_device": "8086:1901", "class": "0x060400", "driver": "pcieport"},
+        {"address": "0000:01:00.2", "vendor_device": "10de:1ad8", "class": "0x0c0330", "driver": ""},
+    ]
+    assert F["pci_devices_text"](devices) == (
+        "0000:00:01.0 (8086:1901, class 0x060400, driver pcieport), "
+        "0000:01:00.2 (10de:1ad8, class 0x0c0330, driver none)"
+    )

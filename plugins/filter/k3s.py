@@ -19,7 +19,9 @@ applies first: "" when the inputs are right, else why and the fix.
 `look | gpulab_k3s_pull_problems` is gpulab.k8s.image_pulls.from_look: the containers of a wait's look (its line
 `{"pulls": <kubectl get pods -o json>}`) that cannot pull their image, as problems (host, field, value, cause, fix);
 `problems | gpulab_k3s_pull_problems_text` makes them one message, and `look | gpulab_k3s_look_rest` is the look
-without that line (the stage's own document).
+without that line (the stage's own document). `rollout | gpulab_k3s_not_ready_text(what, timeout)` says why a wait
+for a rollout (`what`, e.g. "Engine default/vllm") ended unready: the images its pods cannot pull, else the
+timeout and kubectl's last line.
 Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml, gpulab.labdef.node_checks):
 `node | gpulab_k3s_quorum_at_stake(servers_at)` is the node's k3s servers when its reboot would leave fewer
 than etcd's quorum ([] otherwise; `servers_at`: each server's vm_node), `qm_list_text |
@@ -111,6 +113,14 @@ def gpulab_k3s_pull_problems_text(problems):
     return image_pulls.problems_text(list(problems or []))
 
 
+def gpulab_k3s_not_ready_text(rollout, what, timeout):
+    pulls = image_pulls.from_look(str((rollout or {}).get("stdout") or ""), None)
+    if pulls:
+        return f"{what} cannot start: {image_pulls.problems_text(pulls)}"
+    last = (str((rollout or {}).get("stderr") or "").strip().splitlines() or [""])[-1]
+    return f"{what} is not Ready after {timeout} s (kubectl: {last})."
+
+
 def gpulab_k3s_look_rest(look):
     return image_pulls.rest_of_look(str(look or ""))
 
@@ -161,6 +171,7 @@ class FilterModule:
             "k3s_pull_problems": gpulab_k3s_pull_problems,
             "k3s_pull_problems_text": gpulab_k3s_pull_problems_text,
             "k3s_look_rest": gpulab_k3s_look_rest,
+            "k3s_not_ready_text": gpulab_k3s_not_ready_text,
             "k3s_quorum_at_stake": gpulab_k3s_quorum_at_stake,
             "k3s_servers_running": gpulab_k3s_servers_running,
             "k3s_reboot_gate": gpulab_k3s_reboot_gate,

@@ -10,6 +10,10 @@ dhcp_reservation takes them (gpulab.routerspec.reservations): the spec preflight
 address stage vms recorded on each VM (gpulab_vm_mac, gpulab_vm_address) and the MAC stage network read on
 each node (gpulab_node_lan_mac); the VMs of `new_vms` (not created yet) left out, and with `known_only` those
 whose MAC is not known yet.
+
+`gpulab_router | router_secrets(hostvars)` is the router's secrets as module dhcp_reservation takes them: for
+each option of the spec's `secrets` (option -> variable name), the value of that variable on the router's host,
+left out when it is unset or empty.
 """
 
 from __future__ import annotations
@@ -54,6 +58,23 @@ def dhcp_reservations(router, hostvars, new_vms=(), known_only=False):
         raise AnsibleFilterError(str(e)) from None
 
 
+def router_secrets(router, hostvars):
+    host = hostvars[router["host"]]
+    out = {}
+    for option, name in (router.get("secrets") or {}).items():
+        try:
+            value = host.get(name)
+        except (KeyError, AnsibleError):
+            value = None
+        if value:
+            out[option] = value
+    return out
+
+
 class FilterModule:
     def filters(self):
-        return {"dhcp_move_order": dhcp_move_order, "dhcp_reservations": dhcp_reservations}
+        return {
+            "dhcp_move_order": dhcp_move_order,
+            "dhcp_reservations": dhcp_reservations,
+            "router_secrets": router_secrets,
+        }

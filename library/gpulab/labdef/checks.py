@@ -333,28 +333,17 @@ def check_registration(d: LabDefinition, out: Problems) -> None:
             fix = "give a DNS name that resolves to the k3s servers, or a free IPv4 address on the LAN"
             out.add("all", name, value, why, fix)
         return
-    if d.router is None:
+    router = _router_net(d)
+    if router is None:
         return  # reported by check_router
-    _host, r = d.router
-    try:
-        net = ipaddress.IPv4Network(str(r.get("router_subnet")), strict=True)
-    except ValueError:
-        return  # reported by check_router
+    net, router_address, start, end = router
     owners = {str(vm.get("vm_address")): h for h, vm in d.vms.items() if vm.get("vm_address")}
-    pool = r.get("router_dhcp_pool") or {}
-    try:
-        start, end = (
-            ipaddress.IPv4Address(str(pool.get("start"))),
-            ipaddress.IPv4Address(str(pool.get("end"))),
-        )
-    except ValueError:
-        start = end = None
     servers = ", ".join(d.k3s_servers) or "the servers"
     if addr not in net:
         why = f"outside the router's subnet {net}: agents on the LAN would not reach the servers through it"
         fix = f"use a free address in {net} outside the DHCP pool, a server's vm_address, or a DNS name"
         out.add("all", name, str(addr), why, fix)
-    elif addr in (net.network_address, net.broadcast_address) or str(addr) == str(r.get("router_address")):
+    elif addr in (net.network_address, net.broadcast_address) or str(addr) == router_address:
         why = f"the network, broadcast or router address of {net}"
         out.add("all", name, str(addr), why, "pick a free host address outside the DHCP pool")
     elif str(addr) in owners and owners[str(addr)] not in d.k3s_servers:

@@ -28,7 +28,8 @@ Keys (see fixtures/reference.yml, the default):
   reads ``dhcp_renew_s``, ``vm_init`` and ``guest_apt_hold_s`` (labsim/net/README.md).
 - ``guest_kernels`` (optional): the Ubuntu kernel series a VM runs, by VM name (or id): ``generic`` (the GA
   kernel, the default), ``generic-hwe-24.04`` (the HWE kernel of newer point-release media) or ``kvm`` (a flavour
-  without Canonical-signed NVIDIA modules); :mod:`labsim.net.guest_kernel` lays it over the VM.
+  without Canonical-signed NVIDIA modules); :mod:`labsim.net.guest_kernel` lays it over the VM. Fixture
+  ``hwe-guest`` is the reference machine with vm-gpu on the HWE kernel (issue 43).
 - ``extends`` (optional): a fixture this one builds on (a name such as ``reference``, or a path relative to
   this file); its keys are merged under this file's (mappings key by key, anything else replaced). A node
   of ``nodes`` may name ``extends: NODE`` too: that node of the fixture it builds on, with the entry's keys
@@ -49,8 +50,9 @@ Keys (see fixtures/reference.yml, the default):
 
 ``--fixture`` takes a path or the name of a fixture in ``fixtures/`` (``reference``, ``homelab``,
 ``homelab-blacklisted``, ``homelab-running``, ``cluster``, ``two-gpus``, and one per card case: ``gtx1080``,
-``rtx2080``, ``rtx5090``, ``rtx5090-narrow-iommu``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``, and one per
-storage.cfg as installed: ``pve8-storage``, ``btrfs``): :func:`resolve_fixture`.
+``rtx2080``, ``rtx5090``, ``rtx5090-narrow-iommu``, ``rtx-a4000``, ``shared-group``, ``irq-remap-off``, one per
+storage.cfg as installed: ``pve8-storage``, ``btrfs``, and the hardware as users have it (issue 43):
+``igpu-boot-vga``, ``turing-usbc``, ``grub-stray-cmdline``, ``hwe-guest``): :func:`resolve_fixture`.
 """
 
 from __future__ import annotations

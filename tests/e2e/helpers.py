@@ -72,7 +72,8 @@ class RunningLab:
         return snap
 
 
-def lab_up(state: Path, fixture: Path | None = None) -> RunningLab:
+def lab_up(state: Path, fixture: Path | str | None = None) -> RunningLab:
+    """`gpulab lab up` on `state` from `fixture`: a file, or the name of one of labsim's fixtures/."""
     extra = ["--fixture", str(fixture)] if fixture else []
     proc = subprocess.run(
         [GPULAB, "lab", "up", "--state", str(state), *extra],

@@ -63,9 +63,7 @@ def hwe_server(tmp_path_factory):
     need_root()
     root = tmp_path_factory.mktemp("hwe-server")
     inv = _inventory(root / "inventory")
-    fixture = root / "hwe.yml"
-    fixture.write_text("extends: reference\nname: hwe-server\nguest_kernels:\n  vm-gpu: generic-hwe-24.04\n")
-    lab = lab_up(root / "lab", fixture)
+    lab = lab_up(root / "lab", "hwe-guest")  # by name, as `gpulab lab up --fixture hwe-guest`
     try:
         yield lab, inv, root, run_playbook(lab, inv, timeout=1200)
     finally:

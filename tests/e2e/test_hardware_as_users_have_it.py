@@ -18,8 +18,6 @@ import pytest
 import yaml
 from builders import FIXTURE_CARDS
 
-from labsim.fixture import fixtures_dir
-
 from .helpers import RunningLab, inventory_copy, lab_down, lab_up, need_root, run_playbook, set_vars
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -31,7 +29,7 @@ def _site(tmp_path_factory, fixture: str, change):
     """Lab up from `fixture`, inventory/demo changed by `change(inventory)`, one site.yml run; the lab goes down."""
     need_root()
     root = tmp_path_factory.mktemp(fixture)
-    lab = lab_up(root / "lab", fixtures_dir() / f"{fixture}.yml")
+    lab = lab_up(root / "lab", fixture)  # by name, as `gpulab lab up --fixture NAME`
     try:
         inv = inventory_copy(root / "inventory")
         change(inv)

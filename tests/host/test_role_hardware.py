@@ -45,6 +45,22 @@ def test_an_igpu_as_the_boot_display_keeps_i915(node):
 
 
 @pytest.mark.parametrize(
+    "node", [{"fixture": "igpu-boot-vga", "gpus": [{**REFERENCE_GPU, "boot_display": False}]}], indirect=True
+)
+def test_the_owners_nomodeset_stays_and_the_run_names_the_igpu_it_costs(node):
+    """pve_host_nomodeset: true on the same node: the owner's choice is kept (nomodeset goes on), the run names the
+    iGPU that loses its driver, and after the reboot i915 no longer holds it."""
+    rc, out, _recap = node.play(extra={**ALLOW, "pve_host_nomodeset": True})
+    assert rc == 0, out[-4000:]
+    assert (
+        "nomodeset on for pve: pve_host_nomodeset is true (the owner's choice); 0000:00:02.0 (8086:9bc5, i915 holds "
+        "it) would lose its DRM driver under it (/dev/dri goes)"
+    ).replace("owner's", "owner''s") in out
+    assert "nomodeset" in node.etc_file("kernel/cmdline").split()
+    assert facts(node, ["0000:02:00"])["devices"]["0000:00:02.0"]["driver"] is None
+
+
+@pytest.mark.parametrize(
     "node", [{"fixture": "turing-usbc", "gpus": [REFERENCE_GPU, FIXTURE_CARDS["rtx2080"]]}], indirect=True
 )
 def test_a_builtin_xhci_function_is_accepted_and_named(node):

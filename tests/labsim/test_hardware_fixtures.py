@@ -7,12 +7,15 @@ import json
 
 import pytest
 
-from labsim.fixture import FixtureError, load_fixture, named_fixtures
-from labsim.net import node_host
+from labsim.fixture import FixtureError, fixtures_dir, load_fixture, named_fixtures, resolve_fixture
+from labsim.net import guest_kernel, node_host
 
 
-def test_the_three_fixtures_are_named_and_build_on_the_reference():
-    assert {"igpu-boot-vga", "turing-usbc", "grub-stray-cmdline"} <= set(named_fixtures())
+def test_the_hardware_fixtures_are_named_and_build_on_the_reference():
+    names = ("igpu-boot-vga", "turing-usbc", "grub-stray-cmdline", "hwe-guest")
+    assert set(names) <= set(named_fixtures())
+    for name in names:  # what `gpulab lab up --fixture NAME` starts
+        assert resolve_fixture(name) == fixtures_dir() / f"{name}.yml"
     reference = {d["id"]: d for d in load_fixture("reference")["nodes"][0]["pci"]}
     igpu = {d["id"]: d for d in load_fixture("igpu-boot-vga")["nodes"][0]["pci"]}
     assert set(igpu) - set(reference) == {"0000:00:02.0"}
@@ -25,6 +28,11 @@ def test_the_three_fixtures_are_named_and_build_on_the_reference():
     ]
     stray = load_fixture("grub-stray-cmdline")["nodes"][0]
     assert stray["boot"]["loader"] == "grub" and "/etc/kernel/cmdline" in stray["lab"]["files"]
+    hwe = load_fixture("hwe-guest")
+    assert guest_kernel.series_of(hwe, "vm-gpu", 102) == "generic-hwe-24.04"
+    assert guest_kernel.KERNELS["generic-hwe-24.04"] == "6.17.0-14-generic"
+    assert guest_kernel.series_of(hwe, "vm-1", 100) == "generic"  # the other VMs keep the GA kernel
+    assert hwe["nodes"] == load_fixture("reference")["nodes"]
 
 
 def test_pci_set_names_only_devices_of_the_node(tmp_path):

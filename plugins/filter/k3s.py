@@ -20,7 +20,7 @@ applies first: "" when the inputs are right, else why and the fix.
 `{"pulls": <kubectl get pods -o json>}`) that cannot pull their image, as problems (host, field, value, cause, fix);
 `problems | gpulab_k3s_pull_problems_text` makes them one message, and `look | gpulab_k3s_look_rest` is the look
 without that line (the stage's own document).
-Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml, gpulab.labdef.node_checks):
+Stage host's quorum gate (roles/pve_host/tasks/quorum_gate.yml, gpulab.labdef.node_checks):
 `node | gpulab_k3s_quorum_at_stake(servers_at)` is the node's k3s servers when its reboot would leave fewer
 than etcd's quorum ([] otherwise; `servers_at`: each server's vm_node), `qm_list_text |
 gpulab_k3s_servers_running(servers, vm_names)` the servers whose VM `qm list` shows running, and

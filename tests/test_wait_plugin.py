@@ -64,7 +64,7 @@ def test_a_condition_that_holds_at_the_first_look_returns_at_once(tmp_path):
 def test_lines_at_a_steady_pace_until_the_condition_holds(tmp_path):
     flag, looked = tmp_path / "flag", tmp_path / "looked"
     # the flag comes 4 s after the wait's first look, however long ansible-playbook takes to start (a busy
-    # machine: make unit runs two pytest workers)
+    # machine: the make targets run two pytest workers)
     writer = subprocess.Popen(
         ["sh", "-c", f"until [ -e {looked} ]; do sleep 0.1; done; sleep 4; echo ok > {flag}"]
     )

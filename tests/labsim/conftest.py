@@ -95,8 +95,9 @@ def root(lab) -> Api:
 
 
 def pytest_collection_modifyitems(items):
-    """The lab's certificate is self-signed: its tests talk to it without verification, on purpose."""
+    """The lab's certificate is self-signed: its tests talk to it without verification, on purpose (the tests of
+    every labsim folder: tests/unit/labsim and tests/lab/labsim, whose conftest imports this one's)."""
     here = Path(__file__).parent
     for item in items:
-        if Path(str(item.fspath)).parent == here:
+        if item.path.parent.name == here.name:
             item.add_marker(pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning"))

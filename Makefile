@@ -9,11 +9,11 @@ PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyen
 # .venv resolves the newest the range allows): the plugin and module tests run on both ends of the range.
 VENV_MIN := .venv-min
 ANSIBLE_CORE_MIN := $(shell sed -n 's/^ *"ansible-core>=\([0-9.]*\),.*/\1/p' pyproject.toml)
-MIN_TESTS := tests/test_controller_modules.py tests/test_ansible_interfaces.py tests/test_module_docs.py \
-	tests/test_module_prologue.py tests/test_wait_plugin.py tests/test_files_module.py \
-	tests/routers/test_module.py tests/pve/test_connection_inventory.py tests/pve/test_vm_module.py \
-	tests/pve/test_other_modules.py tests/pve/test_module_secrets.py tests/pve/test_vm_options.py \
-	tests/pve/test_download_progress.py tests/test_collection.py
+MIN_TESTS := tests/unit/test_controller_modules.py tests/unit/test_ansible_interfaces.py tests/unit/test_module_docs.py \
+	tests/unit/test_module_prologue.py tests/unit/test_wait_plugin.py tests/unit/test_files_module.py \
+	tests/lab/routers/test_module.py tests/lab/pve/test_connection_inventory.py tests/lab/pve/test_vm_module.py \
+	tests/lab/pve/test_other_modules.py tests/unit/pve/test_module_secrets.py tests/unit/pve/test_vm_options.py \
+	tests/lab/pve/test_download_progress.py tests/lab/test_collection.py
 # How many pytest processes the pytest targets run (CI has two cores; 0 runs every test in one process, as plain
 # `.venv/bin/pytest` does).
 TEST_WORKERS ?= 2

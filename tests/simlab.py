@@ -102,7 +102,7 @@ def machine_apt_lists_aged(age_s: float) -> Iterator[None]:
 
 #: the test files that share one session fixture (its lab): the make targets' pytest-xdist scheduler (tests/conftest.py)
 #: runs each group's files in one worker, in collection order, so that the fixture is made once
-SHARED_LABS = {"converged_demo": ("tests/e2e/test_secrets.py", "tests/k3s/test_lab_stack.py")}
+SHARED_LABS = {"converged_demo": ("tests/e2e/test_secrets.py", "tests/e2e/test_lab_stack.py")}
 
 
 class ConvergedDemo:
@@ -110,7 +110,7 @@ class ConvergedDemo:
     JSON result format (no folded lines), while the machine's apt lists are days old.
 
     One converge for two proofs (the root conftest's session fixture `converged_demo`): tests/e2e/test_secrets.py
-    reads that run's output and the lab's state right after it, then tests/k3s/test_lab_stack.py goes on from it
+    reads that run's output and the lab's state right after it, then tests/e2e/test_lab_stack.py goes on from it
     (workloads, upgrade, teardown) and stops the lab when its module ends (`close`). SHARED_LABS has pytest-xdist's
     workers run both files in one process, in that order; `handed_on` says that a test went on from the converge
     (the lab's state is no longer the converge's)."""

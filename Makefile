@@ -9,13 +9,13 @@ PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyen
 # .venv resolves the newest the range allows): the plugin and module tests run on both ends of the range.
 VENV_MIN := .venv-min
 ANSIBLE_CORE_MIN := $(shell sed -n 's/^ *"ansible-core>=\([0-9.]*\),.*/\1/p' pyproject.toml)
-MIN_TESTS := tests/test_controller_modules.py tests/test_ansible_interfaces.py tests/test_module_docs.py \
-	tests/test_module_prologue.py tests/test_wait_plugin.py tests/test_files_module.py \
-	tests/routers/test_module.py tests/pve/test_connection_inventory.py tests/pve/test_vm_module.py \
-	tests/pve/test_other_modules.py tests/pve/test_module_secrets.py tests/pve/test_vm_options.py \
-	tests/pve/test_download_progress.py tests/test_collection.py
-# How many pytest processes `make unit` and `make unit-min` run (CI has two cores; 0 runs every test in one
-# process, as plain `.venv/bin/pytest` does).
+MIN_TESTS := tests/unit/test_controller_modules.py tests/unit/test_ansible_interfaces.py tests/unit/test_module_docs.py \
+	tests/unit/test_module_prologue.py tests/unit/test_wait_plugin.py tests/unit/test_files_module.py \
+	tests/lab/routers/test_module.py tests/lab/pve/test_connection_inventory.py tests/lab/pve/test_vm_module.py \
+	tests/lab/pve/test_other_modules.py tests/unit/pve/test_module_secrets.py tests/unit/pve/test_vm_options.py \
+	tests/lab/pve/test_download_progress.py tests/lab/test_collection.py
+# How many pytest processes the pytest targets run (CI has two cores; 0 runs every test in one process, as plain
+# `.venv/bin/pytest` does).
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -27,7 +27,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 VENV_SANITY := .venv-sanity
 VENV_SANITY_MIN := .venv-sanity-min
 
-.PHONY: deps venv venv-min venv-sanity venv-sanity-min demo test lint sanity unit unit-min e2e molecule clean docs
+.PHONY: deps venv venv-min venv-sanity venv-sanity-min demo test lint sanity pytest unit lab e2e unit-min molecule clean \
+	docs
 
 # The Debian packages of system-packages.txt that this machine lacks (as root: installed; else the
 # apt-get line to run). Every target below runs it first.
@@ -72,7 +73,7 @@ demo: deps venv
 	@$(BIN)/gpulab lab status >/dev/null 2>&1 || $(BIN)/gpulab lab up >/dev/null
 	$(BIN)/ansible-playbook site.yml -i inventory/demo
 
-test: deps venv lint sanity unit unit-min molecule
+test: deps venv lint sanity pytest unit-min molecule
 
 lint: venv
 	$(BIN)/ruff check library plugins tests scripts
@@ -86,18 +87,28 @@ sanity: venv-sanity venv-sanity-min
 	GPULAB_SANITY_VENV=$(VENV_SANITY) scripts/sanity.sh
 	GPULAB_SANITY_VENV=$(VENV_SANITY_MIN) scripts/sanity.sh
 
-# Every pytest test, the whole-lab proofs of tests/e2e included (about 7 of its minutes, as root), in
-# TEST_WORKERS pytest processes (pytest-xdist): each test file runs whole in one of them, and so do the files that
-# share a lab (tests/simlab.py SHARED_LABS, tests/conftest.py's scheduler), so a module's or a group's lab comes up
-# once; while one worker's lab test waits on its hosts, the other works.
-unit: venv
+# The tests by cost, each folder mirroring the sources (docs/development.md, "Tests"): tests/unit starts no lab (the
+# inner loop: under two minutes on two cores), tests/lab starts one per file or module (labsim servers, network
+# namespaces, sshd; most need root), tests/e2e runs site.yml on whole labs (about 7 minutes, as root).
+#
+# Every pytest test, the three folders in one session, in TEST_WORKERS pytest processes (pytest-xdist): each test
+# file runs whole in one of them, and so do the files that share a lab (tests/simlab.py SHARED_LABS,
+# tests/conftest.py's scheduler), so a module's or a group's lab comes up once; while one worker's lab test waits
+# on its hosts, the other works.
+pytest: venv
 	$(BIN)/pytest $(XDIST)
+
+unit: venv
+	$(BIN)/pytest $(XDIST) tests/unit
+
+lab: venv
+	$(BIN)/pytest $(XDIST) tests/lab
 
 # The plugin and module tests again on the lowest ansible-core pyproject.toml allows (about 2 minutes).
 unit-min: venv-min
 	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider $(XDIST) $(MIN_TESTS)
 
-# Only the whole-lab proofs (bad input through site.yml, faults, secrets at -vvv).
+# Only the whole-lab proofs (bad input through site.yml, faults, secrets at -vvv, the converged demo lab's stack).
 e2e: venv
 	$(BIN)/pytest $(XDIST) tests/e2e
 

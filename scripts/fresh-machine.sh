@@ -189,7 +189,7 @@ inside() {
   mkdir -m 1777 "$root/run/lock"
   mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs "$root/tmp"
   # The root becomes this namespace's own root (pivot_root, not only a chroot), as on a real machine:
-  # a process that enters a mount namespace made inside (nsenter -m, as tests/k3s does) lands at that
+  # a process that enters a mount namespace made inside (nsenter -m, as tests/lab/k3s does) lands at that
   # namespace's root, which must be the fresh machine's and not this one's.
   cd "$root"
   mkdir .fresh-machine-oldroot

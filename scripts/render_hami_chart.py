@@ -9,7 +9,7 @@ renders it with Helm's own template engine through ``helm-python-sdk`` (Helm v4'
 no helm binary, no cluster), and writes every rendered manifest, the values, their SHA-256 and the
 provenance to ``library/labsim/net/k3s/data/hami-chart.json`` (data of the k3s package, which
 ``labsim.net.k3s.hami_chart`` loads and the stand-in's zipapp carries). The test
-``tests/k3s/test_hami_chart_fixture.py`` fails when role hami's values no longer match the values recorded there;
+``tests/unit/k3s/test_hami_chart_fixture.py`` fails when role hami's values no longer match the values recorded there;
 run this script again then.
 
 ``helm-python-sdk`` (a 75 MB wheel) is needed by this script only, not by gpulab: install it anywhere, for

@@ -26,7 +26,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """In `make unit`'s pytest-xdist workers: the test files with a lab, real daemons or playbook runs (a test
+    """In the make targets' pytest-xdist workers: the test files with a lab, real daemons or playbook runs (a test
     marked root or slow) first, each file's tests in their order, the quick files after them, so that the two
     workers share out the long files and finish on the quick ones (run with --no-loadscope-reorder, which keeps
     this order). A plain pytest run keeps the collection order."""
@@ -52,7 +52,7 @@ SHARED_LAB_OF = {path: group for group, paths in simlab.SHARED_LABS.items() for 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`make unit`'s pytest-xdist scheduling: a test file's tests go to one worker (its module fixtures run
+    """The make targets' pytest-xdist scheduling: a test file's tests go to one worker (its module fixtures run
     once), and so do all the files of one simlab.SHARED_LABS group (their session fixture runs once)."""
     from xdist.scheduler import LoadScopeScheduling
 

@@ -1,5 +1,5 @@
 """Reading imports from source (ast), for the tests that keep the packages' import graphs in shape
-(tests/test_package_boundary.py, tests/test_import_cycles.py).
+(tests/unit/test_package_boundary.py, tests/unit/test_import_cycles.py).
 
 Every import counts: module level or inside a function, absolute or relative (resolved against the file's
 package), and importlib.import_module / __import__ / pytest.importorskip with a literal name.

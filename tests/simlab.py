@@ -86,7 +86,7 @@ WAIT_FOR_UNATTENDED_UPGRADES = "while pgrep -x unattended-upgr >/dev/null; do sl
 def machine_apt_lists_aged(age_s: float) -> Iterator[None]:
     """The machine's /var/lib/apt/lists dated ``age_s`` seconds ago for the block (0: just updated), then back.
 
-    One block at a time on the machine (a lock file beside the lists): `make unit` runs test files in two
+    One block at a time on the machine (a lock file beside the lists): the make targets run test files in two
     pytest workers, and two blocks interleaved would each put back what the other had set."""
     lists = Path("/var/lib/apt/lists")
     with open(lists.parent / ".gpulab-tests-lists-aged.lock", "w") as lock:
@@ -100,9 +100,9 @@ def machine_apt_lists_aged(age_s: float) -> Iterator[None]:
             os.utime(lists, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
-#: the test files that share one session fixture (its lab): `make unit`'s pytest-xdist scheduler (tests/conftest.py)
+#: the test files that share one session fixture (its lab): the make targets' pytest-xdist scheduler (tests/conftest.py)
 #: runs each group's files in one worker, in collection order, so that the fixture is made once
-SHARED_LABS = {"converged_demo": ("tests/e2e/test_secrets.py", "tests/k3s/test_lab_stack.py")}
+SHARED_LABS = {"converged_demo": ("tests/e2e/test_secrets.py", "tests/e2e/test_lab_stack.py")}
 
 
 class ConvergedDemo:
@@ -110,8 +110,8 @@ class ConvergedDemo:
     JSON result format (no folded lines), while the machine's apt lists are days old.
 
     One converge for two proofs (the root conftest's session fixture `converged_demo`): tests/e2e/test_secrets.py
-    reads that run's output and the lab's state right after it, then tests/k3s/test_lab_stack.py goes on from it
-    (workloads, upgrade, teardown) and stops the lab when its module ends (`close`). SHARED_LABS has `make unit`'s
+    reads that run's output and the lab's state right after it, then tests/e2e/test_lab_stack.py goes on from it
+    (workloads, upgrade, teardown) and stops the lab when its module ends (`close`). SHARED_LABS has pytest-xdist's
     workers run both files in one process, in that order; `handed_on` says that a test went on from the converge
     (the lab's state is no longer the converge's)."""
 

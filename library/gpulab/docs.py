@@ -1,7 +1,7 @@
 """What `make docs` writes: docs/variables.md, each role's README, the command blocks of the docs and the
 data-flow picture, the generated options of two modules, pve_vm's argument spec and the PVE connection options
 of plugins/module_utils/pve.py. Each comes from one source (the catalogue, the roles' meta/argument_specs.yml
-and defaults, library/gpulab/data/commands.yml, the tables of the engine); tests/labdef/test_docs.py fails when
+and defaults, library/gpulab/data/commands.yml, the tables of the engine); tests/unit/labdef/test_docs.py fails when
 a written file is out of date."""
 
 from __future__ import annotations
@@ -435,7 +435,7 @@ def update_data_flow(root: Path) -> bool:
 # pve_vm's argument spec: its option table gpulab.pve.vmoptions (which also maps each option to PVE's keys) with
 # the PVE connection options, written into the module file as a Python literal so that Ansible and ansible-test's
 # validate-modules read the module's real arguments without the engine. `make docs` writes it (then `ruff format`
-# lays it out); tests/test_module_docs.py checks the file's spec is the table's. The other controller modules'
+# lays it out); tests/unit/test_module_docs.py checks the file's spec is the table's. The other controller modules'
 # specs are plain data kept by hand in their files, the one place they are declared.
 VM_SPEC_START = "# generated from gpulab.pve.vmoptions by `make docs`: edit its OPTIONS, not these lines\n"
 SPEC_END = "# end of the generated argument spec\n"

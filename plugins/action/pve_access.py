@@ -130,7 +130,7 @@ class ActionModule(ActionBase):
         # token's secret is in it, so it is censored for this call (the task's own result stays visible). The
         # connection keeps a play context of its own (made before the task's copy): both say no_log. Ansible has
         # no public way to censor a connection's -vvv output for one call; this is the one private read left
-        # (tests/test_ansible_interfaces.py names it).
+        # (tests/unit/test_ansible_interfaces.py names it).
         contexts = {id(c): c for c in (self._play_context, self._connection._play_context) if c}
         saved = {k: c.no_log for k, c in contexts.items()}
         try:

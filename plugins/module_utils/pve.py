@@ -1,7 +1,7 @@
 """The Proxmox VE connection options every PVE module takes (pve_vm, pve_info, pve_download, pve_pci_mapping,
 lab_table), once: each module spreads CONNECTION into its ARGUMENT_SPEC and passes CONNECTION_RULES to
 AnsibleModule, as the doc fragment gpulab.homelab.pve documents them. `make docs` writes the lines below from the
-engine's gpulab.pve.connection; tests/test_module_docs.py checks they are in step.
+engine's gpulab.pve.connection; tests/unit/test_module_docs.py checks they are in step.
 """
 
 from __future__ import annotations

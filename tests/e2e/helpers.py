@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "inventory" / "demo"
 VENV_BIN = Path(sys.executable).parent
 GPULAB = str(VENV_BIN / "gpulab")
-# The BAD list of tests/labdef names the router `isp-router`; the demo inventory calls it `lab-router`.
+# The BAD list of tests/unit/labdef names the router `isp-router`; the demo inventory calls it `lab-router`.
 HOST_ALIASES = {"isp-router": "lab-router"}
 
 
@@ -266,11 +266,11 @@ def all_vms(lab: RunningLab) -> dict[str, Any]:
 
 
 def load_bad_cases() -> list[tuple[str, str, dict[str, Any], str]]:
-    """tests/labdef/test_validation.py's BAD list (that folder is not a package: load it by path)."""
+    """tests/unit/labdef/test_validation.py's BAD list, loaded by path (no e2e test imports a unit test module)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "_labdef_validation_cases", REPO / "tests" / "labdef" / "test_validation.py"
+        "_labdef_validation_cases", REPO / "tests" / "unit" / "labdef" / "test_validation.py"
     )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

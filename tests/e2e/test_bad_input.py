@@ -1,4 +1,4 @@
-"""Every mistake of tests/labdef's BAD list, made in a copy of the demo inventory, stops site.yml in
+"""Every mistake of tests/unit/labdef's BAD list, made in a copy of the demo inventory, stops site.yml in
 preflight with its message, before any write to the PVE API or to a lab host."""
 
 from __future__ import annotations

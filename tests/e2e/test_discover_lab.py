@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from discover.filling import fill, placeholders
+from unit.discover.filling import fill, placeholders
 
 from .helpers import GPULAB, REPO, RunningLab, lab_down, lab_up, need_root
 
@@ -82,7 +82,7 @@ def check_node_facts(lab: RunningLab, inventory: Path) -> None:
     router = load(inventory / "host_vars" / "lan-router.yml")
     assert router["router_subnet"] == lab.info["subnet"]
     # the lab's hosts have no default route (nothing leaves the lab), so the router's address is the user's
-    # to give; on a node with one it is the default gateway (tests/discover)
+    # to give; on a node with one it is the default gateway (tests/unit/discover)
     assert router["router_address"] == "CHANGE-ME" and router["ansible_host"] == "{{ router_address }}"
     main = load(inventory / "group_vars" / "all" / "main.yml")
     assert main["pve_api_url"] == f"https://{lab.info['node_host']['address']}:8006"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from install import install_media
+from unit.install import install_media
 
 from gpulab.pve import privileges
 

@@ -1,5 +1,5 @@
 """The whole site.yml on the network lab started from the hardware fixtures of issue 43, one run each (CI time;
-idempotence is proven by tests/host/test_role_hardware.py on the same fixtures):
+idempotence is proven by tests/lab/host/test_role_hardware.py on the same fixtures):
 
 - igpu-boot-vga: the i9-10900K's UHD 630 (i915) is the boot display, the RTX 3090 beside it is passed through:
   stage host leaves nomodeset out and says why, the iGPU keeps i915 after gpulab's reboot, the lab converges;

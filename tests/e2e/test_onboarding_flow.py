@@ -8,7 +8,7 @@ wrote it, and the token and the fingerprint are what access.yml wrote.
 The inventory is the discovered folder itself, with no labsim group_vars and nothing read from lab.json. The
 test supplies only:
 
-* the placeholders discover leaves to the user (tests/discover/filling.py, as a user edits them): each VM's
+* the placeholders discover leaves to the user (tests/unit/discover/filling.py, as a user edits them): each VM's
   address (the router's lease of it, which the user reads on the router), the router's kind (dnsmasq),
   address, DHCP pool and login user (root), the VMs' login user (ubuntu, the installer's account) and which
   VMs run k3s (vm-1 the server, vm-2 and vm-gpu agents);
@@ -41,7 +41,7 @@ from pathlib import Path
 import ansible_runs
 import pytest
 import yaml
-from discover.filling import fill, placeholders
+from unit.discover.filling import fill, placeholders
 
 from .helpers import GPULAB, REPO, VENV_BIN, RunningLab
 

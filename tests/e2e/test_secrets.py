@@ -11,7 +11,7 @@ import pytest
 
 from .helpers import RunningLab
 
-# The converge is the one tests/k3s/test_lab_stack.py goes on from (simlab.ConvergedDemo, SHARED_LABS): this file
+# The converge is the one tests/e2e/test_lab_stack.py goes on from (simlab.ConvergedDemo, SHARED_LABS): this file
 # runs first.
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 
 Python 3.13 dropped the ``crypt`` module; this follows Ulrich Drepper's published specification
 "Unix crypt using SHA-256 and SHA-512" (the algorithm glibc implements), with its default of 5000 rounds.
-tests/install/test_sha512crypt.py checks it against the specification's own test vectors and, where the
+tests/unit/install/test_sha512crypt.py checks it against the specification's own test vectors and, where the
 machine has it, against ``openssl passwd -6``.
 """
 

@@ -1,7 +1,7 @@
 """The Proxmox VE API access gpulab needs: its role's privileges, its user and its token, each named once.
 
 The docs' `pveum` commands (library/gpulab/data/commands.yml, docs/getting-started.md step 3) create exactly
-these; tests/pve/test_privileges.py fails when that role command or the simulated lab's token grant differ. Each privilege
+these; tests/unit/pve/test_privileges.py fails when that role command or the simulated lab's token grant differ. Each privilege
 is listed with the calls that check it (shared/pve-api/NOTES.md, the PVE 9.1 schema's permission entries);
 none is there that no call checks (VM.Console, which README once listed, opens consoles: no call of gpulab
 does).

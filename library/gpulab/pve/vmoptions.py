@@ -584,7 +584,7 @@ def build(params: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The PVE config keys for the given option values, and the key families they own.
 
     Options absent or None are not managed. Each key comes from the row of the option that names it
-    (tests/pve/test_vm_options.py holds every row to its keys).
+    (tests/unit/pve/test_vm_options.py holds every row to its keys).
     """
     cfg: dict[str, Any] = {"name": params["name"]}
     families: list[str] = []

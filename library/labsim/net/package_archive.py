@@ -107,7 +107,7 @@ def main(argv):
         loaded = f.read().split() or ["any"]
     kind = loaded[0]
     # the module that loaded is another driver's (the packages were upgraded, the VM not rebooted since): NVML
-    # refuses (tests/guests/fixtures/nvidia-smi/nvidia-smi-driver-mismatch-exit18.txt)
+    # refuses (tests/unit/guests/fixtures/nvidia-smi/nvidia-smi-driver-mismatch-exit18.txt)
     if len(loaded) > 2 and loaded[2][:1].isdigit() and loaded[2] != DRIVER:
         print("Failed to initialize NVML: Driver/library version mismatch")
         print("NVML library version: " + ".".join(DRIVER.split(".")[:2]))

@@ -1,0 +1,1 @@
+"""The lab tests of discover (tests/unit/discover has the others)."""

@@ -1,0 +1,1 @@
+"""The lab tests of guests (tests/unit/guests has the others)."""

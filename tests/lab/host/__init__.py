@@ -1,0 +1,1 @@
+"""The lab tests of host (tests/unit/host has the others)."""

@@ -1,0 +1,1 @@
+"""The lab tests of install (tests/unit/install has the others)."""

@@ -1,0 +1,1 @@
+"""The lab tests of k3s (tests/unit/k3s has the others)."""

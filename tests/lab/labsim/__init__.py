@@ -1,0 +1,1 @@
+"""The lab tests of labsim (tests/unit/labsim has the others)."""

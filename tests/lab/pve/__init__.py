@@ -1,0 +1,1 @@
+"""The lab tests of pve (tests/unit/pve has the others)."""

@@ -1,0 +1,1 @@
+"""The lab tests of routers (tests/unit/routers has the others)."""

@@ -1,0 +1,1 @@
+"""The unit tests of labsim (tests/lab/labsim has the others)."""

@@ -10,7 +10,7 @@ PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 $$(ls -d /root/.pyen
 VENV_MIN := .venv-min
 ANSIBLE_CORE_MIN := $(shell sed -n 's/^ *"ansible-core>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 MIN_TESTS := tests/unit/test_controller_modules.py tests/unit/test_ansible_interfaces.py tests/unit/test_module_docs.py \
-	tests/unit/test_module_prologue.py tests/unit/test_wait_plugin.py tests/unit/test_files_module.py \
+	tests/unit/test_module_prologue.py tests/lab/test_wait_plugin.py tests/unit/test_files_module.py \
 	tests/lab/routers/test_module.py tests/lab/pve/test_connection_inventory.py tests/lab/pve/test_vm_module.py \
 	tests/lab/pve/test_other_modules.py tests/unit/pve/test_module_secrets.py tests/unit/pve/test_vm_options.py \
 	tests/lab/pve/test_download_progress.py tests/lab/test_collection.py

@@ -96,7 +96,7 @@ sanity: venv-sanity venv-sanity-min
 # tests/conftest.py's scheduler), so a module's or a group's lab comes up once; while one worker's lab test waits
 # on its hosts, the other works.
 pytest: venv
-	$(BIN)/pytest $(XDIST)
+	$(BIN)/pytest $(XDIST) --durations=30
 
 unit: venv
 	$(BIN)/pytest $(XDIST) tests/unit

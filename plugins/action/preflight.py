@@ -73,7 +73,7 @@ class ActionModule(ActionBase):
         definition, problems = labdef.check(groups, hostvar, names)
         problems = [*problems, *labdef.check_extra_vars(_plain(load_extra_vars(self._loader)), definition)]
         stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
-        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         if args["stages"] is not None:  # a stage playbook run alone: its own stages only
             stages &= set(args["stages"])
         if definition is not None and stages & reach.SUDO_STAGES:

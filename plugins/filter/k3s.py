@@ -5,8 +5,6 @@ speaks for the cluster in this run (up and Ready, not the first server), the ser
 `nodes_json` is the text of `kubectl get nodes -o json` read through a server that answered, or empty when
 it was not read (k3s absent, nothing answered). `nodes_json | gpulab_k3s_ready_nodes` is the sorted list of
 the nodes whose Ready condition is True ([] for an empty or non-JSON text).
-`nodes_json | gpulab_k3s_ready_versions` is gpulab.k8s.speaker.ready_versions: node name -> kubelet version of
-those nodes ({} for an empty or non-JSON text).
 `node | gpulab_k3s_reboot_wait(rebooted, servers, vm_nodes, down)` is gpulab.k8s.speaker.reboot_wait (whether
 stage host waits for etcd after a node's reboot, and through which servers), and
 `nodes_json | gpulab_k3s_etcd_settled(servers)` is gpulab.k8s.speaker.etcd_settled (an empty or non-JSON text:
@@ -41,19 +39,12 @@ from ansible_collections.gpulab.homelab.plugins.plugin_utils.engine import Missi
 try:
     from gpulab.k8s import image_pulls, install_inputs
     from gpulab.k8s.skew import cluster_problems
-    from gpulab.k8s.speaker import (
-        choose,
-        etcd_settled,
-        ready_nodes,
-        ready_versions,
-        reboot_wait,
-        servers_not_running,
-    )
+    from gpulab.k8s.speaker import choose, etcd_settled, ready_nodes, reboot_wait, servers_not_running
     from gpulab.labdef.node_checks import qm_list_status, quorum_losses, reboot_gate
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    cluster_problems = choose = etcd_settled = ready_nodes = ready_versions = reboot_wait = (
-        servers_not_running
-    ) = MissingEngine(err)
+    cluster_problems = choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = (
+        MissingEngine(err)
+    )
     install_inputs = image_pulls = MissingEngine(err)
     qm_list_status = quorum_losses = reboot_gate = MissingEngine(err)
 
@@ -80,10 +71,6 @@ def gpulab_k3s_ready_nodes(nodes_json):
     except ValueError:
         nodes = None
     return sorted(ready_nodes(nodes))
-
-
-def gpulab_k3s_ready_versions(nodes_json):
-    return ready_versions(_nodes(nodes_json))
 
 
 def _nodes(nodes_json):
@@ -174,7 +161,6 @@ class FilterModule:
         return {
             "k3s_speaker": gpulab_k3s_speaker,
             "k3s_ready_nodes": gpulab_k3s_ready_nodes,
-            "k3s_ready_versions": gpulab_k3s_ready_versions,
             "k3s_reboot_wait": gpulab_k3s_reboot_wait,
             "k3s_etcd_settled": gpulab_k3s_etcd_settled,
             "k3s_servers_not_running": gpulab_k3s_servers_not_running,

@@ -22,7 +22,7 @@ applies first: "" when the inputs are right, else why and the fix.
 without that line (the stage's own document). `rollout | gpulab_k3s_not_ready_text(what, timeout)` says why a wait
 for a rollout (`what`, e.g. "Engine default/vllm") ended unready: the images its pods cannot pull, else the
 timeout and kubectl's last line.
-Stage host's quorum gate (roles/pve_host/tasks/quorum_gate.yml, gpulab.labdef.node_checks):
+Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml, gpulab.labdef.node_checks):
 `node | gpulab_k3s_quorum_at_stake(servers_at)` is the node's k3s servers when its reboot would leave fewer
 than etcd's quorum ([] otherwise; `servers_at`: each server's vm_node), `qm_list_text |
 gpulab_k3s_servers_running(servers, vm_names)` the servers whose VM `qm list` shows running, and

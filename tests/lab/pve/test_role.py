@@ -29,7 +29,9 @@ def play(
         GPULAB_LAB_STATE=str(lab_state),
         GPULAB_RECORD=str(record),
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_CALLBACK_PLUGINS=str(pathlib.Path(__file__).parent / "callbacks"),
+        ANSIBLE_CALLBACK_PLUGINS=str(
+            ROOT / "tests" / "unit" / "pve" / "callbacks"
+        ),  # the record callback, kept there
         ANSIBLE_CALLBACKS_ENABLED="gpulab_record",
         ANSIBLE_NOCOLOR="1",
     )

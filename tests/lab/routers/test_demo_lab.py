@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from simlab import running_lab
+from unit.routers.conftest import CLIENT_SCRIPT
 from unit.routers.resolved import router_extra_vars
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -76,7 +77,7 @@ def test_network_stage_in_the_demo_lab(demo_lab, tmp_path):
 
     # a client with vm-1's MAC on the lab bridge is handed vm-1's reserved address
     ns, veth = "gt4demo", "gt4demov"
-    client = Path(__file__).with_name("dhcp_client_hook.sh")
+    client = CLIENT_SCRIPT
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True)
         subprocess.run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns, "address",

@@ -73,7 +73,7 @@ def test_the_manifest_holds_the_vip_on_the_interface_with_arp_and_leader_electio
     # the lab's k3s reads the VIP from this manifest as kube-vip would (tests/lab/k3s/test_kube_vip_ns.py runs it)
     docs = list(yaml.safe_load_all((lab.root / "manifests" / "server" / "kube-vip.yaml").read_text()))
     assert k3s_kube_vip.kube_vip_spec(docs) == {"address": "192.168.100.60", "interface": "ens18",
-                                               "leader_election": True}  # fmt: skip
+                                               "leader_election": True, "services": False}  # fmt: skip
     assert k3s_kube_vip.kube_vip_spec([{**docs[3], "spec": {}}]) is None
 
     # another VIP rewrites the file; no interface given: the default route's

@@ -111,7 +111,12 @@ def kube_vip_daemonset(**env):
 
 def test_kube_vip_arp_control_plane():
     spec = vip_mod.kube_vip_spec([kube_vip_daemonset(vip_leaderelection="true")])
-    assert spec == {"address": "10.77.0.100", "interface": "ens18", "leader_election": True}
+    assert spec == {
+        "address": "10.77.0.100",
+        "interface": "ens18",
+        "leader_election": True,
+        "services": False,
+    }
     # a VIP only in ARP mode for the control plane, from a host-network pod
     assert vip_mod.kube_vip_spec([kube_vip_daemonset(vip_arp="false")]) is None
     assert vip_mod.kube_vip_spec([kube_vip_daemonset(cp_enable="false")]) is None

@@ -95,15 +95,8 @@ def test_the_kube_vip_pin_is_the_roles_default_and_the_catalogues():
         assert catalogue.BY_NAME[name].default == defaults[name] == specs[name]["default"], name
 
 
-def test_only_an_ipv4_registration_address_that_is_no_vms_is_a_vip(tmp_path):
-    """playbooks/vars/k3s_vip.yml, as stages k3s and network read it: a free IPv4 address is the VIP (and what
-    stage network keeps free); a server's vm_address, a DNS name or nothing is no VIP."""
-    inventory = {"all": {"children": {"vms": {"hosts": {"vm-1": {"vm_address": "192.168.100.53"},
-                                                         "vm-2": {"vm_address": "192.168.100.54"}}}}}}  # fmt: skip
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-    cases = ["192.168.100.60", "192.168.100.53", "k3s.lab.example", ""]
-    task = {"name": "vip", "ansible.builtin.debug": {"msg": "{{ [gpulab_k3s_vip, gpulab_network_keep_free] }}"},
-            "loop": cases, "vars": {"k3s_registration_address": "{{ item }}"}}  # fmt: skip
+def run_k3s_vip_task(tmp_path, task):
+    """Run `task` on localhost with playbooks/vars/k3s_vip.yml and tmp_path/hosts.yml; its result on localhost."""
     play = [{"hosts": "localhost", "gather_facts": False, "vars_files": [str(ROOT / "playbooks/vars/k3s_vip.yml")],
              "tasks": [task]}]  # fmt: skip
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
@@ -116,7 +109,19 @@ def test_only_an_ipv4_registration_address_that_is_no_vms_is_a_vip(tmp_path):
                            str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, timeout=120,
                           check=False, cwd=ROOT)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["results"]
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_only_an_ipv4_registration_address_that_is_no_vms_is_a_vip(tmp_path):
+    """playbooks/vars/k3s_vip.yml, as stages k3s and network read it: a free IPv4 address is the VIP (and what
+    stage network keeps free); a server's vm_address, a DNS name or nothing is no VIP."""
+    inventory = {"all": {"children": {"vms": {"hosts": {"vm-1": {"vm_address": "192.168.100.53"},
+                                                         "vm-2": {"vm_address": "192.168.100.54"}}}}}}  # fmt: skip
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    cases = ["192.168.100.60", "192.168.100.53", "k3s.lab.example", ""]
+    task = {"name": "vip", "ansible.builtin.debug": {"msg": "{{ [gpulab_k3s_vip, gpulab_network_keep_free] }}"},
+            "loop": cases, "vars": {"k3s_registration_address": "{{ item }}"}}  # fmt: skip
+    results = run_k3s_vip_task(tmp_path, task)["results"]
     vips = [r["msg"][0] for r in results]
     assert vips == ["192.168.100.60", "", "", ""]
     assert results[0]["msg"][1] == [{"address": "192.168.100.60", "host": "all", "field": "k3s_registration_address",
@@ -179,19 +184,7 @@ def test_stage_network_keeps_each_engines_lan_address_free(tmp_path):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {}}}))
     task = {"name": "free", "ansible.builtin.debug": {"msg": "{{ gpulab_network_keep_free }}"},
             "vars": {"k3s_registration_address": "192.168.100.60", "workloads_engines": engines}}  # fmt: skip
-    play = [{"hosts": "localhost", "gather_facts": False, "vars_files": [str(ROOT / "playbooks/vars/k3s_vip.yml")],
-             "tasks": [task]}]  # fmt: skip
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    (tmp_path / "callbacks").mkdir()
-    (tmp_path / "callbacks" / "gpulab_test_json.py").write_text(JSON_CALLBACK)
-    env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "gpulab_test_json",
-           "ANSIBLE_CALLBACK_PLUGINS": str(tmp_path / "callbacks"),
-           "PATH": str(ROOT / ".venv/bin") + ":/usr/bin:/bin", "ANSIBLE_LOCALHOST_WARNING": "0"}  # fmt: skip
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, timeout=120,
-                          check=False, cwd=ROOT)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    free = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
+    free = run_k3s_vip_task(tmp_path, task)["msg"]
     assert free == [
         {"address": "192.168.100.60", "host": "all", "field": "k3s_registration_address",
          "what": "the kube-vip VIP the k3s servers hold"},

@@ -25,11 +25,31 @@ def pytest_configure(config):
             signal.signal(signum, _interrupted)
 
 
+def _shared_lab_files_in_order(items):
+    """Each SHARED_LABS group's tests where its first collected test was, its files in the group's order."""
+    first: dict[str, int] = {}
+    keys = []
+    for index, item in enumerate(items):
+        path = _rootdir_path(item)
+        group = SHARED_LAB_OF.get(path)
+        if group is None:
+            keys.append((index, 0, index))
+        else:
+            keys.append((first.setdefault(group, index), simlab.SHARED_LABS[group].index(path), index))
+    items[:] = [item for _, item in sorted(zip(keys, items, strict=True), key=lambda pair: pair[0])]
+
+
+def _rootdir_path(item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(config, items):
     """In the make targets' pytest-xdist workers: the test files with a lab, real daemons or playbook runs (a test
     marked root or slow) first, each file's tests in their order, the quick files after them, so that the two
     workers share out the long files and finish on the quick ones (run with --no-loadscope-reorder, which keeps
-    this order). A plain pytest run keeps the collection order."""
+    this order). A plain pytest run keeps the collection order. In both, the files of a simlab.SHARED_LABS group
+    run together in the group's order (the first goes on from the lab the second reads, whatever their names)."""
+    _shared_lab_files_in_order(items)
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     heavy = {

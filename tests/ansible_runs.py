@@ -13,6 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
+#: For a test that runs one stage playbook on an inventory of that stage's hosts only (a node, or a router and its
+#: VMs), which preflight would refuse as a lab: the test stands in for preflight, so the fact a run's preflight
+#: leaves (gpulab_preflight_done) ends the stage's own import of playbooks/preflight.yml at once, as it does
+#: after site.yml's. Never for a whole lab: there preflight runs.
+STAGE_ON_ITS_HOSTS = ("-e", "gpulab_preflight_done=true")
+
+
 def playbook_env(**extra: str) -> dict[str, str]:
     """This process's environment without ANSIBLE_* and GPULAB_* (a developer's shell may set them), with the
     project's ansible.cfg, no colours and this virtualenv first on PATH; `extra` is added last."""

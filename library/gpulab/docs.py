@@ -174,6 +174,7 @@ ROLE_PLAYS: dict[str, tuple[str, str, bool]] = {
     "k3s_agent": ("k3s_agent", "playbooks/k3s.yml", True),
     "k3s_install": ("k3s_cluster", "playbooks/k3s.yml (through k3s_server and k3s_agent)", True),
     "k3s_server": ("k3s_server[0]", "playbooks/k3s.yml", True),
+    "k3s_upgrade": ("k3s_cluster", "playbooks/upgrade.yml (entry points server, agent, gpu_node)", True),
     "monitoring": ("k3s_server[0]", "playbooks/monitoring.yml", True),
     "nvidia_container_toolkit": ("vms", "playbooks/guests.yml", True),
     "nvidia_driver": ("vms", "playbooks/guests.yml", True),
@@ -182,6 +183,9 @@ ROLE_PLAYS: dict[str, tuple[str, str, bool]] = {
     "router_dhcp": ("localhost", "playbooks/network.yml", False),
     "workloads": ("k3s_server[0]", "playbooks/workloads.yml", True),
 }
+
+# The roles whose example play takes one host at a time (serial: 1): a node drained and upgraded at once.
+ROLE_SERIAL = frozenset({"k3s_upgrade"})
 
 # Example values of the options a role requires (the example play sets them).
 ROLE_EXAMPLES: dict[str, dict] = {
@@ -192,6 +196,7 @@ ROLE_EXAMPLES: dict[str, dict] = {
     },
     "k3s_install": {"k3s_install_version": "v1.35.6+k3s1", "k3s_install_exec": "server"},
     "k3s_server": {"k3s_server_version": "v1.35.6+k3s1"},
+    "k3s_upgrade": {"k3s_upgrade_version": "v1.35.6+k3s1"},
 }
 
 
@@ -208,6 +213,8 @@ def _example_play(role: str, options: dict) -> str:
     if required:
         entry["vars"] = required
     body: dict = {"name": f"Role {role}", "hosts": hosts}
+    if role in ROLE_SERIAL:
+        body["serial"] = 1
     if become:
         body["become"] = True
     body["roles"] = [entry]

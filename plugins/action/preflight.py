@@ -27,6 +27,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
+from ansible_collections.gpulab.homelab.plugins.modules.preflight import ARGUMENT_SPEC
 from ansible_collections.gpulab.homelab.plugins.plugin_utils.engine import MissingEngine
 
 try:
@@ -48,7 +49,7 @@ BECOME_PASSWORD_VARS = (
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset()
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -72,6 +73,9 @@ class ActionModule(ActionBase):
         definition, problems = labdef.check(groups, hostvar, names)
         problems = [*problems, *labdef.check_extra_vars(_plain(load_extra_vars(self._loader)), definition)]
         stages = reach.selected_stages(task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
+        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
+        if args["stages"] is not None:  # a stage playbook run alone: its own stages only
+            stages &= set(args["stages"])
         if definition is not None and stages & reach.SUDO_STAGES:
             problems = [*problems, *self._sudo_problems(definition, hostvar)]
         result["changed"] = False

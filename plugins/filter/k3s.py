@@ -5,6 +5,8 @@ speaks for the cluster in this run (up and Ready, not the first server), the ser
 `nodes_json` is the text of `kubectl get nodes -o json` read through a server that answered, or empty when
 it was not read (k3s absent, nothing answered). `nodes_json | gpulab_k3s_ready_nodes` is the sorted list of
 the nodes whose Ready condition is True ([] for an empty or non-JSON text).
+`nodes_json | gpulab_k3s_ready_versions` is gpulab.k8s.speaker.ready_versions: node name -> kubelet version of
+those nodes ({} for an empty or non-JSON text).
 `node | gpulab_k3s_reboot_wait(rebooted, servers, vm_nodes, down)` is gpulab.k8s.speaker.reboot_wait (whether
 stage host waits for etcd after a node's reboot, and through which servers), and
 `nodes_json | gpulab_k3s_etcd_settled(servers)` is gpulab.k8s.speaker.etcd_settled (an empty or non-JSON text:
@@ -22,7 +24,7 @@ applies first: "" when the inputs are right, else why and the fix.
 without that line (the stage's own document). `rollout | gpulab_k3s_not_ready_text(what, timeout)` says why a wait
 for a rollout (`what`, e.g. "Engine default/vllm") ended unready: the images its pods cannot pull, else the
 timeout and kubectl's last line.
-Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml, gpulab.labdef.node_checks):
+Stage host's quorum gate (roles/pve_host/tasks/quorum_gate.yml, gpulab.labdef.node_checks):
 `node | gpulab_k3s_quorum_at_stake(servers_at)` is the node's k3s servers when its reboot would leave fewer
 than etcd's quorum ([] otherwise; `servers_at`: each server's vm_node), `qm_list_text |
 gpulab_k3s_servers_running(servers, vm_names)` the servers whose VM `qm list` shows running, and
@@ -39,12 +41,19 @@ from ansible_collections.gpulab.homelab.plugins.plugin_utils.engine import Missi
 try:
     from gpulab.k8s import image_pulls, install_inputs
     from gpulab.k8s.skew import cluster_problems
-    from gpulab.k8s.speaker import choose, etcd_settled, ready_nodes, reboot_wait, servers_not_running
+    from gpulab.k8s.speaker import (
+        choose,
+        etcd_settled,
+        ready_nodes,
+        ready_versions,
+        reboot_wait,
+        servers_not_running,
+    )
     from gpulab.labdef.node_checks import qm_list_status, quorum_losses, reboot_gate
 except ImportError as err:  # the engine runs here, on the controller: requirements.txt
-    cluster_problems = choose = etcd_settled = ready_nodes = reboot_wait = servers_not_running = (
-        MissingEngine(err)
-    )
+    cluster_problems = choose = etcd_settled = ready_nodes = ready_versions = reboot_wait = (
+        servers_not_running
+    ) = MissingEngine(err)
     install_inputs = image_pulls = MissingEngine(err)
     qm_list_status = quorum_losses = reboot_gate = MissingEngine(err)
 
@@ -71,6 +80,10 @@ def gpulab_k3s_ready_nodes(nodes_json):
     except ValueError:
         nodes = None
     return sorted(ready_nodes(nodes))
+
+
+def gpulab_k3s_ready_versions(nodes_json):
+    return ready_versions(_nodes(nodes_json))
 
 
 def _nodes(nodes_json):
@@ -161,6 +174,7 @@ class FilterModule:
         return {
             "k3s_speaker": gpulab_k3s_speaker,
             "k3s_ready_nodes": gpulab_k3s_ready_nodes,
+            "k3s_ready_versions": gpulab_k3s_ready_versions,
             "k3s_reboot_wait": gpulab_k3s_reboot_wait,
             "k3s_etcd_settled": gpulab_k3s_etcd_settled,
             "k3s_servers_not_running": gpulab_k3s_servers_not_running,

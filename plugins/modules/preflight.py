@@ -24,8 +24,23 @@ description:
     resolved once (C(gpulab.routerspec)) for stage network, and C(stages), the stages the run's tags select.
     C(playbooks/preflight.yml) keeps them for the later stages as C(gpulab_vms), C(gpulab_router) and
     C(gpulab_stages).
-  - Runs on the controller; takes no options.
-options: {}
+  - Runs on the controller. A stage playbook run alone (C(playbooks/vms.yml)) names its own stages in
+    O(stages), so that only what those stages use is checked and reached.
+options:
+  stages:
+    description:
+      - The stages the playbook being run holds; the run's tags then select among these only. Left out (site.yml),
+        every stage of gpulab.
+    type: list
+    elements: str
+extends_documentation_fragment:
+  - gpulab.homelab.attributes
+attributes:
+  check_mode:
+    support: full
+    details: It only reads (the inventory, the PVE API, the download URLs); a check run does the same.
+  diff_mode:
+    support: none
 author: gpulab contributors (!UNKNOWN)
 """
 
@@ -71,8 +86,15 @@ router:
   returned: when the lab definition is valid
   type: dict
 stages:
-  description: The stages the run's C(--tags) and C(--skip-tags) select, sorted (C(workloads) only when named).
+  description:
+    - The stages the run's C(--tags) and C(--skip-tags) select, sorted (C(workloads) only when named), among
+      O(stages) when given.
   returned: when the lab definition is valid
   type: list
   elements: str
 """
+
+# The options, which the action plugin validates with (plugins/action/preflight.py).
+ARGUMENT_SPEC = {
+    "stages": {"type": "list", "elements": "str"},
+}

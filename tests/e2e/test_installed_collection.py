@@ -1,7 +1,8 @@
 """The demo from the installed collection: `ansible-galaxy collection build`, installed into an empty collections
 path, and `ansible-playbook gpulab.homelab.site` run from outside the checkout with a user's own ansible.cfg
-(no plugin or role paths into the checkout). It converges a fresh demo lab, and a second run changes nothing.
-About two minutes, most of it the first converge."""
+(no plugin or role paths into the checkout). It converges a fresh demo lab, and a second run changes nothing; then
+`ansible-playbook gpulab.homelab.vms` runs that stage alone (its own preflight, once, and the run lock taken and
+given back once) and changes nothing. About two minutes, most of it the first converge."""
 
 from __future__ import annotations
 
@@ -45,10 +46,12 @@ def installed(tmp: Path) -> tuple[Path, Path]:
     return cfg, collections / "ansible_collections" / "gpulab" / "homelab"
 
 
-def site(lab: RunningLab, cfg: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+def site(
+    lab: RunningLab, cfg: Path, cwd: Path, playbook: str = "gpulab.homelab.site"
+) -> subprocess.CompletedProcess[str]:
     env = ansible_runs.playbook_env(ANSIBLE_CONFIG=str(cfg), GPULAB_LAB_STATE=str(lab.state))
     return subprocess.run(
-        [VENV_BIN / "ansible-playbook", "-i", DEMO, "gpulab.homelab.site"],
+        [VENV_BIN / "ansible-playbook", "-i", DEMO, playbook],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
 
@@ -73,3 +76,11 @@ def test_the_demo_converges_from_the_installed_collection_and_a_second_run_chang
     assert second.returncode == 0, second.stdout[-6000:] + second.stderr
     counts = ansible_runs.recaps(second)
     assert counts and all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+    # one stage of the installed copy alone: it validates the lab and takes the lock itself, once each
+    vms = site(lab, cfg, where, "gpulab.homelab.vms")
+    assert vms.returncode == 0, vms.stdout[-6000:] + vms.stderr
+    counts = ansible_runs.recaps(vms)
+    assert counts and all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+    for task in ("Validate the lab definition", "Take the run lock", "Release the run lock"):
+        assert vms.stdout.count(f"TASK [{task}") == 1, (task, vms.stdout[-6000:])
+    assert "PLAY [Stage 2, vms | images, GPU mappings, VMs, addresses]" in vms.stdout

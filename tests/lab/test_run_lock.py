@@ -105,28 +105,39 @@ def playbook(name, inv, path, *args):
     return ansible_playbook(name, "-i", inv, "-e", f"gpulab_run_lock_path={path}", "-v", *args, timeout=180)
 
 
-def test_every_stage_playbook_that_changes_something_takes_the_lock_first_and_gives_it_back_last():
+def test_every_stage_playbook_imports_preflight_first_and_gives_the_lock_back_last():
+    """Preflight takes the lock (its last play imports run_lock.yml) for the playbook that names itself in
+    gpulab_run_by; that playbook's last play gives it back. No playbook passes a lock setting to another."""
     import yaml
 
     found = sorted(p.stem for p in Path(ROOT, "playbooks").glob("*.yml"))
     assert (
         sorted(set(found) - READ_ONLY) == STAGES
     )  # a new stage playbook must be sorted into one or the other
+    assert not Path(
+        ROOT, "playbooks", "tasks"
+    ).exists()  # playbooks/ holds playbooks only: steps live in roles
+    preflight = yaml.safe_load(Path(ROOT, "playbooks", "preflight.yml").read_text())
+    assert preflight[-1].get("ansible.builtin.import_playbook") == "run_lock.yml"
     for stage in STAGES:
-        plays = yaml.safe_load(Path(ROOT, "playbooks", f"{stage}.yml").read_text())
-        # before the lock only controller-side checks (access.yml's login and vault: nothing reaches the node) or
-        # preflight (upgrade.yml, as site.yml: it validates the lab definition and writes nothing)
-        while plays[0].get("ansible.builtin.import_playbook") != "run_lock.yml":
-            first = plays.pop(0)
-            if first.get("ansible.builtin.import_playbook") == "preflight.yml":
-                continue
+        text = Path(ROOT, "playbooks", f"{stage}.yml").read_text()
+        assert "gpulab_run_lock_in_site" not in text and "gpulab_run_lock_by" not in text, stage
+        plays = yaml.safe_load(text)
+        # access.yml makes the API token preflight would need: its controller-side checks (nothing reaches the
+        # node), then the lock itself
+        first = "run_lock.yml" if stage == "access" else "preflight.yml"
+        while plays[0].get("ansible.builtin.import_playbook") != first:
             checks = [
-                t.get("gpulab.homelab.pve_access", {}).get("preconditions_only") for t in first["tasks"]
+                t.get("gpulab.homelab.pve_access", {}).get("preconditions_only")
+                for t in plays.pop(0)["tasks"]
             ]
-            assert all(checks), stage
-        assert plays[0].get("ansible.builtin.import_playbook") == "run_lock.yml", stage
+            assert stage == "access" and all(checks), stage
+        assert plays[0]["vars"]["gpulab_run_by"] == f"{stage}.yml", stage
         assert plays[-1].get("ansible.builtin.import_playbook") == "run_lock_release.yml", stage
-        assert plays[0]["vars"] == plays[-1]["vars"] == {"gpulab_run_lock_by": f"{stage}.yml"}, stage
+        assert plays[-1]["vars"] == {"gpulab_run_by": f"{stage}.yml"}, stage
+    # site.yml names none of its stages' settings: each stage's import is the bare playbook
+    site = yaml.safe_load(Path(ROOT, "playbooks", "site.yml").read_text())
+    assert all("vars" not in play for play in site[1:-1]), site
 
 
 @pytest.mark.parametrize("stage", ["vms", "network", "teardown"])
@@ -134,13 +145,13 @@ def test_a_stage_run_alone_while_another_run_holds_the_lock_stops_before_any_cha
     inv, path = lab(tmp_path)
     holder = runlock.this_run(os.getpid())  # this test's process: alive, on this controller
     path.write_text(json.dumps(holder))
-    run = playbook(f"playbooks/{stage}.yml", inv, path)
+    # preflight's lab checks left out (this inventory is no lab): its last play, the lock, still runs
+    run = playbook(f"playbooks/{stage}.yml", inv, path, "--skip-tags", "preflight")
     assert run.returncode != 0, run.stdout
     assert f"PID {os.getpid()} on controller {holder['controller']}" in run.stdout, run.stdout
     plays = [line for line in run.stdout.splitlines() if line.startswith("PLAY [")]
-    assert len(plays) == 1 and plays[0].startswith("PLAY [Run lock | take the lab's run lock"), (
-        plays
-    )  # none after
+    assert plays[-1].startswith("PLAY [Run lock | take the lab's run lock"), plays  # none after
+    assert all(p.startswith("PLAY [Preflight |") for p in plays[:-1]), plays  # none before but preflight
     assert json.loads(path.read_text()) == holder  # still the other run's
 
 
@@ -170,15 +181,13 @@ def test_site_takes_the_lock_once_and_its_stages_do_not_touch_the_node_again(tmp
     inv, path = lab(tmp_path)
     run = playbook("site.yml", inv, path, *ONLY_THE_LOCK)
     assert_took_once_and_gave_back(run, path)
-    # the lock plays of the stages site.yml imports match no host: nothing runs for them, not even a skip
+    # every stage site.yml imports imports preflight (and its lock play) and the release: each ends at once
     imported = re.findall(r"import_playbook: (\w+)\.yml", Path(ROOT, "playbooks", "site.yml").read_text())
     stages = [name for name in imported if name in STAGES]
-    lock_plays = re.findall(
-        r"PLAY \[(?:Run lock \|[^\]]*|Release the lab's run lock)\] \**\nskipping: no hosts matched",
-        run.stdout,
-    )
-    assert len(stages) >= 8 and len(lock_plays) == 2 * len(stages), run.stdout
-    assert recap(run) == {**recap(run), "ok": 3, "skipped": 0}, run.stdout
+    lock_plays = run.stdout.count("PLAY [Run lock | take the lab's run lock")
+    assert len(stages) >= 8 and lock_plays == len(stages) + 2, run.stdout  # site's, each stage's, verify's
+    assert run.stdout.count("TASK [Release the run lock") == 1, run.stdout  # the stages' are skipped, unshown
+    assert recap(run) == {**recap(run), "ok": 3, "failed": 0}, run.stdout
 
 
 def test_a_lab_without_a_node_to_log_in_to_can_leave_the_lock_out(tmp_path):

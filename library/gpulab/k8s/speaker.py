@@ -30,6 +30,17 @@ def ready_nodes(nodes: Mapping[str, Any] | None) -> set[str]:
     return out
 
 
+def ready_versions(nodes: Mapping[str, Any] | None) -> dict[str, str]:
+    """Node name -> kubelet version of the nodes whose Ready condition is True in a `kubectl get nodes -o json`
+    answer (what an upgrade waits for: the node back and Ready on the new release)."""
+    ready = ready_nodes(nodes)
+    return {
+        name: ((item.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
+        for item in (nodes or {}).get("items") or []
+        if (name := (item.get("metadata") or {}).get("name")) in ready
+    }
+
+
 def choose(
     servers: Sequence[str], reachable: Sequence[str], nodes: Mapping[str, Any] | None
 ) -> dict[str, Any]:

@@ -10,7 +10,7 @@
   one server (SQLite) is lost with its node. Whether that matters is known only when the reboot comes: a
   lab with no cluster yet (its first run) or whose servers there are stopped loses nothing. So preflight
   only names such a node in the plan (:func:`reboot_plan_lines`), and stage host decides at the reboot from
-  the node's VMs and whether k3s answers on them (:func:`reboot_gate`, playbooks/tasks/host_quorum_gate.yml),
+  the node's VMs and whether k3s answers on them (:func:`reboot_gate`, roles/pve_host/tasks/quorum_gate.yml),
   refusing it with :func:`quorum_refusal`'s message while a cluster would lose its quorum.
 """
 

@@ -14,6 +14,7 @@ ROLES = [
     "k3s_server",
     "k3s_agent",
     "k3s_install",
+    "k3s_upgrade",
     "hami",
     "workloads",
 ]
@@ -73,6 +74,7 @@ def test_every_role_validates_its_arguments_before_any_task(tmp_path):
             "k3s_agent_server_url": "https://192.168.100.53:6443",
         },
         "k3s_install": {"k3s_install_version": "v1.33.5+k3s1", "k3s_install_exec": "agent"},
+        "k3s_upgrade": {"k3s_upgrade_version": "v1.33.5+k3s1"},
     }
     book = [
         {

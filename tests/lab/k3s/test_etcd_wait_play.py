@@ -1,4 +1,4 @@
-"""Stage host's wait for etcd (playbooks/tasks/host_etcd_wait.yml, as playbooks/host.yml imports it) run for
+"""Stage host's wait for etcd (role pve_host's entry point etcd_wait, as playbooks/host.yml imports it) run for
 real by ansible-playbook on this machine, against a fake `k3s kubectl get nodes` whose answers change from
 look to look: after the reboot of pve2 the run asks a server on the other node (pve) until the API answers and every
 server is Ready and a voting etcd member; it stops with what is missing when that does not come in time; and
@@ -78,13 +78,13 @@ def lab(tmp_path, ports):
         "server-3": {**server, "vm_node": "pve2", "ansible_port": open_port},
     }
     play = [{"name": "Stage host's wait", "hosts": "proxmox", "gather_facts": False,
-             "tasks": [{"ansible.builtin.import_tasks": str(ROOT / "playbooks" / "tasks" / "host_etcd_wait.yml")}]}]  # fmt: skip
+             "tasks": [{"ansible.builtin.import_role": {"name": "gpulab.homelab.pve_host", "tasks_from": "etcd_wait"}}]}]  # fmt: skip
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
 
     def run(answers, pve_down=False, **pve2):
         (bin_dir / "answers.json").write_text(json.dumps(answers))
         (bin_dir / "looks").unlink(missing_ok=True)
-        pve2 = {**local, "pve_node": "pve2", "pve_host_reboot": {"rebooted": True}, "gpulab_host_etcd_interval": 1,
+        pve2 = {**local, "pve_node": "pve2", "pve_host_reboot": {"rebooted": True}, "pve_host_etcd_interval": 1,
                 **pve2}  # fmt: skip
         hosts = (
             {**servers, "server-2": {**servers["server-2"], "ansible_port": closed_port}}
@@ -123,7 +123,7 @@ def test_waits_until_etcd_has_a_leader_and_every_server_back(lab):
 
 
 def test_stops_with_what_is_missing_after_the_timeout(lab):
-    rc, out, looks = lab([nodes(server_3=("Unknown", "False"))], gpulab_host_etcd_timeout=3)
+    rc, out, looks = lab([nodes(server_3=("Unknown", "False"))], pve_host_etcd_timeout=3)
     assert rc != 0
     assert looks >= 2
     assert (
@@ -133,7 +133,7 @@ def test_stops_with_what_is_missing_after_the_timeout(lab):
 
 
 def test_the_api_not_answering_is_named_as_no_leader(lab):
-    rc, out, _ = lab([NO_LEADER], gpulab_host_etcd_timeout=2)
+    rc, out, _ = lab([NO_LEADER], pve_host_etcd_timeout=2)
     assert rc != 0 and "the API does not answer: etcd has no leader yet" in out
 
 

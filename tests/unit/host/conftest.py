@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import ansible_runs
 import pytest
 import yaml
 from ansible_modules import run_json
@@ -131,7 +132,7 @@ class PlaybookNode:
     def play(self, *args: str, extra: dict | None = None) -> tuple[int, str, dict]:
         """Run playbooks/host.yml; returns (rc, output, recap counts for host pve)."""
         cmd = [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", str(self.inventory())]
-        cmd += [str(ROOT / "playbooks/host.yml"), *args]
+        cmd += [str(ROOT / "playbooks/host.yml"), *ansible_runs.STAGE_ON_ITS_HOSTS, *args]
         if extra:
             cmd += ["-e", json.dumps(extra)]
         env = {

@@ -94,7 +94,7 @@ def test_servers_not_running_reads_qm_list():
 
 
 def test_the_quorum_gate_filters_read_qm_list_by_vm_name():
-    """Stage host's quorum gate (playbooks/tasks/host_quorum_gate.yml): the servers at stake, those whose VM
+    """Stage host's quorum gate (role pve_host, tasks/quorum_gate.yml): the servers at stake, those whose VM
     runs (by its VM name, `qm list`'s NAME), and the decision."""
     filters = plugin_files.filters("k3s")
     assert filters["k3s_quorum_at_stake"]("pve", VM_NODES) == ["server-1", "server-2"]

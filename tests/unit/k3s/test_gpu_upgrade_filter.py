@@ -1,4 +1,4 @@
-"""plugins/filter/gpu_upgrade.py: what playbooks/tasks/upgrade_gpu_node.yml plans from what it read."""
+"""plugins/filter/gpu_upgrade.py: what role k3s_upgrade (tasks/gpu_node.yml) plans from what it read."""
 
 import json
 from importlib import util

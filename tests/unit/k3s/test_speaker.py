@@ -79,3 +79,13 @@ def test_the_filter_reads_kubectls_text():
     ready = filters["k3s_ready_nodes"]
     assert ready(json.dumps(nodes("server-2", "agent-1", not_ready=["server-1"]))) == ["agent-1", "server-2"]
     assert ready("etcdserver: request timed out") == [] and ready("") == []
+
+
+def test_ready_versions_are_the_kubelets_of_the_ready_nodes_only():
+    """What an upgrade waits for: each Ready node's kubelet version; a node not Ready is not there yet."""
+    look = nodes("server-1", "server-2", not_ready=["server-3"])
+    for item, version in zip(look["items"], ["v1.36.2+k3s1", "v1.35.6+k3s1", "v1.36.2+k3s1"], strict=True):
+        item["status"]["nodeInfo"] = {"kubeletVersion": version}
+    versions = plugin_files.filters("k3s")["k3s_ready_versions"]
+    assert versions(json.dumps(look)) == {"server-1": "v1.36.2+k3s1", "server-2": "v1.35.6+k3s1"}
+    assert versions("The connection to the server was refused") == {} and versions("") == {}

@@ -1,6 +1,7 @@
 """The router as preflight resolves it (fact gpulab_router), for the tests that run stage network on an
-inventory of a router and VMs only (no Proxmox node, so playbooks/preflight.yml cannot run): the same
-function preflight calls, gpulab.routerspec.resolve, its result given to the run as an extra variable."""
+inventory of a router and VMs only (no Proxmox node, so playbooks/preflight.yml cannot validate it): the same
+function preflight calls, gpulab.routerspec.resolve, its result given to the run as an extra variable, with
+ansible_runs.STAGE_ON_ITS_HOSTS's gpulab_preflight_done (the test stands in for preflight)."""
 
 from __future__ import annotations
 
@@ -31,5 +32,5 @@ def router_extra_vars(
     definition = labdef.load(groups, hostvar, names)
     spec = routerspec.resolve(definition, lambda name: settings.get(name, hostvar("localhost", name)))
     path = where / "gpulab_router.json"
-    path.write_text(json.dumps({"gpulab_router": spec}))
+    path.write_text(json.dumps({"gpulab_router": spec, "gpulab_preflight_done": True}))
     return ["-e", f"@{path}"]

@@ -24,7 +24,9 @@ def test_the_key_facts_are_the_pinned_charts():
     facts = open_webui.load_keys(open_webui.VERSION)
     assert facts["chart"] == "open-webui" and facts["version"] == "16.0.0"
     assert "tag open-webui-16.0.0 = commit a6305e705ee18571c772687e1ffc3db6415a9226" in facts["source"]
-    assert facts["images"] == {"image": {"registry": "", "repository": "ghcr.io/open-webui/open-webui", "tag": ""}}
+    assert facts["images"] == {
+        "image": {"registry": "", "repository": "ghcr.io/open-webui/open-webui", "tag": ""}
+    }
 
 
 def test_values_point_at_the_lan_engines_through_their_services():
@@ -59,7 +61,10 @@ def test_a_lan_address_is_announced_by_kube_vip():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"extra_values": {"servce": {"type": "NodePort"}}}, "servce: not a value of open-webui chart 16.0.0"),
+        (
+            {"extra_values": {"servce": {"type": "NodePort"}}},
+            "servce: not a value of open-webui chart 16.0.0",
+        ),
         ({"extra_values": {"persistence": {"sise": "5Gi"}}}, "did you mean persistence.size?"),
         ({"lan_address_value": "webui.lan"}, "not an IPv4 address"),
         ({"lan_port": 70000}, "must be a TCP port number"),

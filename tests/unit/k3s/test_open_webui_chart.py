@@ -25,7 +25,9 @@ def test_open_webui_chart_workload_named_and_kind_from_the_values():
 
 
 def test_gpulabs_helmchart_leaves_the_workload_the_role_waits_for():
-    engines = workloads.plan([{**VLLM, "lan": True}], {"vm-gpu": [{"uuid": "GPU-1"}]}, any_uuid=True)["engines"]
+    engines = workloads.plan([{**VLLM, "lan": True}], {"vm-gpu": [{"uuid": "GPU-1"}]}, any_uuid=True)[
+        "engines"
+    ]
     out = open_webui.render(engines=engines, server="192.168.100.53")
     (chart,) = [d for d in yaml.safe_load_all(out["manifest"]) if d]
     rollouts, objects = open_webui_chart.install_chart(

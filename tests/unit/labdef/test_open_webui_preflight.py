@@ -50,7 +50,10 @@ def test_preflight_refuses_open_webui_without_a_lan_engine(inv):
     inv.globals["workloads_engines"] = [VLLM]
     with_webui(inv)
     (problem,) = inv.check()[1]
-    assert problem.field == "workloads_open_webui" and "no engine of workloads_engines is on the LAN" in problem.why
+    assert (
+        problem.field == "workloads_open_webui"
+        and "no engine of workloads_engines is on the LAN" in problem.why
+    )
 
 
 @pytest.mark.parametrize(

@@ -36,3 +36,29 @@ def test_gpulabs_helmchart_leaves_the_workload_the_role_waits_for():
     kind, _, name = out["workload"].partition("/")
     assert objects[f"{out['namespace']}/{name}"]["kind"].lower() == kind
     assert rollouts[f"{out['namespace']}/{name}"]["ready"]
+
+
+def test_the_standins_cluster_installs_gpulabs_open_webui_chart_as_not_hamis(tmp_path, monkeypatch):
+    """The stand-in's helm controller (labsim.net.k3s.cluster) takes gpulab's open-webui HelmChart for what it is:
+    its install job completes and its StatefulSet is Ready (the role's rollout status answers); HAMi's release is
+    not touched, and taking the file out uninstalls it."""
+    from labsim.net.k3s import cluster as k3s
+
+    monkeypatch.setattr(k3s, "STATE", str(tmp_path / "state.json"))
+    monkeypatch.setattr(k3s, "MANIFESTS", str(tmp_path / "manifests"))
+    (tmp_path / "manifests").mkdir()
+    engines = workloads.plan([{**VLLM, "lan": True}], {"vm-gpu": [{"uuid": "GPU-1"}]}, any_uuid=True)[
+        "engines"
+    ]
+    placed = tmp_path / "manifests" / "gpulab-open-webui.yaml"
+    placed.write_text(open_webui.render(engines=engines, server="192.168.100.53")["manifest"])
+    cluster = k3s.Cluster()
+    cluster.apply_manifests()
+    cluster.state["charts_seen"]["kube-system/open-webui"] -= 5  # the install job has run
+    cluster.apply_manifests()
+    assert cluster.state["jobs"]["kube-system/helm-install-open-webui"] == {"complete": True}
+    assert cluster.state["deployments"]["open-webui/open-webui"]["ready"]
+    assert cluster.state["hami"] is None
+    placed.unlink()
+    cluster.apply_manifests()
+    assert "open-webui/open-webui" not in cluster.state["deployments"]

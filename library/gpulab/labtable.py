@@ -143,20 +143,24 @@ def rows(
 
 
 def endpoint_entry(engine: Mapping[str, Any]) -> dict[str, str]:
-    """A LAN engine as the table lists it: name, URL, model and its card share (`45 % of GPU-6f2a1c3e-0d4`)."""
+    """A LAN engine as the table lists it: name, URL, model and its card share (`45 % of GPU-6f2a1c3e-0d4`).
+    Another endpoint (Open WebUI, stage workloads' front end) gives its `kind` and its own `share` text."""
     cards = ", ".join(str(c)[:12] for c in engine.get("cards") or []) or "?"
+    share = engine.get("share") or f"{engine.get('gpu_memory_percent', 100)} % of {cards}"
+    kind = {"kind": str(engine["kind"])} if engine.get("kind") else {}
     return {
         "name": str(engine.get("name", "?")),
+        **kind,
         "url": str(engine.get("url", "")),
         "model": str(engine.get("model", "?")),
-        "share": f"{engine.get('gpu_memory_percent', 100)} % of {cards}",
+        "share": str(share),
     }
 
 
 def endpoint_links(table: list[Mapping[str, Any]]) -> dict[str, str]:
     """`engine NAME (MODEL, on VM, SHARE)` -> URL for every endpoint of the table's rows."""
     return {
-        f"engine {e['name']} ({e['model']}, on {r['vm']}, {e['share']})": e["url"]
+        f"{e.get('kind', 'engine')} {e['name']} ({e['model']}, on {r['vm']}, {e['share']})": e["url"]
         for r in table
         for e in r.get("endpoints") or []
     }

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpulab.constants import DOWNLOAD_EXTENSION_HINTS, DOWNLOAD_EXTENSIONS, PLACEHOLDER
-from gpulab.k8s import workloads
+from gpulab.k8s import open_webui, workloads
 from gpulab.labdef.catalogue import (
     BY_NAME,
     CHECKSUM_LENGTHS,
@@ -41,6 +41,7 @@ from gpulab.labdef.k3s_inputs import check_k3s_inputs
 from gpulab.labdef.k3s_inputs import extra_problems as k3s_extra_problems
 from gpulab.labdef.monitoring_values import check_monitoring_values
 from gpulab.labdef.node_checks import check_cluster
+from gpulab.labdef.open_webui_values import check_open_webui_values, first_set, true
 from gpulab.labdef.problems import Problem, Problems
 from gpulab.labdef.registries import check_registries
 from gpulab.labdef.rules import first_failure
@@ -520,6 +521,67 @@ def check_lan(d: LabDefinition, engines: list, out: Problems) -> None:
         elif start and end and start <= addr <= end:
             why = f"inside the router's DHCP pool {start}-{end}: the router may lease it to another device"
             out.add("all", field, lan["address"], why, f"pick a free address of {net} outside {start}-{end}")
+    check_open_webui_lan(d, router, users, taken, ports, out)
+
+
+def check_open_webui_lan(
+    d: LabDefinition, router, users: dict[str, str], taken: dict[str, str], ports: dict, out: Problems
+) -> None:
+    """Where Open WebUI answers on the LAN (workloads_open_webui: true), as an engine's address is checked: a
+    workloads_open_webui_lan_address (kube-vip announces it) on the router's subnet, outside its DHCP pool, no
+    other machine's nor an engine's (naming it); without one, k3s' ServiceLB serves its lan_port on every node,
+    where no LAN engine without a lan_address may take the same port."""
+    if not true(first_set(d, "workloads_open_webui")):
+        return
+    field, value = "workloads_open_webui_lan_address", first_set(d, "workloads_open_webui_lan_address")
+    port = first_set(d, "workloads_open_webui_lan_port") or open_webui.LAN_PORT
+    if value is None:
+        for (node_address, taken_port), engine in ports.items():
+            if str(taken_port) == str(port):
+                why = (
+                    f"Open WebUI and engine {engine} both take port {port} (k3s' ServiceLB serves Open WebUI's "
+                    f"port on every node, {node_address} too): only one can have it"
+                )
+                fix = (
+                    "give workloads_open_webui_lan_port another port, or Open WebUI a lan_address of its own"
+                )
+                out.add("all", "workloads_open_webui_lan_port", port, why, fix)
+        return
+    try:
+        address = open_webui.lan_address(value)
+    except open_webui.OpenWebUIError:
+        why = "not an IPv4 address"
+        out.add("all", field, value, why, "give a free address of the router's subnet outside its DHCP pool")
+        return
+    assert address is not None
+    if not _has_kube_vip(d):
+        why = (
+            "no kube-vip runs in this lab to announce it: kube-vip runs for a k3s_registration_address that "
+            "is an IPv4 address and no VM's vm_address (several servers)"
+        )
+        fix = "leave it empty (Open WebUI answers on the nodes' addresses), or set up kube-vip's VIP"
+        out.add("all", field, address, why, fix)
+        return
+    if address in taken:
+        why = f"given twice, to engine {taken[address]} and to Open WebUI; each LAN address is one service's"
+        out.add("all", field, address, why, "give Open WebUI another free address")
+        return
+    if router is None:
+        return  # reported by check_router
+    net, _gw, start, end = router
+    addr = ipaddress.IPv4Address(address)
+    if addr not in net:
+        why = f"outside the router's subnet {net}: the LAN would not reach Open WebUI there"
+        out.add("all", field, address, why, f"pick a free address of {net} outside the DHCP pool")
+    elif addr in (net.network_address, net.broadcast_address):
+        out.add("all", field, address, f"the network or broadcast address of {net}",
+                "pick a free host address outside the DHCP pool")  # fmt: skip
+    elif address in users:
+        why = f"already in use: that is the address of {users[address]}"
+        out.add("all", field, address, why, f"pick a free address of {net} outside the DHCP pool")
+    elif start and end and start <= addr <= end:
+        why = f"inside the router's DHCP pool {start}-{end}: the router may lease it to another device"
+        out.add("all", field, address, why, f"pick a free address of {net} outside {start}-{end}")
 
 
 def _unknown(host: str, name: str, value: Any, known: Iterable[str]) -> Problem:
@@ -593,6 +655,7 @@ def validate(d: LabDefinition) -> list[Problem]:
     check_registries(d, out)
     check_hami_values(d, out)
     check_monitoring_values(d, out)
+    check_open_webui_values(d, out)
     check_names(d, out)
     # one message per (host, field, why): a missing value may be reported by two checks; a placeholder only
     # as such (what else its field breaks follows from it)

@@ -11,7 +11,13 @@ def run(task: Task) -> dict:
     with Run(task, "Reading the VMs for the lab table") as run:
         pve = labtable.read_vm_configs(run.connect(), p["vms"])
     table = labtable.rows(
-        p["vms"], pve, p["gpus"], p["k8s_nodes"], p["k8s_pods"], kube_context=p["kube_context"]
+        p["vms"],
+        pve,
+        p["gpus"],
+        p["k8s_nodes"],
+        p["k8s_pods"],
+        kube_context=p["kube_context"],
+        endpoints=p["endpoints"],
     )
     run.result.update(rows=table, lines=labtable.text(table), markdown=labtable.markdown(table))
     if p["state_dir"]:

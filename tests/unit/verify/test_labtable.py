@@ -237,3 +237,18 @@ def test_each_lan_engine_is_listed_with_its_url_model_node_and_share_in_the_json
         'href="http://192.168.100.55:8000/v1"' in out["lab-table.html"]
         and "Qwen/Qwen3-0.6B" in out["lab-table.html"]
     )
+
+
+def test_open_webui_is_listed_as_a_front_end_in_the_json_the_markdown_and_the_page():
+    """Role workloads' Open WebUI (workloads_open_webui, tasks/open_webui.yml) is an endpoint of the server's row:
+    its kind and its own share text, not a card share."""
+    webui = {"name": "open-webui", "kind": "front end", "url": "http://192.168.100.53:8080",
+             "model": "Open WebUI for vllm", "node": "vm-1", "share": "no GPU"}  # fmt: skip
+    table = labtable.rows(VMS, PVE, GPUS, [node("vm-gpu", gpus=10)], endpoints=[webui])
+    listed = {"name": "open-webui", "kind": "front end", "url": webui["url"], "model": "Open WebUI for vllm",
+              "share": "no GPU"}  # fmt: skip
+    out = labtable.files(table)
+    assert json.loads(out["lab-table.json"])[0]["endpoints"] == [listed]
+    line = "- front end open-webui (Open WebUI for vllm, on vm-1, no GPU): http://192.168.100.53:8080"
+    assert line in out["lab-table.md"]
+    assert 'href="http://192.168.100.53:8080"' in out["lab-table.html"]

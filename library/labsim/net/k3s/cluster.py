@@ -29,7 +29,7 @@ import secrets
 import threading
 import time
 
-from . import engine, hami, monitoring_charts, registry
+from . import engine, hami, monitoring_charts, open_webui_chart, registry
 from .common import HEARTBEAT_S, now_iso, version
 
 STATE = "/var/lib/rancher/k3s/server/db/gpulab-state.json"
@@ -282,6 +282,11 @@ class Cluster:
                 first = seen.setdefault(f"{ns}/{name}", time.time())
                 if time.time() - first < 2:
                     continue  # the install job runs for a moment
+                if spec.get("chart") == open_webui_chart.CHART:  # stage workloads' front end (Open WebUI)
+                    jobs[f"{ns}/helm-install-{name}"] = {"complete": True}
+                    # its StatefulSet's rollout (kubectl rollout status); the API lists Deployments only
+                    deployments.update(open_webui_chart.install_chart(name, target, spec)[0])
+                    continue
                 if spec.get("chart") in monitoring_charts.CHARTS:
                     # Prometheus, Grafana and HAMi-WebUI (module monitoring_charts); every other chart is HAMi's
                     node_ports = self.state.setdefault("node_ports", {})

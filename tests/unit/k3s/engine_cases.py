@@ -1,14 +1,15 @@
-"""A representative set of engines for the engine manifest template (roles/workloads/templates/engine.yaml.j2):
-vLLM with a share, a model cache claim, hf_token and a kube-vip LAN address; a second engine on its card that waits
-for it (hostPath cache, ClusterIP); a third that waits for both (a long wait list PyYAML folds); a LAN engine on
-ServiceLB; an engine with no port, odd strings and several cards. tests/unit/k3s/data/engines.yaml holds the
-manifests gpulab wrote for them when it dumped Python dicts (before the template), byte for byte."""
+"""A representative set of engines for the engine manifest template
+(roles/workloads/templates/engine.yaml.j2): vLLM with a share, a model cache claim, hf_token and a kube-vip
+LAN address; a second engine on its card that waits for it (hostPath cache, ClusterIP); a third that waits for
+both (a long wait list PyYAML folds); a LAN engine on ServiceLB; an engine with no port, odd strings and
+several cards. data/engines-python-dump.txt holds the manifests gpulab wrote for them when it dumped Python
+dicts (before the template), byte for byte (text, not linted YAML: PyYAML's layout is what is recorded)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-GOLDEN = Path(__file__).parent / "data" / "engines.yaml"
+GOLDEN = Path(__file__).parent / "data" / "engines-python-dump.txt"
 CARD0 = "GPU-e1924eea-b9bb-d537-39f2-b345087fa145"
 CARD1 = "GPU-0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 GPUS = {

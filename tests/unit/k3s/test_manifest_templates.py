@@ -2,12 +2,13 @@
 
 The HelmCharts of stages hami and monitoring must keep the bytes gpulab wrote when it dumped them in Python
 (gpulab.hami.dump_manifest): k3s's helm controller runs helm again whenever the file changes, so a byte of
-difference would reinstall the charts of every lab once. The sharing proof's pods must be the objects the proof
-reads back (names, label, card, share), and stage workloads' webhook probe the pod its dry run sends. The engines'
-objects (workloads/templates/engine.yaml.j2) must keep the bytes gpulab wrote when it dumped them in Python
-(tests/unit/k3s/data/engines.yaml, written by that code): a changed file would restart every engine once. The plan
-renders that template itself (gpulab.k8s.template) and validates what it placed; Ansible's lookup must give the
-same text from the same data, so the file is the role's template as much as the plan's.
+difference would reinstall the charts of every lab once. The sharing proof's pods must be the objects the
+proof reads back (names, label, card, share), and stage workloads' webhook probe the pod its dry run sends.
+The engines' objects (workloads/templates/engine.yaml.j2) must keep the bytes gpulab wrote when it dumped them
+in Python (tests/unit/k3s/data/engines-python-dump.txt, written by that code): a changed file would restart
+every engine. The plan renders that template itself (gpulab.k8s.template) and validates what it placed;
+Ansible's lookup must give the same text from the same data, so the file is the role's template as much as the
+plan's.
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ def test_the_webhook_probe_asks_one_vgpu_share(rendered):
 
 
 def golden_engines() -> dict[str, str]:
-    """Each engine's manifest as gpulab wrote it before the template (tests/unit/k3s/data/engines.yaml)."""
+    """Each engine's manifest as gpulab wrote it before the template (data/engines-python-dump.txt)."""
     head = "# Managed by gpulab (role workloads): engine "
     parts = GOLDEN.read_text().split(head)[1:]
     return {part.split("\n", 1)[0]: head + part for part in parts}

@@ -3,8 +3,10 @@ engine's rendering of a role template, held to PyYAML's own output for the same 
 
 from __future__ import annotations
 
+import plugin_files
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -69,3 +71,10 @@ def test_the_engine_renders_a_template_as_ansible_would_and_names_a_missing_vari
     assert template.render(tpl, {"x": "on"}) == "name: 'on'\n"
     with pytest.raises(TemplateError, match="'x' is undefined"):
         template.render(tpl, {})
+
+
+def test_the_ansible_filter_is_the_engine_s_and_refuses_as_an_ansible_filter_error():
+    ansible_filter = plugin_files.filters("manifest")["yaml_scalar"]
+    assert ansible_filter("words " * 20, 10, "value") == yaml_scalar("words " * 20, 10, "value")
+    with pytest.raises(AnsibleFilterError, match="not a scalar"):
+        ansible_filter(["a"])

@@ -70,6 +70,12 @@ options:
       - Each GPU node's LAN address, by inventory host; a LAN engine without C(lan_address) answers on its node's
         address (RV(engines[].lan)).
     type: dict
+  template:
+    description:
+      - The template that lays out each engine's objects from RV(engines[].objects); role workloads passes its own
+        C(templates/engine.yaml.j2). The plan renders it (as Ansible's template lookup would) and validates that
+        very text, RV(engines[].manifest). The default is the checkout's C(roles/workloads/templates/engine.yaml.j2).
+    type: path
 """
 
 EXAMPLES = r"""
@@ -110,8 +116,13 @@ engines:
       description: The pinned card UUIDs.
       type: list
       elements: str
+    objects:
+      description:
+        - What the engine's objects hold, as plain data the template lays out (C(claim), C(wait), C(container),
+          C(volume), C(service), ...); every decision is made by the plan.
+      type: dict
     manifest:
-      description: The objects as YAML text.
+      description: The objects as YAML text, the template rendered from RV(engines[].objects).
       type: str
     after:
       description: Earlier engines sharing a card with this one.
@@ -151,6 +162,7 @@ ARGUMENT_SPEC = dict(
     k3s_version=dict(type="str"),
     wait_image=dict(type="str"),
     addresses=dict(type="dict"),
+    template=dict(type="path"),
 )
 RULES = {}
 

@@ -27,6 +27,11 @@ HAMi-core off and a share below 100 % gets `--gpu-memory-utilization` equal to i
 explicit `--gpu-memory-utilization` in its `args` (or `command`) is kept when it lies in (0, share]; above its
 share it is refused, since vLLM would then take memory HAMi has booked for another engine. With HAMi-core on,
 vLLM sees only its share as the card, and its own default applies.
+
+The plan makes every decision as plain data (engine_objects: the claim, the wait, the container, the volume, the
+Service); the layout of the objects is the workloads role's template alone (ENGINE_TEMPLATE,
+roles/workloads/templates/engine.yaml.j2), which the plan renders (gpulab.k8s.template, as Ansible's template
+lookup would) and validates as rendered: the text checked is the text the stage places.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import re
 
 import yaml
 
+from gpulab.k8s.template import ROLES_DIR, render
 from gpulab.k8s.validate import validate_manifest
 
 UUID_RE = re.compile(r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -79,6 +85,8 @@ ENGINE_KEYS = {
 
 
 KINDS = ("vllm", "other")
+#: the one layout of an engine's objects: the role's template, which the plan renders (render_manifest)
+ENGINE_TEMPLATE = ROLES_DIR / "workloads" / "templates" / "engine.yaml.j2"
 #: where the engine's image keeps its Hugging Face cache (vllm/vllm-openai runs as root, HF_HOME unset)
 HF_CACHE = "/root/.cache/huggingface"
 #: the Secret holding the Hugging Face token (key HF_TOKEN_KEY), made by the stage from workloads_hf_token
@@ -158,10 +166,6 @@ def _cards(engine, node_gpus, any_uuid=False):
             raise _engine_error(engine, f"card {uuid} is listed twice")
         uuids.append(uuid)
     return uuids
-
-
-def _labels(name):
-    return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "gpulab"}
 
 
 def _kind(engine):
@@ -346,21 +350,6 @@ def cache_settings(engine):
     return None
 
 
-def cache_claim(engine):
-    """The PersistentVolumeClaim of an engine's model cache (model_cache_size)."""
-    name, ns = engine["name"], engine.get("namespace", "default")
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": f"{name}-model-cache", "namespace": ns, "labels": _labels(name)},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": LOCAL_PATH_CLASS,
-            "resources": {"requests": {"storage": str(engine["model_cache_size"])}},
-        },
-    }
-
-
 def readiness_url(engine):
     """Where a later engine on the same card polls this one: its Service, at its readiness path."""
     ns = engine.get("namespace", "default")
@@ -370,38 +359,36 @@ def readiness_url(engine):
     return f"http://{engine['name']}.{ns}.svc:{port}{path if path.startswith('/') else '/' + path}"
 
 
-def wait_container(urls, image):
-    """The init container that ends once every URL answers (the earlier engines on the card are Ready)."""
-    return {
-        "name": WAIT_CONTAINER,
-        "image": image,
-        "command": ["sh", "-c", WAIT_SCRIPT],
-        "env": [{"name": "GPULAB_WAIT_FOR", "value": " ".join(urls)}],
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 65534,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-    }
-
-
-def _container(engine, cards, percent, cores, core_off=False, utilization=None):
+def _resources(engine, cards, percent, cores):
+    """The container's resources: the engine's own (requests, limits: maps of quantities) and the GPU limits."""
     limits = {"nvidia.com/gpu": len(cards)}
     if percent is not None and percent < 100:
         limits["nvidia.com/gpumem-percentage"] = percent
     if cores is not None:
         limits["nvidia.com/gpucores"] = cores
-    resources = dict(engine.get("resources") or {})
-    for key in ("limits", "requests"):
-        for res in resources.get(key) or {}:
-            if res.startswith("nvidia.com/"):
+    given = engine.get("resources") or {}
+    if not isinstance(given, dict):
+        raise _engine_error(engine, f"resources must be a map of requests and limits, not {given!r}")
+    resources = {}
+    for key, values in given.items():
+        if key not in ("limits", "requests") or not isinstance(values or {}, dict):
+            raise _engine_error(
+                engine, f"resources.{key}: only requests and limits, each a map of quantities, are supported"
+            )
+        for res, quantity in (values or {}).items():
+            if str(res).startswith("nvidia.com/"):
                 raise _engine_error(
                     engine, f"resources.{key}.{res}: set GPUs with gpus/gpu_memory_percent instead"
                 )
-    resources["limits"] = {**(resources.get("limits") or {}), **limits}
+            if isinstance(quantity, (dict, list)):
+                raise _engine_error(engine, f"resources.{key}.{res} must be a quantity, not {quantity!r}")
+        resources[key] = dict(values or {})
+    resources["limits"] = {**resources.get("limits", {}), **limits}
+    return resources
+
+
+def _env(engine, core_off):
+    """The container's environment, in order: CUDA_DISABLE_CONTROL, the engine's own, HF_TOKEN from the Secret."""
     env = []
     if core_off:
         env.append({"name": "CUDA_DISABLE_CONTROL", "value": "true"})
@@ -410,102 +397,95 @@ def _container(engine, cards, percent, cores, core_off=False, utilization=None):
             raise _engine_error(engine, f"env {key!r} is not a valid environment variable name")
         env.append({"name": str(key), "value": str(value)})
     if _bool(engine, "hf_token"):
-        ref = {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}
-        env.append({"name": "HF_TOKEN", "valueFrom": ref})
-    container = {"name": "engine", "image": engine["image"]}
+        env.append({"name": "HF_TOKEN", "secret": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}})
+    return env
+
+
+def _container(engine, cards, percent, cores, core_off=False, utilization=None):
+    """The engine container's data: image, command and args (with the --gpu-memory-utilization added), env, the
+    model cache's mount, port and readiness probe, resources."""
+    words = {}
     for key in ("command", "args"):
         if engine.get(key) is not None:
             if not isinstance(engine[key], list):
                 raise _engine_error(engine, f"{key} must be a list of strings")
-            container[key] = [str(a) for a in engine[key]]
+            words[key] = [str(a) for a in engine[key]]
     if utilization is not None:
-        container["args"] = [*container.get("args", []), VLLM_MEMORY_FLAG, utilization]
-    if env:
-        container["env"] = env
-    if cache_settings(engine) is not None:
-        container["volumeMounts"] = [{"name": "model-cache", "mountPath": HF_CACHE}]
+        words["args"] = [*words.get("args", []), VLLM_MEMORY_FLAG, utilization]
     port = engine.get("port")
-    if port is not None:
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise _engine_error(engine, f"port must be a TCP port number, not {port!r}")
-        container["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
-        if engine.get("readiness_path"):
-            probe = {"httpGet": {"path": engine["readiness_path"], "port": "http"}}
-        else:
-            probe = {"tcpSocket": {"port": "http"}}
-        container["readinessProbe"] = {**probe, "periodSeconds": 10, "failureThreshold": 3}
-    container["resources"] = resources
-    return container
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        raise _engine_error(engine, f"port must be a TCP port number, not {port!r}")
+    return {
+        "image": engine["image"],
+        "command": words.get("command"),
+        "args": words.get("args"),
+        "env": _env(engine, core_off),
+        "cache_mount": HF_CACHE if cache_settings(engine) is not None else None,
+        "port": port,
+        "readiness_path": (engine.get("readiness_path") or None) if port is not None else None,
+        "resources": _resources(engine, cards, percent, cores),
+    }
 
 
-def engine_manifests(
+def _service(engine):
+    """The engine's Service: ClusterIP, or with lan a LoadBalancer (k3s' ServiceLB on the node's address, or
+    kube-vip's class at lan_address), whose port (lan_port on the LAN) goes to the engine's port."""
+    lan = lan_settings(engine)
+    if lan is None:
+        return {"type": "ClusterIP", "port": engine["port"], "kube_vip": None}
+    kube_vip = None
+    if lan["address"] is not None:  # ServiceLB leaves a Service with a class to kube-vip
+        kube_vip = {"annotation": KUBE_VIP_ADDRESS, "address": lan["address"], "class": KUBE_VIP_CLASS}
+    return {"type": "LoadBalancer", "port": lan["port"], "kube_vip": kube_vip}
+
+
+def engine_objects(
     engine, cards, percent, cores, *, core_off=False, utilization=None, waits=(), wait_image=WAIT_IMAGE
 ):
-    """The Deployment (and Service when a port is served) for one engine.
+    """What the engine's objects hold, as plain data for the template (ENGINE_TEMPLATE) to lay out: its
+    Deployment (the init container when it waits, the cache volume), its model cache claim when sized, its
+    Service when it serves a port. Every decision is made here; raises PlanError.
 
     `waits` are the readiness URLs of the earlier engines on its cards: the pod's init container polls them
     on every start. `utilization` is the --gpu-memory-utilization added to its args.
     """
-    name, ns = engine["name"], engine.get("namespace", "default")
-    replicas = engine.get("replicas", 1)
-    pod_spec = {"runtimeClassName": "nvidia"}
-    if waits:
-        pod_spec["initContainers"] = [wait_container(waits, wait_image)]
-    pod_spec["containers"] = [_container(engine, cards, percent, cores, core_off, utilization)]
+    name = engine["name"]
     cache = cache_settings(engine)
+    volume = None
     if cache is not None:
-        source = (
-            {"persistentVolumeClaim": {"claimName": f"{name}-model-cache"}}
-            if "size" in cache
-            else {"hostPath": {"path": cache["path"], "type": "DirectoryOrCreate"}}
-        )
-        pod_spec["volumes"] = [{"name": "model-cache", **source}]
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns, "labels": _labels(name)},
-        "spec": {
-            "replicas": replicas,
-            # A rolling update would start the new pod beside the old one and ask for the card share twice.
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
-            "template": {
-                "metadata": {
-                    "labels": _labels(name),
-                    "annotations": {"nvidia.com/use-gpuuuid": ",".join(cards)},
-                },
-                "spec": pod_spec,
-            },
-        },
+        volume = {"claim": f"{name}-model-cache"} if "size" in cache else {"host_path": cache["path"]}
+    return {
+        "name": name,
+        "namespace": engine.get("namespace", "default"),
+        "replicas": engine.get("replicas", 1),
+        "cards": ",".join(cards),
+        "claim": (
+            {"name": volume["claim"], "size": cache["size"], "storage_class": LOCAL_PATH_CLASS}
+            if volume is not None and "claim" in volume
+            else None
+        ),
+        "wait": (
+            {"name": WAIT_CONTAINER, "image": wait_image, "script": WAIT_SCRIPT, "urls": " ".join(waits)}
+            if waits
+            else None
+        ),
+        "container": _container(engine, cards, percent, cores, core_off, utilization),
+        "volume": volume,
+        "service": _service(engine) if engine.get("port") is not None else None,
     }
-    docs = [cache_claim(engine)] if cache is not None and "size" in cache else []
-    docs.append(deployment)
-    if engine.get("port") is not None:
-        docs.append(engine_service(engine))
-    return docs
 
 
-def engine_service(engine):
-    """The engine's Service: ClusterIP, or with lan a LoadBalancer (k3s' ServiceLB on the node's address, or
-    kube-vip's class at lan_address), whose port lan_port goes to the engine's port."""
-    name, ns = engine["name"], engine.get("namespace", "default")
-    lan = lan_settings(engine)
-    meta = {"name": name, "namespace": ns, "labels": _labels(name)}
-    spec = {"type": "ClusterIP", "selector": {"app.kubernetes.io/name": name}}
-    port = {"name": "http", "port": engine["port"], "targetPort": "http", "protocol": "TCP"}
-    if lan is not None:
-        spec["type"] = "LoadBalancer"
-        port["port"] = lan["port"]
-        if lan["address"] is not None:
-            meta["annotations"] = {KUBE_VIP_ADDRESS: lan["address"]}
-            spec["loadBalancerClass"] = KUBE_VIP_CLASS  # ServiceLB leaves a Service with a class to kube-vip
-    spec["ports"] = [port]
-    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+def render_manifest(objects, template=None):
+    """The engine's manifest text: ENGINE_TEMPLATE (or the `template` file) rendered from `objects`
+    (engine_objects), as the role's template lookup would render it."""
+    return render(
+        ENGINE_TEMPLATE if template is None else template, {"workloads_engine": {"objects": objects}}
+    )
 
 
-def dump_documents(docs, header):
-    body = yaml.safe_dump_all(docs, default_flow_style=False, sort_keys=False, explicit_start=True)
-    return f"# {header}\n{body}"
+def manifest_documents(text):
+    """The objects of a manifest text, as the schema validation reads them."""
+    return [doc for doc in yaml.safe_load_all(text) if doc is not None]
 
 
 def lan_endpoint(item, addresses):
@@ -519,18 +499,22 @@ def lan_endpoint(item, addresses):
     return {"address": address, "port": lan["port"], "url": url, "kube_vip": lan["address"] is not None}
 
 
-def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=False, addresses=None):
+def plan(
+    engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=False, addresses=None, template=None
+):
     """Check the engines against the nodes' GPU facts and return the plan.
 
-    `gpus_by_node` maps an inventory host to its GPU facts (the `gpus` list of gpu_facts). The result
-    has `engines` in start order (each with `name`, `namespace`, `node`, `cards`, `manifest` text, `wait_ready`,
-    `after`, the earlier engines it shares a card with, `waits_for`, the readiness URLs its init container
-    polls, and `gpu_memory_utilization`, the value added to a vLLM engine's args or None) and `cards`, each
-    card's total share in percent. With `k3s_version` every object is validated against that release's
-    schema; `wait_image` is the init container's image (default WAIT_IMAGE). With `any_uuid` a card named by
-    a UUID the facts do not list is taken as a card of its own (the lab definition, before the guests stage,
-    knows how many cards a node has but not their UUIDs). `addresses` maps a node to its LAN address: a LAN
-    engine's `lan` gives its address, port and URL (None for the others). Raises PlanError.
+    `gpus_by_node` maps an inventory host to its GPU facts (the `gpus` list of gpu_facts). The result has
+    `engines` in start order (each with `name`, `namespace`, `node`, `cards`, `objects`, the plain data of its
+    objects (engine_objects), `manifest`, the text the template (`template`, default ENGINE_TEMPLATE) lays out
+    from them and the stage places, `wait_ready`, `after`, the earlier engines it shares a card with,
+    `waits_for`, the readiness URLs its init container polls, and `gpu_memory_utilization`, the value added to
+    a vLLM engine's args or None) and `cards`, each card's total share in percent. With `k3s_version` every
+    object of that very text is validated against that release's schema; `wait_image` is the init container's
+    image (default WAIT_IMAGE). With `any_uuid` a card named by a UUID the facts do not list is taken as a
+    card of its own (the lab definition, before the guests stage, knows how many cards a node has but not
+    their UUIDs). `addresses` maps a node to its LAN address: a LAN engine's `lan` gives its address, port and
+    URL (None for the others). Raises PlanError.
     """
     if not isinstance(engines, list):
         raise PlanError(f"workloads_engines must be a list, not {type(engines).__name__}")
@@ -633,7 +617,7 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=F
                     f"this one answers its readiness path: give it port and readiness_path (vLLM: /health)",
                 )
         waits = [readiness_url(p["engine"]) for p in waited]
-        docs = engine_manifests(
+        objects = engine_objects(
             item["engine"],
             item["cards"],
             item["gpu_memory_percent"],
@@ -643,8 +627,9 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=F
             waits=waits,
             wait_image=wait_image,
         )
+        manifest = render_manifest(objects, template)
         if k3s_version is not None:
-            for doc in docs:
+            for doc in manifest_documents(manifest):
                 validate_manifest(doc, k3s_version)
         result.append(
             {
@@ -654,9 +639,8 @@ def plan(engines, gpus_by_node, k3s_version=None, wait_image=None, *, any_uuid=F
                 "cards": item["cards"],
                 "gpu_memory_percent": item["gpu_memory_percent"],
                 "gpu_memory_utilization": item["gpu_memory_utilization"],
-                "manifest": dump_documents(
-                    docs, f"Managed by gpulab (role workloads): engine {item['name']}"
-                ),
+                "objects": objects,
+                "manifest": manifest,
                 "after": [p["name"] for p in earlier],
                 "waits_for": waits,
                 "wait_ready": any(set(p["cards"]) & set(item["cards"]) for p in planned[i + 1 :]),

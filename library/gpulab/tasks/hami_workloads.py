@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from gpulab.k8s import workloads
+from gpulab.k8s.template import TemplateError
 from gpulab.k8s.validate import ManifestError
 from gpulab.tasks import Run, Task
 
 
 def run(task: Task) -> dict:
     p = task.params
-    with Run(task, "Planning the GPU engines", workloads.PlanError, ManifestError) as run:
+    with Run(task, "Planning the GPU engines", workloads.PlanError, ManifestError, TemplateError) as run:
         result = workloads.plan(
-            p["engines"], p["gpus_by_node"], k3s_version=p["k3s_version"], wait_image=p["wait_image"],
+            p["engines"],
+            p["gpus_by_node"],
+            k3s_version=p["k3s_version"],
+            wait_image=p["wait_image"],
             addresses=p["addresses"],
-        )  # fmt: skip
+            template=p["template"],
+        )
     return run.done(**result)

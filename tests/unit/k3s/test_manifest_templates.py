@@ -2,8 +2,13 @@
 
 The HelmCharts of stages hami and monitoring must keep the bytes gpulab wrote when it dumped them in Python
 (gpulab.hami.dump_manifest): k3s's helm controller runs helm again whenever the file changes, so a byte of
-difference would reinstall the charts of every lab once. The sharing proof's pods must be the objects the proof
-reads back (names, label, card, share), and stage workloads' webhook probe the pod its dry run sends.
+difference would reinstall the charts of every lab once. The sharing proof's pods must be the objects the
+proof reads back (names, label, card, share), and stage workloads' webhook probe the pod its dry run sends.
+The engines' objects (workloads/templates/engine.yaml.j2) must keep the bytes gpulab wrote when it dumped them
+in Python (tests/unit/k3s/data/engines-python-dump.txt, written by that code): a changed file would restart
+every engine. The plan renders that template itself (gpulab.k8s.template) and validates what it placed;
+Ansible's lookup must give the same text from the same data, so the file is the role's template as much as the
+plan's.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import yaml
 from ansible_runs import ROOT, ansible_playbook
 
 from gpulab import hami, monitoring
+from gpulab.k8s import workloads
+
+from .engine_cases import ADDRESSES, ENGINES, GOLDEN, GPUS, WAIT_IMAGE
 
 HAMI_DEFAULTS = yaml.safe_load((ROOT / "roles/hami/defaults/main.yml").read_text())
 MONITORING_DEFAULTS = yaml.safe_load((ROOT / "roles/monitoring/defaults/main.yml").read_text())
@@ -192,3 +200,39 @@ def test_the_webhook_probe_asks_one_vgpu_share(rendered):
             ]
         },
     }
+
+
+def golden_engines() -> dict[str, str]:
+    """Each engine's manifest as gpulab wrote it before the template (data/engines-python-dump.txt)."""
+    head = "# Managed by gpulab (role workloads): engine "
+    parts = GOLDEN.read_text().split(head)[1:]
+    return {part.split("\n", 1)[0]: head + part for part in parts}
+
+
+@pytest.fixture(scope="module")
+def engine_plan():
+    return workloads.plan(ENGINES, GPUS, k3s_version=K3S, wait_image=WAIT_IMAGE, addresses=ADDRESSES)
+
+
+K3S = yaml.safe_load((ROOT / "inventory/demo/group_vars/all/main.yml").read_text())["k3s_version"]
+
+
+def test_the_engine_manifests_keep_the_bytes_of_the_python_dump(engine_plan):
+    """vLLM with a share, cache claim, hf_token and a kube-vip address; a second engine on the card that waits
+    (hostPath cache, ClusterIP); a third waiting for both; ServiceLB; no port, odd strings, two cards."""
+    got = {e["name"]: e["manifest"] for e in engine_plan["engines"]}
+    assert got == golden_engines()
+
+
+def test_ansible_renders_the_engine_template_as_the_plan_does(engine_plan, tmp_path):
+    """The role's template through ansible.builtin.template's lookup, from the plan's data: the same bytes."""
+    cases = {
+        f"engine_{e['name'].replace('-', '_')}": (
+            "workloads/templates/engine.yaml.j2",
+            {"workloads_engine": e},
+        )
+        for e in engine_plan["engines"]
+    }
+    got = render(tmp_path, cases)
+    want = golden_engines()
+    assert {e["name"]: got[f"engine_{e['name'].replace('-', '_')}"] for e in engine_plan["engines"]} == want

@@ -1,6 +1,7 @@
 """Workload plans: UUID pinning, card shares, start order (at apply and on every start), vLLM's memory
 fraction from its share, refusal above 100 %, schema validation."""
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -459,3 +460,32 @@ def test_module_plans_and_refuses():
         {"engines": [VLLM, {**VLLM, "name": "b", "gpu_memory_percent": 60}], "gpus_by_node": GPUS},
     )
     assert bad["failed"] and "105%" in bad["msg"]
+
+
+def test_module_gives_a_servicelb_engine_its_node_s_address_and_renders_the_template_it_is_given(tmp_path):
+    """The stage passes each GPU node's address (a LAN engine on ServiceLB answers there, which its LAN proof
+    calls) and the role's own engine template, whose text comes back as the manifest."""
+    engine = {**VLLM, "lan": True}
+    args = {"engines": [engine], "gpus_by_node": GPUS, "addresses": {"vm-gpu": "192.168.1.52"}}
+    ok = run_ansible_module("hami_workloads", args)
+    assert not ok.get("failed"), ok
+    assert ok["engines"][0]["lan"]["url"] == "http://192.168.1.52:8000/v1"
+    own = tmp_path / "engine.yaml.j2"
+    own.write_text("# engine {{ workloads_engine.objects.name }} on {{ workloads_engine.objects.cards }}\n")
+    ok = run_ansible_module("hami_workloads", {**args, "template": str(own)})
+    assert ok["engines"][0]["manifest"] == f"# engine vllm on {UUID0}\n"
+
+
+@pytest.mark.parametrize(
+    ("resources", "why"),
+    [
+        ({"claims": [{"name": "x"}]}, "resources.claims: only requests and limits"),
+        ({"limits": {"cpu": {"n": 1}}}, "resources.limits.cpu must be a quantity"),
+        ({"requests": {"nvidia.com/gpu": 1}}, "resources.requests.nvidia.com/gpu: set GPUs with gpus"),
+        ("2 cpus", "resources must be a map"),
+    ],
+)
+def test_resources_are_requests_and_limits_of_quantities(resources, why):
+    """The template lays out requests and limits, each a map of quantities; anything else is refused by name."""
+    with pytest.raises(workloads.PlanError, match=re.escape(why)):
+        workloads.plan([{**VLLM, "resources": resources}], GPUS)

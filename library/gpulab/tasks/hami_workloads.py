@@ -11,6 +11,10 @@ def run(task: Task) -> dict:
     p = task.params
     with Run(task, "Planning the GPU engines", workloads.PlanError, ManifestError) as run:
         result = workloads.plan(
-            p["engines"], p["gpus_by_node"], k3s_version=p["k3s_version"], wait_image=p["wait_image"]
+            p["engines"],
+            p["gpus_by_node"],
+            k3s_version=p["k3s_version"],
+            wait_image=p["wait_image"],
+            addresses=p.get("addresses"),
         )
     return run.done(**result)

@@ -459,3 +459,14 @@ def test_module_plans_and_refuses():
         {"engines": [VLLM, {**VLLM, "name": "b", "gpu_memory_percent": 60}], "gpus_by_node": GPUS},
     )
     assert bad["failed"] and "105%" in bad["msg"]
+
+
+def test_the_module_gives_a_lan_engine_its_nodes_address():
+    """The module passes `addresses` (each GPU node's vm_address) on to the plan: a LAN engine without lan_address
+    gets its node's address in its URL, which the stage's last step calls (it had none: the run failed there)."""
+    lan = {**VLLM, "lan": True}
+    ok = run_ansible_module(
+        "hami_workloads", {"engines": [lan], "gpus_by_node": GPUS, "addresses": {"vm-gpu": "192.168.100.55"}}
+    )
+    assert not ok.get("failed"), ok
+    assert ok["engines"][0]["lan"]["url"] == "http://192.168.100.55:8000/v1"

@@ -32,6 +32,7 @@ from unit.k3s import engines
 
 from gpulab import monitoring
 from gpulab.k8s import skew
+from labsim.net.k3s import engine
 from labsim.network_lab import lab_id
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -410,6 +411,97 @@ def test_a_node_reboot_starts_the_engines_one_after_another(lab, tmp_path):
     assert vllm[1]["started"] < vllm[1]["ready"] <= ollama[1]["started"], history
     # ollama was seen held in its init container, its engine not started
     assert held and all(started is None for _ready, started in held), held
+
+
+def manifest_files(lab) -> dict[str, str]:
+    """What stage workloads placed in the server's manifests folder (engines, Services, claims, Secrets)."""
+    folder = lab.upper("vm-1") / "var/lib/rancher/k3s/server/manifests"
+    return {p.name: p.read_text() for p in sorted(folder.glob("gpulab-*.yaml")) if not gone(p)}
+
+
+def vllm_pods(lab) -> list[dict]:
+    return [
+        p
+        for p in lab.cluster().get("pods", [])
+        if (p.get("labels") or {}).get("app.kubernetes.io/name") == "vllm" and p.get("phase") != "Failed"
+    ]
+
+
+def test_a_lan_engine_answers_at_the_url_the_run_printed_and_a_new_pod_fetches_nothing(lab, tmp_path):
+    """Issue 46's proof on the demo lab: vllm marked lan: true with its model cache on a local-path volume.
+    A bad lan_address (outside the LAN, in use) stops the run in preflight, before any change. Then the run
+    converges and says the engine's URL; from this machine (the controller's side of the lab network) that URL
+    answers /v1/models with the engine's model and a short completion; vllm's pod deleted, its new pod reads
+    the kept cache and fetches nothing; the URL's address is the GPU node's, reserved on the router; a second
+    run changes nothing. The LAN engine stays placed for the tests after this one (same engines, same order)."""
+    prefix = lab.desc["subnet"].split("/")[0].rsplit(".", 1)[0]
+    before = manifest_files(lab)
+    # the demo lab runs no kube-vip (one server): with a VIP named, preflight reaches its address checks
+    bad = tmp_path / "bad-lan.yml"
+    bad.write_text(yaml.safe_dump({"workloads_engines": [
+        dict(ENGINES[0], lan=True, lan_address="10.254.7.9"), dict(ENGINES[1], lan=True, lan_address=f"{prefix}.53")
+    ]}))  # fmt: skip
+    rc, recap, out = lab.play(
+        "site.yml", "--tags", "workloads", "-e", f"@{bad}", "-e", f"k3s_registration_address={prefix}.254"
+    )
+    text = flat(out)
+    assert rc != 0 and changed(recap) == 0, out[-4000:]
+    assert "workloads_engines[0].lan_address" in text and "outside the router's subnet" in text, out[-4000:]
+    assert "workloads_engines[1].lan_address" in text and "that is the address of VM vm-1" in text, out[
+        -4000:
+    ]
+    assert manifest_files(lab) == before, "a refused run placed manifests"
+
+    good = tmp_path / "lan.yml"
+    good.write_text(yaml.safe_dump({"workloads_engines": [dict(ENGINES[0], lan=True, model_cache_size="20Gi"),
+                                                          ENGINES[1]]}))  # fmt: skip
+    rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{good}")
+    assert rc == 0 and recap["vm-1"]["changed"] >= 1, out[-6000:]
+    said = re.search(r"Engine default/vllm serves (\S+) on the LAN at (http://[0-9.]+:\d+/v1)", flat(out))
+    assert said, out[-6000:]
+    model, url = said.groups()
+    host = urllib.parse.urlsplit(url).hostname
+
+    models = requests.get(f"{url}/models", timeout=10)
+    assert models.status_code == 200 and [m["id"] for m in models.json()["data"]] == [model], models.text
+    started = models.json()["data"][0]["created"]  # when this pod's engine started serving
+    done = requests.post(f"{url}/completions", json={"model": model, "prompt": "Say hello", "max_tokens": 5},
+                         timeout=30)  # fmt: skip
+    assert done.status_code == 200 and done.json()["choices"][0]["text"].strip(), done.text
+
+    # the address is the GPU node's (k3s' ServiceLB), which the router reserves for it
+    assert host == f"{prefix}.55", url
+    hostsfile = list((lab.state / "net" / "hosts").glob("*/upper/etc/dnsmasq.gpulab-hosts"))
+    assert hostsfile and any(host in line.split(",") for line in hostsfile[0].read_text().splitlines()), host
+
+    node_root = str(lab.upper("vm-gpu"))
+    fetches = engine.fetched(node_root)
+    (first,) = [p["name"] for p in vllm_pods(lab)]
+    assert [f["pod"] for f in fetches][-1:] == [first], fetches  # the new cache volume: fetched once
+    on_host(
+        lab,
+        tmp_path,
+        "vm-1",
+        f"/usr/local/bin/k3s kubectl -n default delete pod {first}",
+    )
+    deadline, answered = time.monotonic() + 120, None
+    while time.monotonic() < deadline:
+        pods = [p for p in vllm_pods(lab) if p["name"] != first and p.get("ready")]
+        if pods:
+            with contextlib.suppress(requests.RequestException):
+                answered = requests.get(f"{url}/models", timeout=5)
+                if answered.status_code == 200 and answered.json()["data"][0]["created"] > started:
+                    break  # the new pod's engine answers
+        time.sleep(1)
+    assert answered is not None and answered.status_code == 200, "the new pod did not answer at the URL"
+    assert answered.json()["data"][0]["created"] > started, "the deleted pod's engine still answered"
+    assert answered.json()["data"][0]["id"] == model
+    assert first not in [p["name"] for p in vllm_pods(lab)]
+    assert engine.fetched(node_root) == fetches, "the new pod fetched the model again"
+
+    rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{good}")
+    assert rc == 0 and changed(recap) == 0, out[-4000:]
+    assert f"serves {model} on the LAN at {url}" in flat(out)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 manifest, the servers join through the VIP, the etcd leader holds it and announces it with gratuitous ARP, and
 when it stops another server takes it within seconds and the API answers there. About 30 s, root."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,8 @@ import subprocess
 import pytest
 import yaml
 from unit.k3s.conftest import VERSION, recap
+
+from gpulab.k8s import workloads
 
 from .test_k3s_roles_ns import wait_until
 
@@ -162,3 +165,75 @@ def test_kube_vip_holds_the_vip_on_the_leader_and_moves_it_when_that_server_stop
     assert servers[holder].run("systemctl", "start", "k3s").returncode == 0
     assert wait_until(lambda: (s := vip_status(lan)) and s["name"] == new and len(s["members"]) == 3)
     assert [n for n in NAMES if holds_vip(lan, n)] == [new]
+
+
+LAN_ADDRESS = "10.77.0.61"
+
+
+def test_kube_vip_announces_a_lan_engines_address_and_the_lan_reaches_the_engine_there(nshosts, lan):
+    """An engine with a lan_address on a cluster that runs kube-vip (issue 46): role k3s_server with the VIP and
+    k3s_server_kube_vip_services (what stage k3s sets when an engine has a lan_address), then the engine's
+    Service as the workloads plan writes it (kube-vip's class at kube-vip.io/loadbalancerIPs, lan_port) beside a
+    vLLM Deployment (no GPU here: its pod runs on the server's own node). The server that holds the VIP takes
+    the engine's address too; from the LAN's side that address answers /v1/models with the engine's model and
+    a completion."""
+    host = nshosts("vm-1", airgap=True, netns=lan["hosts"]["vm-1"]["ns"])
+    server_vars = {
+        "k3s_server_version": VERSION,
+        "k3s_server_airgap": True,
+        "k3s_server_node_name": "vm-1",
+        "k3s_server_address": lan["hosts"]["vm-1"]["address"],
+        "k3s_server_tls_san": [VIP],
+        "k3s_server_kube_vip_address": VIP,
+        "k3s_server_kube_vip_services": True,
+        "k3s_server_poll_interval": 1,
+        "k3s_server_ready_timeout": 60,
+    }
+    result = host.play("k3s_server", server_vars)
+    assert recap(result)["failed"] == 0, result.stdout[-4000:]
+    assert wait_until(lambda: holds_vip(lan, "vm-1"))
+
+    engine = {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "node": "vm-1", "port": 8000,
+              "lan": True, "lan_address": LAN_ADDRESS, "lan_port": 8001}  # fmt: skip
+    service = workloads.engine_service(engine)
+    assert service["spec"]["loadBalancerClass"] == "kube-vip.io/kube-vip-class"
+    labels = {"app.kubernetes.io/name": "vllm"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": "default", "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": engine["image"],
+                            "args": ["Qwen/Qwen3-0.6B"],
+                            "ports": [{"name": "http", "containerPort": 8000}],
+                        }
+                    ]
+                },
+            },
+        },
+    }
+    host.put(
+        "/var/lib/rancher/k3s/server/manifests/gpulab-workload-default-vllm.yaml",
+        yaml.safe_dump_all([deployment, service]),
+    )
+
+    def models():
+        out = on_lan(lan, "curl", "-s", "--max-time", "2", f"http://{LAN_ADDRESS}:8001/v1/models")
+        with contextlib.suppress(ValueError):
+            return json.loads(out.stdout)["data"][0]["id"] if out.returncode == 0 else None
+        return None
+
+    assert wait_until(models, tries=300) == "Qwen/Qwen3-0.6B"
+    addrs = json.loads(ip("-n", lan["hosts"]["vm-1"]["ns"], "-j", "addr", "show", "dev", "ens18").stdout)
+    assert LAN_ADDRESS in {a["local"] for link in addrs for a in link["addr_info"]}
+    body = json.dumps({"model": "Qwen/Qwen3-0.6B", "prompt": "Say hello", "max_tokens": 5})
+    done = on_lan(lan, "curl", "-s", "--max-time", "5", "-H", "Content-Type: application/json", "-d", body,
+                  f"http://{LAN_ADDRESS}:8001/v1/completions")  # fmt: skip
+    assert done.returncode == 0 and json.loads(done.stdout)["choices"][0]["text"].strip(), done.stdout

@@ -80,6 +80,8 @@ FAKE_K3S = textwrap.dedent(
         sys.stdout.write("nvidia")
     elif a[:1] == ["label"]:
         print("node/%s labeled" % a[2])
+    elif a[2:4] == ["delete", "secret"]:
+        print('secret "%s" deleted' % a[4])
     elif "wait" in a or "rollout" in a:
         if (state / "not-ready").exists():
             sys.stderr.write("error: timed out waiting for the condition\\n")
@@ -545,6 +547,37 @@ def test_engines_sharing_a_card_start_one_after_the_other(lab):
 
     rc, out = lab.play([WORKLOADS], extra_vars={"workloads_engines": engines(45, 30, 20)})
     assert rc == 0 and stats(out)["changed"] == 0
+
+
+def test_the_token_secret_goes_when_no_engine_reads_it(lab):
+    """A run that placed the Hugging Face token Secret for an engine with hf_token, then a run where no engine
+    reads it (hf_token taken off, workloads_hf_token emptied): the Secret is deleted from the cluster (k3s deletes
+    nothing when a manifest file goes) and its file removed; --check says so first and changes nothing; the next
+    run finds nothing to take out."""
+    secret = lab.root / "manifests" / "gpulab-hf-token-default.yaml"
+    gated = [dict(engines(45)[0], hf_token=True)]
+    rc, out = lab.play([WORKLOADS], extra_vars={"workloads_engines": gated, "workloads_hf_token": "hf_x"})
+    assert rc == 0 and secret.exists(), lab.failures(out)
+    assert "hf_x" not in out
+
+    plain = {"workloads_engines": engines(45), "workloads_hf_token": ""}
+    rc, out = lab.play([WORKLOADS], check=True, extra_vars=plain)
+    assert rc == 0 and secret.exists() and stats(out)["changed"] >= 1, lab.failures(out)
+    assert not [c for c in lab.calls() if "secret" in c["args"]]
+
+    rc, out = lab.play([WORKLOADS], extra_vars=plain)
+    assert rc == 0, lab.failures(out)
+    assert not secret.exists()
+    deletes = [c["args"] for c in lab.calls() if "secret" in c["args"]]
+    assert deletes == [
+        ["kubectl", "-n", "default", "delete", "secret", "gpulab-hf-token", "--ignore-not-found"]
+    ]
+    # the engine's manifest (no HF_TOKEN now), the Secret deleted, its file removed
+    assert stats(out)["changed"] == 3
+
+    rc, out = lab.play([WORKLOADS], extra_vars=plain)
+    assert rc == 0 and stats(out)["changed"] == 0, lab.failures(out)
+    assert len([c for c in lab.calls() if "secret" in c["args"]]) == 1
 
 
 def test_a_plan_above_100_percent_applies_nothing(lab):

@@ -4,6 +4,7 @@ pod held Init:0/1 until the URL its init container polls answers, restarts after
 The manifests are the workloads plan's own, so a plan without the wait would start both engines at once.
 """
 
+import json
 import time
 
 import pytest
@@ -132,3 +133,52 @@ def test_a_deployment_with_no_replicas_is_rolled_out_without_a_pod(lab):
     lab.place(plan)
     assert lab.step(0) == {}
     assert lab.cluster.state["deployments"]["default/ollama"]["ready"] is True
+
+
+def test_k3s_deploy_file_removed_keeps_objects(lab):
+    """k3s' deploy controller applies a manifest file's Secret when the file is new or changed; taking the file
+    out deletes nothing, only a delete does; an unchanged file does not bring a deleted Secret back, a changed
+    one does. The stand-in keeps the Secret's keys, never their values."""
+    text = (
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: gpulab-hf-token, namespace: default}\n"
+        "stringData: {token: %s}\n"
+    )
+    path = lab.manifests / "gpulab-hf-token-default.yaml"
+    path.write_text(text % "hf_aaaa")
+    lab.step()
+    secrets = lab.cluster.state["secrets"]
+    assert secrets["default/gpulab-hf-token"]["data"] == {"token": ""}
+    assert "hf_aaaa" not in json.dumps(lab.cluster.state)
+
+    assert lab.cluster.delete_secrets("default", ["gpulab-hf-token"]) == ["gpulab-hf-token"]
+    lab.step()
+    assert "default/gpulab-hf-token" not in lab.cluster.state["secrets"]  # the same file is not applied again
+    path.write_text(text % "hf_bbbb")
+    lab.step()
+    assert "default/gpulab-hf-token" in lab.cluster.state["secrets"]  # a changed one is
+
+    path.unlink()
+    lab.step()
+    assert "default/gpulab-hf-token" in lab.cluster.state["secrets"]  # its file gone, the Secret stays
+    assert lab.cluster.delete_secrets("default", ["gpulab-hf-token"]) == ["gpulab-hf-token"]
+    assert lab.cluster.delete_secrets("default", ["gpulab-hf-token"]) == []
+
+
+def test_the_standin_kubectl_deletes_a_secret_by_name(monkeypatch, capsys):
+    """`kubectl -n NS delete secret NAME [--ignore-not-found]`, as stage workloads types it: deleted, or NotFound
+    (rc 1) unless --ignore-not-found."""
+    from labsim.net.k3s import kubectl
+
+    asked = []
+
+    def post(path, body):
+        asked.append((path, body))
+        return {"deleted": [n for n in body["names"] if n == "gpulab-hf-token"]}, None
+
+    monkeypatch.setattr(kubectl, "post", post)
+    assert kubectl.kubectl(["-n", "ai", "delete", "secret", "gpulab-hf-token", "--ignore-not-found"]) == 0
+    assert capsys.readouterr().out == 'secret "gpulab-hf-token" deleted\n'
+    assert asked == [("/gpulab/secrets/delete", {"namespace": "ai", "names": ["gpulab-hf-token"]})]
+    assert kubectl.kubectl(["-n", "ai", "delete", "secret", "other", "--ignore-not-found"]) == 0
+    assert kubectl.kubectl(["-n", "ai", "delete", "secret", "other"]) == 1
+    assert 'secrets "other" not found' in capsys.readouterr().err

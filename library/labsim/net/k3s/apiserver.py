@@ -118,6 +118,8 @@ def make_handler(cluster, token):
                 return self.reply(200, state.get("daemonsets", []))
             if self.path == "/gpulab/services":  # the monitoring charts' Services (module monitoring_charts)
                 return self.reply(200, state.get("services", {}))
+            if self.path == "/gpulab/secrets":  # names, types and keys only (Cluster.keep_secrets)
+                return self.reply(200, state.get("secrets", {}))
             if self.path == "/gpulab/pods":
                 pods = state.get("pods", []) + list(state.get("direct_pods", {}).values())
                 return self.reply(200, [{**p, "status": pod_status(p)} for p in pods])
@@ -188,6 +190,11 @@ def make_handler(cluster, token):
                     {"ok": True, **({"servers": servers} if servers else {}),
                      **({"hami_monitor": {"legacy_metrics": legacy}} if monitor else {})},
                 )  # fmt: skip
+            if self.path == "/gpulab/secrets/delete":
+                with cluster.lock:
+                    return self.reply(
+                        200, {"deleted": cluster.delete_secrets(info["namespace"], info["names"])}
+                    )
             if self.path in ("/gpulab/pods/create", "/gpulab/pods/delete", "/gpulab/scale"):
                 with cluster.lock:
                     if self.path == "/gpulab/scale":

@@ -329,6 +329,7 @@ class Cluster:
                             "spec": {"template": {"spec": {"containers": template.get("containers") or []}}},
                         }
                     )
+            self.keep_secrets(docs)
             deployments.update(self.run_pods(docs))
             self.step_direct_pods()
             self.state.update(
@@ -611,6 +612,33 @@ class Cluster:
                 and self.pulled(pod, pod["spec"].get("containers") or [], time.time())
             ):
                 pod["started"] = pod["ready"] = time.time()
+
+    def keep_secrets(self, docs):
+        """The Secrets of the manifests, as k3s' deploy controller applies them: a Secret is applied when its
+        document is new or changed, then stays, also when its file is taken out (k3s deletes nothing then),
+        until it is deleted. Kept: name, namespace, type and the names of its keys, never their values."""
+        kept = self.state.setdefault("secrets", {})
+        applied = self.state.setdefault("secrets_applied", {})
+        for doc in docs:
+            meta = doc.get("metadata") or {}
+            if doc.get("kind") != "Secret" or not meta.get("name"):
+                continue
+            ns = meta.get("namespace", "default")
+            key = f"{ns}/{meta['name']}"
+            digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+            if applied.get(key) == digest:
+                continue  # applied already: a Secret deleted since comes back only with a changed document
+            applied[key] = digest
+            keys = sorted({*(doc.get("data") or {}), *(doc.get("stringData") or {})})
+            kept[key] = {"apiVersion": "v1", "kind": "Secret", "type": doc.get("type", "Opaque"),
+                         "metadata": {"name": meta["name"], "namespace": ns}, "data": dict.fromkeys(keys, "")}  # fmt: skip
+
+    def delete_secrets(self, namespace, names):
+        """kubectl delete secret NAME...: the names deleted."""
+        kept = self.state.setdefault("secrets", {})
+        gone = [n for n in names if kept.pop(f"{namespace}/{n}", None) is not None]
+        self.save()
+        return gone
 
     def delete_pods(self, namespace, names, selector):
         direct = self.state.get("direct_pods", {})

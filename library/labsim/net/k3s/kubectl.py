@@ -326,6 +326,22 @@ def delete_pods(args, rest, flags):
     return 0
 
 
+def delete_secrets(args, rest, flags):
+    """kubectl delete secret(s) NAME... [--ignore-not-found] (the Secrets the manifests folder made)."""
+    names = named(rest)
+    reply, err = post("/gpulab/secrets/delete", {"namespace": flags.namespace, "names": names})
+    if err:
+        print(err, file=sys.stderr)
+        return 1
+    for n in reply["deleted"]:
+        print(f'secret "{n}" deleted')
+    missing = [n for n in names if n not in reply["deleted"]]
+    if missing and not flags.ignore_not_found:
+        print(f'Error from server (NotFound): secrets "{missing[0]}" not found', file=sys.stderr)
+        return 1
+    return 0
+
+
 def scale(args, rest, flags):
     """kubectl scale deployment/NAME --replicas=N."""
     kind, _, name = rest[1].partition("/")
@@ -388,6 +404,11 @@ def services(flags):
     return namespaced("/gpulab/services", flags), "service", "services"
 
 
+def secrets(flags):
+    """The Secrets the manifests folder made (names, types and keys, never values), in -n or -A."""
+    return namespaced("/gpulab/secrets", flags), "secret", "secrets"
+
+
 def webhooks(flags):
     return (
         api_get("/gpulab/webhooks"),
@@ -418,6 +439,7 @@ KINDS = {
     **dict.fromkeys(("runtimeclass", "runtimeclasses"), runtimeclasses),
     **dict.fromkeys(("deployment", "deployments", "deploy"), deployments),
     **dict.fromkeys(("service", "services", "svc"), services),
+    **dict.fromkeys(("secret", "secrets"), secrets),
     **dict.fromkeys(("mutatingwebhookconfiguration", "mutatingwebhookconfigurations"), webhooks),
     **dict.fromkeys(("daemonset", "daemonsets", "ds"), daemonsets),
     **dict.fromkeys(("endpointslice", "endpointslices"), endpointslices),
@@ -577,6 +599,8 @@ COMMANDS = (
      lambda args, rest, flags: create_pods(flags.filename, flags.namespace, flags.dry_run, flags.fmt)),
     (lambda rest, flags: rest[:1] == ["delete"] and len(rest) >= 2
      and rest[1].split("/", 1)[0] in ("pod", "pods", "po"), delete_pods),
+    (lambda rest, flags: rest[:1] == ["delete"] and len(rest) >= 2
+     and rest[1].split("/", 1)[0] in ("secret", "secrets"), delete_secrets),
     (lambda rest, flags: rest[:1] == ["scale"] and len(rest) == 2 and flags.replicas is not None, scale),
     (lambda rest, flags: rest[:1] == ["logs"] and len(rest) == 2, logs),
     (lambda rest, flags: rest[:1] == ["get"] and len(rest) == 2 and "," in rest[1] and flags.fmt == "json",

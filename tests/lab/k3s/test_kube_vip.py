@@ -95,10 +95,11 @@ def test_the_kube_vip_pin_is_the_roles_default_and_the_catalogues():
         assert catalogue.BY_NAME[name].default == defaults[name] == specs[name]["default"], name
 
 
-def run_k3s_vip_task(tmp_path, task):
-    """Run `task` on localhost with playbooks/vars/k3s_vip.yml and tmp_path/hosts.yml; its result on localhost."""
-    play = [{"hosts": "localhost", "gather_facts": False, "vars_files": [str(ROOT / "playbooks/vars/k3s_vip.yml")],
-             "tasks": [task]}]  # fmt: skip
+def run_k3s_vip_task(tmp_path, task, vars_files=("k3s_vip.yml",)):
+    """Run `task` on localhost with playbooks/vars/k3s_vip.yml (or the `vars_files` of playbooks/vars named) and
+    tmp_path/hosts.yml; its result on localhost."""
+    files = [str(ROOT / "playbooks" / "vars" / name) for name in vars_files]
+    play = [{"hosts": "localhost", "gather_facts": False, "vars_files": files, "tasks": [task]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     (tmp_path / "callbacks").mkdir()
     (tmp_path / "callbacks" / "gpulab_test_json.py").write_text(JSON_CALLBACK)

@@ -4,7 +4,6 @@ nothing, --check writes nothing, and turning it off takes the HelmChart out. The
 /v1/models and one completion from the controller) is answered by a small OpenAI-compatible server here."""
 
 import json
-import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .test_roles_local import JSON_CALLBACK, ON_THE_FAKE, FakeK3sFolder, engines, include_role, stats
+from .test_kube_vip import run_k3s_vip_task
+from .test_roles_local import ON_THE_FAKE, FakeK3sFolder, engines, include_role, stats
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -118,31 +118,15 @@ def test_an_unknown_chart_key_places_nothing_of_open_webui(lab, engine_port):
     assert not (lab.root / "manifests" / CHART_FILE).exists()
 
 
-def run_vars_task(tmp_path, task):
-    """Run `task` on localhost with playbooks/vars/k3s_vip.yml and k3s.yml (as stage k3s loads them); its result."""
-    files = [str(ROOT / "playbooks/vars/k3s_vip.yml"), str(ROOT / "playbooks/vars/k3s.yml")]
-    play = [{"hosts": "localhost", "gather_facts": False, "vars_files": files, "tasks": [task]}]
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {}}}))
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    (tmp_path / "callbacks").mkdir()
-    (tmp_path / "callbacks" / "gpulab_test_json.py").write_text(JSON_CALLBACK)
-    env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "gpulab_test_json",
-           "ANSIBLE_CALLBACK_PLUGINS": str(tmp_path / "callbacks"),
-           "PATH": str(ROOT / ".venv/bin") + ":/usr/bin:/bin", "ANSIBLE_LOCALHOST_WARNING": "0"}  # fmt: skip
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, timeout=120,
-                          check=False, cwd=ROOT)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-
-
 def test_stage_network_keeps_open_webuis_lan_address_free_and_kube_vip_announces_it(tmp_path):
     """playbooks/vars/k3s_vip.yml and k3s.yml: Open WebUI's lan_address (kube-vip announces it) is kept free on the
     router, as an engine's is, and turns on kube-vip's Service announcements; off, or without one, it is not."""
     task = {"name": "free", "ansible.builtin.debug": {"msg": "{{ [gpulab_network_keep_free, k3s_server_kube_vip_services] }}"},
             "vars": {"workloads_open_webui": "{{ item[0] }}", "workloads_open_webui_lan_address": "{{ item[1] }}"},
             "loop": [[True, "192.168.100.61"], [False, "192.168.100.61"], [True, ""]]}  # fmt: skip
-    on, off, no_address = (r["msg"] for r in run_vars_task(tmp_path, task)["results"])
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {}}}))
+    results = run_k3s_vip_task(tmp_path, task, ("k3s_vip.yml", "k3s.yml"))["results"]
+    on, off, no_address = (r["msg"] for r in results)
     assert on == [
         [{"address": "192.168.100.61", "host": "all", "field": "workloads_open_webui_lan_address",
           "what": "the LAN address kube-vip announces for Open WebUI"}],

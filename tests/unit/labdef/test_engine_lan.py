@@ -114,17 +114,19 @@ def with_kube_vip(inv):
     return inv
 
 
-@pytest.mark.parametrize(
-    "address, why",
-    [
-        ("10.0.0.9", "outside the router's subnet 192.168.100.0/24"),
-        ("192.168.100.1", "already in use: that is the address of the router"),
-        ("192.168.100.53", "already in use: that is the address of VM vm-1"),
-        ("192.168.100.50", "already in use: that is the address of k3s_registration_address"),
-        ("192.168.100.255", "the network or broadcast address"),
-        ("192.168.100.150", "inside the router's DHCP pool 192.168.100.100-192.168.100.200"),
-    ],
-)
+#: Addresses a LAN address gpulab announces must not be in the lab of with_kube_vip, and why (engines and Open
+#: WebUI alike: tests/unit/labdef/test_open_webui_preflight.py)
+BAD_LAN_ADDRESSES = [
+    ("10.0.0.9", "outside the router's subnet 192.168.100.0/24"),
+    ("192.168.100.1", "already in use: that is the address of the router"),
+    ("192.168.100.53", "already in use: that is the address of VM vm-1"),
+    ("192.168.100.50", "already in use: that is the address of k3s_registration_address"),
+    ("192.168.100.255", "the network or broadcast address"),
+    ("192.168.100.150", "inside the router's DHCP pool 192.168.100.100-192.168.100.200"),
+]
+
+
+@pytest.mark.parametrize("address, why", BAD_LAN_ADDRESSES)
 def test_preflight_refuses_a_bad_lan_address(inv, address, why):
     with_kube_vip(inv)
     inv.globals["workloads_engines"] = [{**LAN, "lan_address": address}]

@@ -6,14 +6,7 @@ import pytest
 
 from unit.k3s.engines import VLLM
 
-LAN = {**VLLM, "lan": True}
-
-
-def with_kube_vip(inv):
-    """The reference lab with a kube-vip VIP (k3s_registration_address) and a DHCP pool of .100-.200."""
-    inv.hosts["isp-router"]["router_dhcp_pool"] = {"start": "192.168.100.100", "end": "192.168.100.200"}
-    inv.globals["k3s_registration_address"] = "192.168.100.50"
-    return inv
+from .test_engine_lan import BAD_LAN_ADDRESSES, LAN, with_kube_vip
 
 
 def with_webui(inv, **settings):
@@ -56,17 +49,7 @@ def test_preflight_refuses_open_webui_without_a_lan_engine(inv):
     )
 
 
-@pytest.mark.parametrize(
-    "address, why",
-    [
-        ("10.0.0.9", "outside the router's subnet 192.168.100.0/24"),
-        ("192.168.100.1", "already in use: that is the address of the router"),
-        ("192.168.100.53", "already in use: that is the address of VM vm-1"),
-        ("192.168.100.50", "already in use: that is the address of k3s_registration_address"),
-        ("192.168.100.150", "inside the router's DHCP pool 192.168.100.100-192.168.100.200"),
-        ("webui.lan", "not an IPv4 address"),
-    ],
-)
+@pytest.mark.parametrize("address, why", [*BAD_LAN_ADDRESSES, ("webui.lan", "not an IPv4 address")])
 def test_preflight_refuses_a_bad_open_webui_address(inv, address, why):
     with_webui(with_kube_vip(inv), lan_address=address)
     (problem,) = inv.check()[1]

@@ -315,15 +315,9 @@ def delete_pods(args, rest, flags):
     if err:
         print(err, file=sys.stderr)
         return 1
-    for n in reply["deleted"]:
-        print(f'pod "{n}" deleted')
-    missing = [n for n in names if n not in reply["deleted"]]
-    if missing and not flags.ignore_not_found:
-        print(f'Error from server (NotFound): pods "{missing[0]}" not found', file=sys.stderr)
-        return 1
     if not names and not reply["deleted"]:
         print("No resources found", file=sys.stderr)
-    return 0
+    return said_deleted("pod", names, reply["deleted"], flags)
 
 
 def delete_secrets(args, rest, flags):
@@ -333,11 +327,17 @@ def delete_secrets(args, rest, flags):
     if err:
         print(err, file=sys.stderr)
         return 1
-    for n in reply["deleted"]:
-        print(f'secret "{n}" deleted')
-    missing = [n for n in names if n not in reply["deleted"]]
+    return said_deleted("secret", names, reply["deleted"], flags)
+
+
+def said_deleted(kind, names, deleted, flags):
+    """kubectl's lines for what a delete removed, and its NotFound for the first name that was not there (exit
+    status 1, unless --ignore-not-found)."""
+    for n in deleted:
+        print(f'{kind} "{n}" deleted')
+    missing = [n for n in names if n not in deleted]
     if missing and not flags.ignore_not_found:
-        print(f'Error from server (NotFound): secrets "{missing[0]}" not found', file=sys.stderr)
+        print(f'Error from server (NotFound): {kind}s "{missing[0]}" not found', file=sys.stderr)
         return 1
     return 0
 

@@ -195,7 +195,11 @@ def test_kube_vip_announces_a_lan_engines_address_and_the_lan_reaches_the_engine
 
     engine = {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "node": "vm-1", "port": 8000,
               "lan": True, "lan_address": LAN_ADDRESS, "lan_port": 8001}  # fmt: skip
-    service = workloads.engine_service(engine)
+    # the Service as the plan lays it out (the role's template), from the engine's objects on a card of its own
+    objects = workloads.engine_objects(engine, ["GPU-00000000-0000-0000-0000-000000000000"], None, None)
+    (service,) = [
+        d for d in workloads.manifest_documents(workloads.render_manifest(objects)) if d["kind"] == "Service"
+    ]
     assert service["spec"]["loadBalancerClass"] == "kube-vip.io/kube-vip-class"
     labels = {"app.kubernetes.io/name": "vllm"}
     deployment = {

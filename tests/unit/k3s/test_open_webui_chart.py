@@ -157,3 +157,64 @@ def test_each_open_webui_row_of_the_record_names_its_test():
         path, name = test.split("::")
         assert name == "test_" + re.sub(r"[.-]", "_", ident)
         assert f"def {name}(" in (root / path).read_text(), ident
+
+
+def test_a_server_answers_as_open_webui_while_its_service_exists_and_kube_vip_carries_its_address_there():
+    """server.serve_open_webui: the k3s server answers at its own address on the port of Open WebUI's LoadBalancer
+    Service (ServiceLB), and kube-vip's leader carries a connection to the Service's own address there (here a
+    forwarder on another loopback port stands in for the address the leader holds); the Service gone, the port
+    closes."""
+    import json
+    import socket
+    import threading
+    import urllib.request
+
+    from labsim.net.k3s import kube_vip, server
+
+    def free_port():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return probe.getsockname()[1]
+
+    port = free_port()
+    values = {
+        "service": {
+            "type": "LoadBalancer",
+            "port": port,
+            "annotations": {workloads.KUBE_VIP_ADDRESS: "10.0.0.9"},
+        }
+    }
+    _, _, services = open_webui_chart.install_chart("open-webui", "open-webui", spec(values))
+    control = {"node-role.kubernetes.io/control-plane": "true"}
+
+    class Cluster:  # what serve_open_webui reads of labsim.net.k3s.cluster.Cluster
+        def __init__(self, state):
+            self.lock, self.state = threading.Lock(), state
+
+    cluster = Cluster(
+        {"services": services, "nodes": {"vm-1": {"address": "127.0.0.1", "role_labels": control}}}
+    )
+
+    listeners = {}
+    forwarder = None
+    try:
+        server.serve_open_webui(cluster, "127.0.0.1", listeners)
+        assert set(listeners) == {port}
+        ((_, target),) = kube_vip.service_addresses(cluster.state).items()
+        assert target == ("127.0.0.1", port)
+        front = free_port()
+        forwarder = kube_vip.forward("127.0.0.1", front, target)
+        with urllib.request.urlopen(f"http://127.0.0.1:{front}/health", timeout=5) as reply:
+            assert reply.status == 200 and json.loads(reply.read()) == {"status": True}
+        cluster.state = {**cluster.state, "services": {}}
+        server.serve_open_webui(cluster, "127.0.0.1", listeners)
+        assert listeners == {}
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        for listener in listeners.values():
+            listener.shutdown()
+            listener.server_close()
+        if forwarder is not None:
+            forwarder.shutdown()
+            forwarder.server_close()

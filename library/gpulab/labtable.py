@@ -91,6 +91,7 @@ def rows(
     k8s_pods: list[Mapping[str, Any]] | None = None,
     kube_context: str = "",
     endpoints: list[Mapping[str, Any]] | None = None,
+    links: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per VM. `vms`: {name, vmid, address, gpu (a card id, a list of them, or None), down (the run
     found it unreachable)}; `pve`: read_vm_configs(); `gpus`: GPU facts
@@ -99,9 +100,11 @@ def rows(
     `kube_context`: the context of the cluster in the controller's kubeconfig (stage k3s writes it), named in the
     row of each VM that is a node of the cluster; `endpoints`: the LAN engines stage workloads called ({name, url,
     model, node, cards, gpu_memory_percent}), listed in the row of their node (`endpoints`: name, url, model,
-    share)."""
+    share); `links`: where the lab's UIs are reached (name -> URL), whose stage monitoring UIs are endpoints of
+    kind monitoring too (monitoring_endpoints)."""
     nodes = {n.get("metadata", {}).get("name"): n for n in k8s_nodes}
     usage = card_usage({"items": list(k8s_nodes)}, {"items": list(k8s_pods or [])})
+    endpoints = [*(endpoints or []), *monitoring_endpoints(links or {}, vms, k8s_nodes)]
     table = []
     for vm in vms:
         name = vm["name"]
@@ -136,10 +139,41 @@ def rows(
                 **({"context": kube_context} if kube_context and node else {}),
             }
         )
-        served = [endpoint_entry(e) for e in endpoints or [] if e.get("node") == name]
+        served = [endpoint_entry(e) for e in endpoints if e.get("node") == name]
         if served:
             table[-1]["endpoints"] = served
     return table
+
+
+#: stage monitoring's UIs as roles/monitoring notes them (monitoring_urls: key -> URL): key, endpoint name, what
+MONITORING_UIS = (("prometheus", "prometheus", "Prometheus"), ("grafana", "grafana", "Grafana"),
+                  ("webui", "hami-webui", "HAMi-WebUI"))  # fmt: skip
+
+
+def monitoring_endpoints(
+    links: Mapping[str, str], vms: list[Mapping[str, Any]], k8s_nodes: list[Mapping[str, Any]]
+) -> list[dict[str, str]]:
+    """Stage monitoring's UIs among `links` (Prometheus, Grafana, HAMi-WebUI when on) as endpoints of kind
+    monitoring, each on the VM whose address its URL names (the server stage monitoring serves them on), else on
+    the first VM that is a control-plane node (an address no VM holds: kube-vip's)."""
+    servers = {
+        n.get("metadata", {}).get("name")
+        for n in k8s_nodes
+        if "node-role.kubernetes.io/control-plane" in (n.get("metadata", {}).get("labels") or {})
+    }
+    by_address = {str(vm.get("address")): vm["name"] for vm in vms if vm.get("address")}
+    first_server = next((vm["name"] for vm in vms if vm["name"] in servers), None)
+    out = []
+    for key, name, what in MONITORING_UIS:
+        url = str(links.get(key) or "")
+        if not url:
+            continue
+        host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+        node = by_address.get(host) or first_server
+        if node:
+            out.append({"name": name, "kind": "monitoring", "url": url, "model": what, "node": node,
+                        "share": "no GPU"})  # fmt: skip
+    return out
 
 
 def endpoint_entry(engine: Mapping[str, Any]) -> dict[str, str]:
@@ -217,7 +251,10 @@ def text(table: list[Mapping[str, str]]) -> list[str]:
 def files(table: list[Mapping[str, str]], links: Mapping[str, str] | None = None) -> dict[str, str]:
     """The stored forms of the table: file name -> content. `links`: where the lab's UIs are reached (name ->
     URL, e.g. stage monitoring's Prometheus and Grafana), listed under the table and on the page."""
-    links = {**(links or {}), **endpoint_links(table)}  # the LAN engines (stage workloads) with the UIs
+    # the endpoints of the rows (the LAN engines and Open WebUI of stage workloads, stage monitoring's UIs) with the
+    # UIs' links; a link whose URL an endpoint lists is shown once, as that endpoint
+    listed = endpoint_links(table)
+    links = {**{k: v for k, v in (links or {}).items() if v not in listed.values()}, **listed}
     extra = "".join(f"- {name}: {url}\n" for name, url in links.items())
     context = next((r["context"] for r in table if r.get("context")), "")
     if context:  # the cluster in the controller's kubeconfig (stage k3s)

@@ -54,7 +54,8 @@ options:
     type: path
   links:
     description: Where the lab's UIs are reached (name to URL, as stage monitoring notes them), listed under the
-      Markdown table and on the page.
+      Markdown table and on the page. Stage monitoring's Prometheus, Grafana and HAMi-WebUI (keys C(prometheus),
+      C(grafana), C(webui)) are endpoints of kind C(monitoring) of the VM that serves them too, like the engines.
     type: dict
     default: {}
   kube_context:

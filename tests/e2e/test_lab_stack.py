@@ -433,7 +433,10 @@ def test_a_lan_engine_answers_at_the_url_the_run_printed_and_a_new_pod_fetches_n
     converges and says the engine's URL; from this machine (the controller's side of the lab network) that URL
     answers /v1/models with the engine's model and a short completion; vllm's pod deleted, its new pod reads
     the kept cache and fetches nothing; the URL's address is the GPU node's, reserved on the router; a second
-    run changes nothing. The LAN engine stays placed for the tests after this one (same engines, same order)."""
+    run changes nothing. Open WebUI (workloads_open_webui) is on in the same runs: the URL the run printed for it
+    answers /health as Open WebUI from here (ServiceLB on the server's address), and the lab table's JSON lists
+    the engine and Open WebUI as endpoints. The LAN engine and Open WebUI stay placed for the tests after this
+    one (same engines, same order; nothing after this runs stage workloads)."""
     prefix = lab.desc["subnet"].split("/")[0].rsplit(".", 1)[0]
     before = manifest_files(lab)
     # the demo lab runs no kube-vip (one server): with a VIP named, preflight reaches its address checks
@@ -455,12 +458,31 @@ def test_a_lan_engine_answers_at_the_url_the_run_printed_and_a_new_pod_fetches_n
     good = tmp_path / "lan.yml"
     good.write_text(yaml.safe_dump({"workloads_engines": [dict(ENGINES[0], lan=True, model_cache_size="20Gi"),
                                                           ENGINES[1]]}))  # fmt: skip
-    rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{good}")
+    webui = ("-e", "workloads_open_webui=true")
+    rc, recap, out = lab.play("site.yml", "--tags", "workloads,verify", "-e", f"@{good}", *webui)
     assert rc == 0 and recap["vm-1"]["changed"] >= 1, out[-6000:]
     said = re.search(r"Engine default/vllm serves (\S+) on the LAN at (http://[0-9.]+:\d+/v1)", flat(out))
     assert said, out[-6000:]
     model, url = said.groups()
     host = urllib.parse.urlsplit(url).hostname
+
+    # Open WebUI: the URL the run printed answers /health as Open WebUI does, from this machine
+    front = re.search(
+        r"Open WebUI: (http://[0-9.]+:\d+) \(it answered /health from the controller\)", flat(out)
+    )
+    assert front, out[-6000:]
+    webui_url = front.group(1)
+    assert urllib.parse.urlsplit(webui_url).hostname == lab.cluster()["nodes"]["vm-1"]["address"], webui_url
+    health = requests.get(f"{webui_url}/health", timeout=10)
+    assert health.status_code == 200 and health.json() == {"status": True}, health.text
+
+    # the lab table (verify, in the same run) lists both endpoints in their nodes' rows
+    rows = {r["vm"]: r for r in json.loads((lab.state / "lab-table.json").read_text())}
+    (served,) = rows["vm-gpu"]["endpoints"]
+    assert served["name"] == "vllm" and served["url"] == url and served["model"] == model, served
+    (front_end,) = rows["vm-1"]["endpoints"]
+    assert front_end["name"] == "open-webui" and front_end["kind"] == "front end", front_end
+    assert front_end["url"] == webui_url, front_end
 
     models = requests.get(f"{url}/models", timeout=10)
     assert models.status_code == 200 and [m["id"] for m in models.json()["data"]] == [model], models.text
@@ -499,9 +521,10 @@ def test_a_lan_engine_answers_at_the_url_the_run_printed_and_a_new_pod_fetches_n
     assert first not in [p["name"] for p in vllm_pods(lab)]
     assert engine.fetched(node_root) == fetches, "the new pod fetched the model again"
 
-    rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{good}")
+    rc, recap, out = lab.play("site.yml", "--tags", "workloads", "-e", f"@{good}", *webui)
     assert rc == 0 and changed(recap) == 0, out[-4000:]
     assert f"serves {model} on the LAN at {url}" in flat(out)
+    assert f"Open WebUI: {webui_url} (it answered /health from the controller)" in flat(out)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ def run(task: Task) -> dict:
         p["k8s_pods"],
         kube_context=p["kube_context"],
         endpoints=p["endpoints"],
+        links=p["links"],
     )
     run.result.update(rows=table, lines=labtable.text(table), markdown=labtable.markdown(table))
     if p["state_dir"]:

@@ -1,9 +1,12 @@
 """Role workloads' opt-in Open WebUI run for real by ansible-playbook against the fake k3s of test_roles_local:
 the HelmChart placed with values for the LAN engine, the chart's rollout waited for, a second run changes
 nothing, --check writes nothing, and turning it off takes the HelmChart out. The LAN engine's proof (its
-/v1/models and one completion from the controller) is answered by a small OpenAI-compatible server here."""
+/v1/models and one completion from the controller) is answered by a small OpenAI-compatible server here, Open
+WebUI's (GET /health at the URL the run prints) by the lab's Open WebUI stand-in (labsim.net.k3s.open_webui_chart)
+on this machine's loopback, standing in for the first server's address."""
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -50,6 +53,19 @@ def engine_port():
 
 
 @pytest.fixture
+def webui_port():
+    from labsim.net.k3s import open_webui_chart
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = open_webui_chart.serve("127.0.0.1", port)
+    yield port
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
 def lab(tmp_path):
     folder = FakeK3sFolder(tmp_path)
     # the LAN engine answers at its node's address (ServiceLB): here, this machine's loopback
@@ -71,8 +87,9 @@ def settings(port, **more):
 WORKLOADS = include_role("workloads", **ON_THE_FAKE, k3s_version="", ready_timeout=5, poll_interval=1)
 
 
-def test_open_webui_is_placed_once_for_the_lan_engine_and_taken_out_when_off(lab, engine_port):
-    on = settings(engine_port, workloads_open_webui=True)
+def test_open_webui_is_placed_once_for_the_lan_engine_and_taken_out_when_off(lab, engine_port, webui_port):
+    on = settings(engine_port, workloads_open_webui=True, workloads_open_webui_lan_port=webui_port,
+                  workloads_open_webui_server_address="127.0.0.1")  # fmt: skip
     rc, out = lab.play([WORKLOADS], extra_vars=on)
     assert rc == 0, lab.failures(out)
     chart = yaml.safe_load_all((lab.root / "manifests" / CHART_FILE).read_text())
@@ -93,7 +110,10 @@ def test_open_webui_is_placed_once_for_the_lan_engine_and_taken_out_when_off(lab
     said = [
         t["hosts"]["vm-1"].get("msg") for t in out["plays"][0]["tasks"] if "Say where Open WebUI" in t["task"]
     ]
-    assert said and "Open WebUI: http://192.168.100.53:8080" in said[0]
+    assert (
+        said
+        and f"Open WebUI: http://127.0.0.1:{webui_port} (it answered /health from the controller)" in said[0]
+    )
     first = stats(out)["changed"]
     assert first >= 2  # the engine and Open WebUI's HelmChart
 
@@ -103,6 +123,25 @@ def test_open_webui_is_placed_once_for_the_lan_engine_and_taken_out_when_off(lab
     rc, out = lab.play([WORKLOADS], extra_vars=settings(engine_port))
     assert rc == 0, lab.failures(out)
     assert not (lab.root / "manifests" / CHART_FILE).exists() and stats(out)["changed"] == 1
+
+
+def test_open_webui_that_does_not_answer_fails_naming_its_url_and_what_answered(lab, engine_port):
+    """Ready in the cluster but its URL answered by something that is not Open WebUI (here the engine, which has
+    no /health of Open WebUI's kind), or by nothing: the run fails naming the URL and what answered."""
+    on = settings(engine_port, workloads_open_webui=True, workloads_open_webui_lan_port=engine_port,
+                  workloads_open_webui_server_address="127.0.0.1", workloads_lan_timeout=0)  # fmt: skip
+    rc, out = lab.play([WORKLOADS], extra_vars=on)
+    failures = " ".join(lab.failures(out))
+    assert rc != 0 and f"http://127.0.0.1:{engine_port}/health did not answer as Open WebUI" in failures
+    assert "it answered HTTP 200: " in failures and "Qwen/Qwen2.5-0.5B-Instruct" in failures
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    on.update(workloads_open_webui_lan_port=closed)
+    rc, out = lab.play([WORKLOADS], extra_vars=on)
+    failures = " ".join(lab.failures(out))
+    assert rc != 0 and f"http://127.0.0.1:{closed}/health did not answer as Open WebUI" in failures
+    assert "it answered nothing (" in failures
 
 
 def test_open_webui_check_mode_writes_nothing(lab, engine_port):

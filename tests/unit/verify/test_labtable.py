@@ -252,3 +252,63 @@ def test_open_webui_is_listed_as_a_front_end_in_the_json_the_markdown_and_the_pa
     line = "- front end open-webui (Open WebUI for vllm, on vm-1, no GPU): http://192.168.100.53:8080"
     assert line in out["lab-table.md"]
     assert 'href="http://192.168.100.53:8080"' in out["lab-table.html"]
+
+
+MONITORING = {
+    "prometheus": "http://192.168.100.53:30090",
+    "grafana": "http://192.168.100.53:30300",
+    "dashboard": "http://192.168.100.53:30300/d/hami-vgpu-metrics",
+    "webui": "http://192.168.100.53:31555",
+}
+
+
+def test_the_monitoring_uis_are_endpoints_of_the_servers_row_in_the_json_the_markdown_and_the_page():
+    """Stage monitoring's UIs (monitoring_urls, the links verify passes) are endpoints of kind monitoring of the
+    VM whose address they are served at, like the engines; the dashboard's link stays a link, and a UI's link is
+    shown once, as its endpoint."""
+    nodes = [node("vm-1", server=True), node("vm-gpu", gpus=10)]
+    table = labtable.rows(VMS, PVE, GPUS, nodes, links=MONITORING)
+    assert "endpoints" not in table[1]
+    listed = [
+        {"name": "prometheus", "kind": "monitoring", "url": MONITORING["prometheus"], "model": "Prometheus",
+         "share": "no GPU"},
+        {"name": "grafana", "kind": "monitoring", "url": MONITORING["grafana"], "model": "Grafana",
+         "share": "no GPU"},
+        {"name": "hami-webui", "kind": "monitoring", "url": MONITORING["webui"], "model": "HAMi-WebUI",
+         "share": "no GPU"},
+    ]  # fmt: skip
+    out = labtable.files(table, MONITORING)
+    assert json.loads(out["lab-table.json"])[0]["endpoints"] == listed
+    md = out["lab-table.md"]
+    assert "- monitoring prometheus (Prometheus, on vm-1, no GPU): http://192.168.100.53:30090\n" in md
+    assert "- monitoring hami-webui (HAMi-WebUI, on vm-1, no GPU): http://192.168.100.53:31555\n" in md
+    assert "- dashboard: http://192.168.100.53:30300/d/hami-vgpu-metrics\n" in md  # the links as before
+    assert md.count("http://192.168.100.53:30090") == 1 and "- prometheus:" not in md
+    page = out["lab-table.html"]
+    for url in MONITORING.values():
+        assert f'href="{url}"' in page
+    assert "monitoring grafana (Grafana, on vm-1, no GPU)" in page
+
+
+def test_monitoring_without_hami_webui_lists_prometheus_and_grafana_beside_the_engines():
+    links = {k: v for k, v in MONITORING.items() if k != "webui"}
+    engine = {"name": "vllm", "url": "http://192.168.100.55:8000/v1", "model": "Qwen/Qwen3-0.6B", "node": "vm-gpu",
+              "cards": ["GPU-6f2a1c3e"], "gpu_memory_percent": 45}  # fmt: skip
+    table = labtable.rows(
+        VMS, PVE, GPUS, [node("vm-1", server=True), node("vm-gpu")], endpoints=[engine], links=links
+    )
+    assert [e["name"] for e in table[0]["endpoints"]] == ["prometheus", "grafana"]
+    assert [e["name"] for e in table[1]["endpoints"]] == ["vllm"]
+
+
+def test_monitoring_at_an_address_no_vm_holds_is_listed_on_the_first_server():
+    """With HA the UIs may be reached at kube-vip's address: they go to the first control-plane VM's row. Without
+    a cluster (links from elsewhere, or none of the monitoring keys) nothing is listed."""
+    links = {"prometheus": "http://192.168.100.60:30090", "Grafana": "http://x:1"}
+    nodes = [node("vm-1", server=True), node("vm-gpu")]
+    (prom,) = labtable.monitoring_endpoints(links, VMS, nodes)
+    assert prom["node"] == "vm-1" and prom["url"] == "http://192.168.100.60:30090"
+    assert labtable.monitoring_endpoints(links, VMS, []) == []
+    assert labtable.monitoring_endpoints({"Grafana": "http://192.168.100.53:1"}, VMS, nodes) == []
+    out = labtable.files(labtable.rows(VMS, PVE, GPUS, nodes), {"Grafana": "http://x:1"})
+    assert "- Grafana: http://x:1\n" in out["lab-table.md"]  # any other link stays a link

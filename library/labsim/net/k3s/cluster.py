@@ -272,7 +272,7 @@ class Cluster:
         with self.lock:
             seen = self.state.setdefault("charts_seen", {})
             jobs, daemonsets, deployments, vgpus, present, objects = {}, [], {}, {}, set(), {}
-            services = {}  # the Services of the monitoring charts (HAMi-WebUI's), by namespace/name
+            services = {}  # the Services of the monitoring charts (HAMi-WebUI's) and Open WebUI's, by namespace/name
             release = None
             for chart in charts:
                 meta, spec = chart.get("metadata", {}), chart.get("spec", {})
@@ -284,8 +284,11 @@ class Cluster:
                     continue  # the install job runs for a moment
                 if spec.get("chart") == open_webui_chart.CHART:  # stage workloads' front end (Open WebUI)
                     jobs[f"{ns}/helm-install-{name}"] = {"complete": True}
-                    # its StatefulSet's rollout (kubectl rollout status); the API lists Deployments only
-                    deployments.update(open_webui_chart.install_chart(name, target, spec)[0])
+                    # its StatefulSet's rollout (kubectl rollout status; the API lists Deployments only) and its
+                    # Service, whose LoadBalancer port the servers answer on (server.serve_open_webui)
+                    rollouts, _, made_services = open_webui_chart.install_chart(name, target, spec)
+                    deployments.update(rollouts)
+                    services.update(made_services)
                     continue
                 if spec.get("chart") in monitoring_charts.CHARTS:
                     # Prometheus, Grafana and HAMi-WebUI (module monitoring_charts); every other chart is HAMi's

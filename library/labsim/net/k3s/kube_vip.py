@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+from . import open_webui_chart
 from .cluster import manifest_docs
 from .common import truthy
 from .etcd import etcd_addons
@@ -65,6 +66,15 @@ def service_addresses(state):
         for lan in pod.get("lan_ports") or []:
             if lan.get("address"):
                 out[(lan["address"], int(lan["port"]))] = (node["address"], int(lan["port"]))
+    # Open WebUI's pod answers on every server's address (module open_webui_chart): the first server's
+    servers = sorted(
+        n["address"]
+        for n in (state.get("nodes") or {}).values()
+        if n.get("address") and "node-role.kubernetes.io/control-plane" in (n.get("role_labels") or {})
+    )
+    for address, port in open_webui_chart.lan_ports(state.get("services") or {}):
+        if address and servers:
+            out[(address, port)] = (servers[0], port)
     return out
 
 

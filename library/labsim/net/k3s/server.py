@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from . import engine, hami_metrics, monitoring_charts, registry, tls
+from . import engine, hami_metrics, monitoring_charts, open_webui_chart, registry, tls
 from .apiserver import make_handler
 from .cluster import MANIFESTS, Cluster, manifest_docs
 from .common import (
@@ -166,6 +166,21 @@ def serve_webui(cluster, address, pages):
         pages[port] = monitoring_charts.serve_page(address, port)
 
 
+def serve_open_webui(cluster, address, listeners):
+    """Open WebUI's pod at this server's address on the port of each LoadBalancer Service of its chart while the
+    Service exists (module open_webui_chart): ServiceLB's port on the node; a kube-vip address is forwarded here
+    by kube-vip's leader (module kube_vip). `listeners` holds the servers by port."""
+    with cluster.lock:
+        wanted = {port for _, port in open_webui_chart.lan_ports(cluster.state.get("services") or {})}
+    for port in [p for p in listeners if p not in wanted]:
+        server = listeners.pop(port)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    for port in wanted - set(listeners):
+        listeners[port] = open_webui_chart.serve(address, port)
+
+
 def run_server():
     cfg = load_config()
     name = str(cfg.get("node-name") or socket.gethostname())
@@ -245,6 +260,7 @@ def run_server():
     os.makedirs(MANIFESTS, exist_ok=True)
     metrics = {}  # HAMi's metrics listeners (module hami_metrics), started once HAMi's chart is installed
     pages = {}  # HAMi-WebUI's frontend by NodePort (module monitoring_charts), while its Service exists
+    front_ends = {}  # Open WebUI by LoadBalancer port (module open_webui_chart), while its Service exists
     # the vLLM engines of the pods on this server's node (module engine)
     engines = engine.Engines(name, address)
     sd_notify(
@@ -272,6 +288,7 @@ def run_server():
             continue
         serve_hami_metrics(cluster, name, address, cards, metrics)
         serve_webui(cluster, address, pages)
+        serve_open_webui(cluster, address, front_ends)
         with cluster.lock:
             pods = json.loads(json.dumps(cluster.state.get("pods") or []))
         try:

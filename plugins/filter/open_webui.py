@@ -3,7 +3,8 @@
 `engines | open_webui_chart(...)` takes the planned engines (module hami_workloads' `engines`) and the role's
 settings, and returns gpulab.k8s.open_webui.render's result: the chart values (the LAN engines as its OpenAI
 connections) checked against the pinned chart version's keys, the HelmChart manifest, and its address and URL.
-A refused value fails the task with every problem named.
+A refused value fails the task with every problem named. `health | open_webui_silent_text(url, timeout, port)` says
+what the controller's GET URL/health (an ansible.builtin.uri result) got instead of Open WebUI's answer.
 """
 
 from __future__ import annotations
@@ -42,6 +43,22 @@ def open_webui_chart(
         raise AnsibleFilterError(str(err)) from None
 
 
+def open_webui_silent_text(health: Any, url: str, timeout: Any, port: Any) -> str:
+    health = health or {}
+    status = int(health.get("status", -1) or -1)
+    if status < 0:
+        answered = f"nothing ({health.get('msg') or 'no reply'})"
+    else:
+        body = str(health.get("content") or "")
+        answered = f"HTTP {status}: {body[:200]}{'...' if len(body) > 200 else ''}"
+    return (
+        f'Open WebUI is Ready but {url}/health did not answer as Open WebUI (200 with {{"status": true}}) from '
+        f"the controller within {timeout} s: it answered {answered}. Check that the address is reachable from here "
+        f"and that nothing else holds port {port} there (k3s' ServiceLB, or kube-vip for "
+        "workloads_open_webui_lan_address)."
+    )
+
+
 class FilterModule:
     def filters(self):
-        return {"open_webui_chart": open_webui_chart}
+        return {"open_webui_chart": open_webui_chart, "open_webui_silent_text": open_webui_silent_text}

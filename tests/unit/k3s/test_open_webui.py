@@ -98,3 +98,15 @@ def test_the_filter_renders_from_ansible_values_and_fails_naming_the_key():
     assert out["url"] == "http://192.168.100.53:8080"
     with pytest.raises(AnsibleFilterError, match="servce"):
         chart(engines, "16.0.0", open_webui.REPO, "open-webui", 8080, "", "x", "2Gi", {"servce": {}})
+
+
+def test_a_silent_open_webui_is_told_with_its_url_and_what_answered():
+    silent = plugin_files.filters("open_webui")["open_webui_silent_text"]
+    url = "http://192.168.100.53:8080"
+    refused = silent({"status": -1, "msg": "Status code was -1: Connection refused"}, url, 300, 8080)
+    assert refused.startswith(f"Open WebUI is Ready but {url}/health did not answer as Open WebUI")
+    assert "within 300 s: it answered nothing (Status code was -1: Connection refused)." in refused
+    assert "nothing else holds port 8080 there" in refused
+    other = silent({"status": 404, "content": "x" * 250}, url, 300, 8080)
+    assert f"it answered HTTP 404: {'x' * 200}...." in other
+    assert "it answered nothing (no reply)" in silent(None, url, 300, 8080)

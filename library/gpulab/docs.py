@@ -432,6 +432,91 @@ def update_data_flow(root: Path) -> bool:
     return _write(root / DATA_FLOW, render_data_flow())
 
 
+# --- the stage-order picture of docs/architecture.md -----------------------------------------------------------
+STAGE_ORDER = "docs/stage-order.svg"
+SITE = "playbooks/site.yml"
+
+
+def site_stages(root: Path) -> list[dict]:
+    """What site.yml runs, in order: each playbook it imports (its last, the lock's release, aside) as {title
+    (the import's name), opt_in, hosts (the host patterns of its stage plays), does (what its plays say after
+    " | ")}. Read from the playbooks themselves, so the picture follows them."""
+    out = []
+    for entry in yaml.safe_load((root / SITE).read_text()):
+        path = root / "playbooks" / entry["ansible.builtin.import_playbook"]
+        if path.name == "run_lock_release.yml":
+            continue
+        title, _, note = entry["name"].partition(" (")
+        plays = [p for p in yaml.safe_load(path.read_text()) if "hosts" in p and " | " in p.get("name", "")]
+        own = [p for p in plays if not p["name"].startswith(("Preflight |", "Run lock |"))] or plays
+        hosts = list(dict.fromkeys(_where(p["hosts"]) for p in own))
+        does = list(dict.fromkeys(p["name"].partition(" | ")[2] for p in own))
+        out.append({"title": title, "opt_in": note.startswith("opt-in"), "hosts": hosts, "does": does})
+    return out
+
+
+def _where(pattern: str) -> str:
+    """A play's host pattern as the picture says it."""
+    pattern = str(pattern)
+    if pattern == "localhost":
+        return "the controller"
+    if pattern.startswith("proxmox"):
+        return "each PVE node"
+    if pattern == "vms":
+        return "each VM"
+    return "the k3s nodes" if "k3s" in pattern else pattern
+
+
+def _wrapped(texts: list[str], width: int, lines: int) -> list[str]:
+    words = "; ".join(texts).split()
+    out: list[str] = []
+    for word in words:
+        if out and len(out[-1]) + 1 + len(word) <= width:
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    return out[: lines - 1] + (
+        [" ".join(out[lines - 1 :])[: width - 3] + "..."] if len(out) > lines else out[lines - 1 : lines]
+    )
+
+
+def render_stage_order(root: Path) -> str:
+    """An SVG of site.yml's stages in the order it runs them, five a row, each with where it runs and what its
+    plays do; the opt-in stages dashed."""
+    stages = site_stages(root)
+    per_row, w, h, gap_x, gap_y, top = 5, 220, 166, 26, 40, 40
+    rows = -(-len(stages) // per_row)
+    width = per_row * w + (per_row - 1) * gap_x + 40
+    height = top + rows * h + (rows - 1) * gap_y + 40
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'font-family="sans-serif" font-size="14" fill="#0f172a">',
+        '<defs><marker id="arrow" markerWidth="10" markerHeight="8" refX="9" refY="4" orient="auto">'
+        '<path d="M0,0 L10,4 L0,8 z" fill="#334155"/></marker></defs>',
+        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<text x="20" y="26" font-size="13">gpulab: the stages site.yml runs, in order ({SITE}; dashed: opt-in, '
+        "--tags)</text>",
+    ]
+    for i, stage in enumerate(stages):
+        row, col = divmod(i, per_row)
+        x, y = 20 + col * (w + gap_x), top + row * (h + gap_y)
+        lines = [*_wrapped(["on " + ", ".join(stage["hosts"])], 30, 2), *_wrapped(stage["does"], 30, 5)]
+        box = _box(x, y, w, h, stage["title"], lines, "#f1f5f9" if stage["opt_in"] else "#e0f2fe")
+        if stage["opt_in"]:
+            box[0] = box[0].replace("/>", ' stroke-dasharray="6 4"/>')
+        parts += box
+        if col:
+            parts += _arrow(x - gap_x, y + h // 2, x - 2, y + h // 2)
+        elif row:  # from the end of the row above to the start of this one
+            parts += _arrow(20 + (per_row - 1) * (w + gap_x) + w // 2, y - gap_y, x + w // 2, y - 2)
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def update_stage_order(root: Path) -> bool:
+    return _write(root / STAGE_ORDER, render_stage_order(root))
+
+
 # pve_vm's argument spec: its option table gpulab.pve.vmoptions (which also maps each option to PVE's keys) with
 # the PVE connection options, written into the module file as a Python literal so that Ansible and ansible-test's
 # validate-modules read the module's real arguments without the engine. `make docs` writes it (then `ruff format`
@@ -546,6 +631,7 @@ def main(root: Path) -> None:
         if update_role_readme(role_dir):
             print(f"{role_dir.relative_to(root)}/README.md updated")
     print(f"{DATA_FLOW} {said[update_data_flow(root)]}")
+    print(f"{STAGE_ORDER} {said[update_stage_order(root)]}")
     print(f"{VM_MODULE} options {said[update_vm_module(root)]}")
     print(f"{ROUTER_MODULE} options {said[update_router_module(root)]}")
     print(f"{CONNECTION_MODULE} connection options {said[update_connection_spec(root)]}")

@@ -15,7 +15,8 @@ plugin that would fight HAMi's (roles/hami/tasks/conflicts.yml).
 Stage workloads: `results | hami_webhook_refusal(scheduler_name, timeout)` says why HAMi's webhook is taken not to
 answer, from the registered loop of server dry runs (one per namespace: `workloads_namespace`, `rc`, `stdout` the
 schedulerName the dry-run pod got, `stderr`), "" when each got `scheduler_name`; `cards | hami_card_shares_text`
-is the plan's card shares (UUID -> percent) in one line.
+is the plan's card shares (UUID -> percent) in one line; `found | hami_unread_token_namespaces(engines)` the
+namespaces of the token Secrets' files (ansible.builtin.find's `files`) that no planned engine reads.
 """
 
 from __future__ import annotations
@@ -256,6 +257,18 @@ def hami_conflicts(look, release="hami"):
     return found
 
 
+TOKEN_FILE = re.compile(r"gpulab-hf-token-(?P<namespace>.+)\.yaml")
+
+
+def hami_unread_token_namespaces(found, engines):
+    """The namespaces of the Hugging Face token Secrets' files `found` (gpulab-hf-token-NAMESPACE.yaml, as
+    ansible.builtin.find lists them) where no planned engine (`engines`: module hami_workloads' `engines`) has
+    hf_token, sorted."""
+    wanted = {str(e.get("namespace")) for e in engines or [] if e.get("hf_token")}
+    names = (TOKEN_FILE.fullmatch(str(f.get("path", "")).rsplit("/", 1)[-1]) for f in found or [])
+    return sorted({m["namespace"] for m in names if m and m["namespace"] not in wanted})
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -272,4 +285,5 @@ class FilterModule:
             "hami_conflicts": hami_conflicts,
             "hami_webhook_refusal": hami_webhook_refusal,
             "hami_card_shares_text": hami_card_shares_text,
+            "hami_unread_token_namespaces": hami_unread_token_namespaces,
         }

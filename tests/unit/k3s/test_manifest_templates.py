@@ -84,6 +84,16 @@ def render(tmp_path: Path, cases: dict[str, tuple[str, dict]]) -> dict[str, str]
     return json.loads(out.read_text())
 
 
+#: (namespace, token) of the Hugging Face token Secret: plain, and strings YAML would read as something else
+TOKEN_CASES = [
+    ("default", "hf_AbCdEfGh0123456789"),
+    ("on", "yes"),
+    ("ai", "12:34"),
+    ("x", "a'b\"c #d"),
+    ("1", ""),
+]
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("templates")
@@ -133,6 +143,13 @@ def rendered(tmp_path_factory):
             "workloads/templates/webhook-probe.yaml.j2",
             {"workloads_namespace": "ai", "workloads_wait_image": "busybox:1.36"},
         ),
+        **{
+            f"token_{i}": (
+                "workloads/templates/hf-token-secret.yaml.j2",
+                {"workloads_hf_namespace": namespace, "workloads_hf_token": token},
+            )
+            for i, (namespace, token) in enumerate(TOKEN_CASES)
+        },
     }
     return {"got": render(tmp, cases), "hami": hami_values()[1], "odd": odd, "monitoring": mon}
 
@@ -215,6 +232,17 @@ def engine_plan():
 
 
 K3S = yaml.safe_load((ROOT / "inventory/demo/group_vars/all/main.yml").read_text())["k3s_version"]
+
+
+def test_the_token_secret_keeps_the_bytes_of_to_nice_yaml(rendered):
+    """The Secret stage workloads placed with to_nice_yaml before it was a template: a changed file would make
+    k3s apply it again on every lab once."""
+    for i, (namespace, token) in enumerate(TOKEN_CASES):
+        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                  "metadata": {"name": "gpulab-hf-token", "namespace": namespace}, "stringData": {"token": token}}  # fmt: skip
+        was = yaml.safe_dump(secret, indent=4, allow_unicode=True, default_flow_style=False)
+        assert rendered["got"][f"token_{i}"] == was, (namespace, token)
+        assert yaml.safe_load(rendered["got"][f"token_{i}"]) == secret
 
 
 def test_the_engine_manifests_keep_the_bytes_of_the_python_dump(engine_plan):

@@ -61,3 +61,20 @@ def test_an_image_that_cannot_be_pulled_is_said_instead():
     rollout = {"stdout": json.dumps({"pulls": {"items": [pod]}}), "stderr": "error: timed out"}
     text = K3S["k3s_not_ready_text"](rollout, "Engine default/vllm", 600)
     assert text.startswith("Engine default/vllm cannot start: ") and "vllm/vllm-openai:nope" in text
+
+
+def test_the_token_secrets_no_planned_engine_reads_are_named_by_namespace():
+    found = [
+        {"path": f"/var/lib/rancher/k3s/server/manifests/gpulab-hf-token-{ns}.yaml"}
+        for ns in ("ai", "default", "x.y")
+    ]
+    found.append(
+        {"path": "/var/lib/rancher/k3s/server/manifests/gpulab-hf-token-.yaml"}
+    )  # no namespace: not ours
+    engines = [
+        {"name": "vllm", "namespace": "ai", "hf_token": True},
+        {"name": "o", "namespace": "x.y", "hf_token": False},
+    ]
+    assert HAMI["hami_unread_token_namespaces"](found, engines) == ["default", "x.y"]
+    assert HAMI["hami_unread_token_namespaces"]([], engines) == []
+    assert HAMI["hami_unread_token_namespaces"](found[:1], []) == ["ai"]

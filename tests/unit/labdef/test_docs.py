@@ -83,6 +83,35 @@ def test_the_data_flow_picture_is_current():
     assert "data-flow.svg" in (ROOT / "docs" / "architecture.md").read_text()
 
 
+def test_the_stage_order_picture_is_current_and_follows_site_yml(tmp_path):
+    assert (ROOT / docs.STAGE_ORDER).read_text() == docs.render_stage_order(ROOT), (
+        f"{docs.STAGE_ORDER} is {STALE}"
+    )
+    assert "stage-order.svg" in (ROOT / "docs" / "architecture.md").read_text()
+    titles = [s["title"] for s in docs.site_stages(ROOT)]
+    assert (
+        titles[:3] == ["Stage 0, preflight", "Stage 1, host", "Stage 2, vms"]
+        and titles[-1] == "The lab table"
+    )
+    # a stage site.yml imports is drawn where it runs, from its own plays
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "site.yml").write_text(
+        "- name: Stage 1, one\n  ansible.builtin.import_playbook: one.yml\n"
+        "- name: Stage 2, two (opt-in, --tags two)\n  ansible.builtin.import_playbook: two.yml\n"
+        "- name: Release\n  ansible.builtin.import_playbook: run_lock_release.yml\n"
+    )
+    (tmp_path / "playbooks" / "one.yml").write_text(
+        "- name: Preflight | checks\n  hosts: localhost\n- name: Stage 1, one | the first step\n  hosts: vms\n"
+    )
+    (tmp_path / "playbooks" / "two.yml").write_text("- name: Stage 2, two | the second\n  hosts: localhost\n")
+    assert docs.site_stages(tmp_path) == [
+        {"title": "Stage 1, one", "opt_in": False, "hosts": ["each VM"], "does": ["the first step"]},
+        {"title": "Stage 2, two", "opt_in": True, "hosts": ["the controller"], "does": ["the second"]},
+    ]
+    svg = docs.render_stage_order(tmp_path)
+    assert svg.index("Stage 1, one") < svg.index("Stage 2, two") and 'stroke-dasharray="6 4"' in svg
+
+
 def test_readme_is_a_short_front_door():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 200, f"README.md has {len(lines)} lines; move detail into docs/"

@@ -157,13 +157,7 @@ def serve_webui(cluster, address, pages):
     exists (module monitoring_charts); `pages` holds the listeners by port."""
     with cluster.lock:
         wanted = set(monitoring_charts.webui_http_ports(cluster.state.get("services") or {}))
-    for port in [p for p in pages if p not in wanted]:
-        server = pages.pop(port)
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-    for port in wanted - set(pages):
-        pages[port] = monitoring_charts.serve_page(address, port)
+    keep_listening(pages, wanted, lambda port: monitoring_charts.serve_page(address, port))
 
 
 def serve_open_webui(cluster, address, listeners):
@@ -172,13 +166,18 @@ def serve_open_webui(cluster, address, listeners):
     by kube-vip's leader (module kube_vip). `listeners` holds the servers by port."""
     with cluster.lock:
         wanted = {port for _, port in open_webui_chart.lan_ports(cluster.state.get("services") or {})}
+    keep_listening(listeners, wanted, lambda port: open_webui_chart.serve(address, port))
+
+
+def keep_listening(listeners, wanted, serve):
+    """Stop the listeners (by port) of ports no longer `wanted`, and `serve(port)` each wanted one not yet open."""
     for port in [p for p in listeners if p not in wanted]:
         server = listeners.pop(port)
         if server is not None:
             server.shutdown()
             server.server_close()
     for port in wanted - set(listeners):
-        listeners[port] = open_webui_chart.serve(address, port)
+        listeners[port] = serve(port)
 
 
 def run_server():

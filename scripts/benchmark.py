@@ -39,8 +39,8 @@ to hour; a comparison is only fair within one run.
 
 Mitogen for Ansible: --mitogen also measures this tree with Mitogen's strategy (mitogen_linear, from the
 `mitogen` distribution: pip install mitogen into the project's virtualenv, or a folder given as
---mitogen=PATH that holds ansible_mitogen), in the same run. gpulab does not use Mitogen; the figure says what it
-would save.
+--mitogen=PATH that holds ansible_mitogen), in the same run. gpulab does not use Mitogen (ansible-core deprecates
+strategy plugins outside ansible.builtin: docs/development.md, "Benchmark"); the figure says what it would save.
 
     .venv/bin/python scripts/benchmark.py --tree ../before --mitogen
 

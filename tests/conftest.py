@@ -10,6 +10,11 @@ from ansible_modules import use_module_utils
 
 use_module_utils()
 
+# Every lab VM meets unattended-upgrades holding apt's locks after each boot (labsim.network_lab.apt_hold_s), and a
+# fresh converge boots each VM twice or more: the test session's labs hold them 8 s instead of the demo's 25 s (the
+# wait itself, and its message at length, are proven by tests/lab/labsim/test_netlab_apt_locks.py).
+os.environ.setdefault("GPULAB_LAB_APT_HOLD_S", "8")
+
 
 def _interrupted(signum, frame):
     raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")

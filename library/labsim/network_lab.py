@@ -1878,6 +1878,9 @@ ExecStart=/bin/sleep infinity
 #: seconds the unattended-upgrades stand-in holds apt's locks after each VM boot (fixture
 #: ``network.guest_apt_hold_s``; 0: it does not run): short, since every lab VM meets it
 DEFAULT_APT_HOLD_S = 25
+#: the environment variable that replaces :data:`DEFAULT_APT_HOLD_S` where the fixture names no hold: the test
+#: session's labs (tests/conftest.py) meet the same wait, shorter, on each of their many fresh converges
+APT_HOLD_ENV = "GPULAB_LAB_APT_HOLD_S"
 #: where the stand-in is (:mod:`labsim.net.unattended_upgrades`), as Ubuntu's unattended-upgrades package has it
 UNATTENDED_UPGRADE = "/usr/bin/unattended-upgrade"
 #: a systemd VM starts it at boot as Ubuntu's apt-daily-upgrade.service would (there through a timer that fires
@@ -1897,11 +1900,18 @@ WantedBy=multi-user.target
 
 
 def apt_hold_s(fixture: dict[str, Any]) -> float:
-    """The fixture's ``network.guest_apt_hold_s`` (seconds, 0 or more), else :data:`DEFAULT_APT_HOLD_S`."""
+    """The fixture's ``network.guest_apt_hold_s`` (seconds, 0 or more), else $GPULAB_LAB_APT_HOLD_S
+    (:data:`APT_HOLD_ENV`), else :data:`DEFAULT_APT_HOLD_S`."""
     value = (fixture.get("network") or {}).get("guest_apt_hold_s")
-    hold = float(DEFAULT_APT_HOLD_S if value is None else value)
+    where = "network.guest_apt_hold_s"
+    if value is None and os.environ.get(APT_HOLD_ENV):
+        value, where = os.environ[APT_HOLD_ENV], APT_HOLD_ENV
+    try:
+        hold = float(DEFAULT_APT_HOLD_S if value is None else value)
+    except ValueError:
+        hold = -1.0
     if hold < 0:
-        raise LabNetError(f"network.guest_apt_hold_s must be 0 or more seconds (got {value})")
+        raise LabNetError(f"{where} must be 0 or more seconds (got {value})")
     return hold
 
 

@@ -340,3 +340,22 @@ def test_lab_archive_serves_the_driver_branches_and_one_replaces_the_other(tmp_p
     assert 'DRIVER = "580.173.02"' in (root / "usr/bin/nvidia-smi").read_text()
     assert install("595") == {"nvidia-utils-595-server"}
     assert 'DRIVER = "595.71.05"' in (root / "usr/bin/nvidia-smi").read_text()
+
+
+def test_apt_hold_comes_from_the_fixture_then_the_test_sessions_variable_then_the_default(monkeypatch):
+    monkeypatch.delenv(network_lab.APT_HOLD_ENV, raising=False)
+    assert network_lab.apt_hold_s({}) == network_lab.DEFAULT_APT_HOLD_S == 25
+    monkeypatch.setenv(network_lab.APT_HOLD_ENV, "8")
+    assert network_lab.apt_hold_s({}) == 8
+    assert network_lab.apt_hold_s({"network": {"guest_apt_hold_s": 0}}) == 0  # the fixture's own hold wins
+    monkeypatch.setenv(network_lab.APT_HOLD_ENV, "soon")
+    with pytest.raises(network_lab.LabNetError, match="GPULAB_LAB_APT_HOLD_S must be 0 or more seconds"):
+        network_lab.apt_hold_s({})
+    with pytest.raises(network_lab.LabNetError, match=r"network.guest_apt_hold_s .* \(got -1\)"):
+        network_lab.apt_hold_s({"network": {"guest_apt_hold_s": -1}})
+
+
+def test_the_test_session_shortens_the_labs_apt_hold():
+    """tests/conftest.py: every lab a test starts meets unattended-upgrades' locks after each VM boot, for less
+    time than `make demo`'s lab (the wait itself is proven at length in tests/lab/labsim/test_netlab_apt_locks.py)."""
+    assert 0 < float(os.environ[network_lab.APT_HOLD_ENV]) < network_lab.DEFAULT_APT_HOLD_S

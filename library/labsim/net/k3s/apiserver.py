@@ -13,7 +13,7 @@ import time
 
 from . import kubeapi, tls
 from .cluster import node_object, pod_object, pod_status
-from .common import http_send
+from .common import http_send, send_answer
 from .etcd import NO_QUORUM
 from .hami import webhook_configuration, webhook_endpoints
 
@@ -58,12 +58,7 @@ def make_handler(cluster, token):
             return True
 
         def reply(self, code, body):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_answer(self, code, json.dumps(body).encode())
 
         def body(self):
             return json.loads(self.raw() or b"{}")
@@ -90,13 +85,7 @@ def make_handler(cluster, token):
                 state = json.loads(json.dumps(cluster.state))
             code, body = kubeapi.answer(self.command, self.path, self.headers.get("Accept"), state)
             if isinstance(body, str):
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                return None
+                return send_answer(self, code, body.encode(), "text/plain")
             return self.reply(code, body)
 
         def do_GET(self):

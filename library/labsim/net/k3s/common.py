@@ -219,6 +219,16 @@ def http_send(peer, path, body=None, timeout=1.0):
             return exc.code, {}
 
 
+def send_answer(handler, code, data, content_type="application/json"):
+    """Write one whole HTTP answer from a BaseHTTPRequestHandler: the status, the body's type and length, the
+    body (bytes)."""
+    handler.send_response(code)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 def serve_in_thread(host, port, handler, what):
     """A ThreadingHTTPServer on host:port for `handler`, serving from a daemon thread; None when the port is
     taken (said on stderr, naming `what`). Imports its modules when called: kubectl calls do not need them."""

@@ -41,6 +41,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from .common import send_answer
+
 #: vLLM's default model when none is named (vllm/config/model.py at v0.11.0: ModelConfig.model)
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 #: where the vllm-openai image's Hugging Face cache is (root's home, HF_HOME unset)
@@ -247,12 +249,7 @@ def serve(address, port, name, model):
             pass
 
         def _send(self, code, body):
-            data = b"" if body is None else json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_answer(self, code, b"" if body is None else json.dumps(body).encode())
 
         def do_GET(self):
             self._send(*answer("GET", self.path, None, name, model, created))

@@ -132,19 +132,14 @@ class MonitoringError(ValueError):
     """The monitoring stage's values do not fit the pinned charts."""
 
 
-def facts_path(chart: str, version: str):
-    return resources.files("gpulab").joinpath("data", f"{chart}-{version}-keys.json")
-
-
 def load_keys(chart: str, version: str) -> dict[str, Any]:
-    path = facts_path(chart, version)
-    if not path.is_file():
-        raise MonitoringError(
-            f"No key facts for chart {chart} {version}: generate them with `python -m gpulab.monitoring "
-            f"<values.yaml of {chart} {version}> {chart} {version}` and add the file to library/gpulab/data/, "
-            "or pin a version gpulab knows."
-        )
-    return json.loads(path.read_text())
+    return hami.load_chart_keys(
+        chart,
+        version,
+        generate=f"gpulab.monitoring <values.yaml of {chart} {version}> {chart} {version}",
+        error=MonitoringError,
+        otherwise=", or pin a version gpulab knows",
+    )
 
 
 def keys_from_values(values: Mapping[str, Any], chart: str, version: str, source: str = "") -> dict[str, Any]:

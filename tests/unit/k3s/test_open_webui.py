@@ -68,7 +68,7 @@ def test_a_lan_address_is_announced_by_kube_vip():
         ({"extra_values": {"persistence": {"sise": "5Gi"}}}, "did you mean persistence.size?"),
         ({"lan_address_value": "webui.lan"}, "not an IPv4 address"),
         ({"lan_port": 70000}, "must be a TCP port number"),
-        ({"version": "99.0.0"}, "No key facts for chart open-webui 99.0.0"),
+        ({"version": "99.0.0"}, "No key facts for chart open-webui 99.0.0 (known: 16.0.0)"),
     ],
 )
 def test_render_refuses_naming_the_problem(kwargs, message):

@@ -401,14 +401,20 @@ def render(chart_version, **kwargs):
     return values, dump_manifest(helmchart(values, chart_version=chart_version, **chart_args))
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m gpulab.hami",
-        description="Generate the key facts file of a HAMi chart version from its values.yaml.",
-    )
+def facts_parser(prog, description):
+    """The arguments every key facts generator takes (`python -m PROG VALUES_YAML ... [-o FILE]`); the caller
+    adds its chart's own after VALUES_YAML. Its facts go out through write_facts."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("values_yaml", type=pathlib.Path)
-    parser.add_argument("chart_version")
     parser.add_argument("-o", "--output", type=pathlib.Path, help="default: stdout")
+    return parser
+
+
+def main(argv=None):
+    parser = facts_parser(
+        "python -m gpulab.hami", "Generate the key facts file of a HAMi chart version from its values.yaml."
+    )
+    parser.add_argument("chart_version")
     parser.add_argument("--commit", default="", help="the Git commit of the chart's tag, for the provenance")
     args = parser.parse_args(argv)
     values = yaml.safe_load(args.values_yaml.read_text())

@@ -19,9 +19,7 @@
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
-import pathlib
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -178,14 +176,12 @@ def render(
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m gpulab.k8s.open_webui",
-        description="Generate the key facts file of an open-webui chart version from its values.yaml.",
+    parser = hami.facts_parser(
+        "python -m gpulab.k8s.open_webui",
+        "Generate the key facts file of an open-webui chart version from its values.yaml.",
     )
-    parser.add_argument("values_yaml", type=pathlib.Path)
     parser.add_argument("version")
     parser.add_argument("--source", default="", help="where values.yaml comes from (repository, tag, commit)")
-    parser.add_argument("-o", "--output", type=pathlib.Path, help="default: stdout")
     args = parser.parse_args(argv)
     facts = keys_from_values(yaml.safe_load(args.values_yaml.read_text()), args.version, args.source)
     return hami.write_facts(facts, args.output)

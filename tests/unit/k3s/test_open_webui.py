@@ -20,6 +20,15 @@ def planned(*engines):
     return workloads.plan(list(engines), GPUS, addresses={"vm-gpu": "192.168.100.55"})["engines"]
 
 
+def test_the_generator_command_writes_the_facts_of_its_values(tmp_path):
+    values, out = tmp_path / "values.yaml", tmp_path / "keys.json"
+    values.write_text("image:\n  repository: ghcr.io/open-webui/open-webui\n  tag: ''\nextraEnvVars: []\n")
+    assert open_webui.main([str(values), "16.0.0", "--source", "test", "-o", str(out)]) == 0
+    facts = json.loads(out.read_text())
+    assert (facts["chart"], facts["version"], facts["source"]) == ("open-webui", "16.0.0", "test")
+    assert set(facts["keys"]) == {"image", "image.repository", "image.tag", "extraEnvVars"}
+
+
 def test_the_key_facts_are_the_pinned_charts():
     facts = open_webui.load_keys(open_webui.VERSION)
     assert facts["chart"] == "open-webui" and facts["version"] == "16.0.0"

@@ -21,6 +21,9 @@ def test_known_versions_are_hamis_alone():
     assert hami.chart_versions("hami-webui") == ["1.2.0"]
     assert "webui-1.2.0" not in hami.known_versions()
     assert all(v[:1].isdigit() for v in hami.known_versions())
+    # preflight's fix for an unknown hami_chart_version names the HAMi versions gpulab ships, and only those
+    fix = rules.first_failure("hami_chart_version", "2.8.0").fix
+    assert f"({', '.join(hami.known_versions())})" in fix and "webui" not in fix
 
 
 def test_both_charts_are_known_with_their_provenance():

@@ -151,29 +151,52 @@ def chart_images(facts, *, kube_version="", image_registry="", kube_scheduler_im
     return out
 
 
-def facts_path(chart_version):
-    return resources.files("gpulab").joinpath("data", f"hami-{chart_version}-keys.json")
+def chart_facts_path(chart, version):
+    """Where the package keeps the key facts of `chart` at `version` (data/<chart>-<version>-keys.json)."""
+    return resources.files("gpulab").joinpath("data", f"{chart}-{version}-keys.json")
 
 
-def known_versions():
-    """The chart versions whose key facts the package holds, sorted."""
+def chart_versions(chart):
+    """The versions of `chart` whose key facts the package holds, sorted (a version starts with a digit, so
+    chart hami's are not hami-webui's)."""
+    prefix, suffix = f"{chart}-", "-keys.json"
     return sorted(
-        p.name[len("hami-") : -len("-keys.json")]
+        p.name[len(prefix) : -len(suffix)]
         for p in resources.files("gpulab").joinpath("data").iterdir()
-        if p.name.startswith("hami-") and p.name.endswith("-keys.json")
+        if p.name.startswith(prefix) and p.name.endswith(suffix) and p.name[len(prefix) :][:1].isdigit()
     )
 
 
-def load_keys(chart_version):
-    """The key facts of a chart version kept in the package; ValuesError when there are none."""
-    path = facts_path(chart_version)
+def load_chart_keys(chart, version, *, generate, error=None, otherwise=""):
+    """The key facts of `chart` at `version` kept in the package. None there: `error` (ValuesError unless
+    given) naming the versions that are, how to make the missing ones (`generate`: the words after
+    `python -m`) and `otherwise`, what else the user may do."""
+    path = chart_facts_path(chart, version)
     if not path.is_file():
-        raise ValuesError(
-            f"No key facts for HAMi chart {chart_version} (known: {', '.join(known_versions()) or 'none'}): "
-            f"generate them with `python -m gpulab.hami <values.yaml of chart {chart_version}> "
-            f"{chart_version}` and add the file to library/gpulab/data/."
+        known = ", ".join(chart_versions(chart)) or "none"
+        raise (error or ValuesError)(
+            f"No key facts for chart {chart} {version} (known: {known}): generate them with `python -m "
+            f"{generate}` and add the file to library/gpulab/data/{otherwise}."
         )
     return json.loads(path.read_text())
+
+
+def facts_path(chart_version):
+    return chart_facts_path(CHART_NAME, chart_version)
+
+
+def known_versions():
+    """The HAMi chart versions whose key facts the package holds, sorted."""
+    return chart_versions(CHART_NAME)
+
+
+def load_keys(chart_version):
+    """The key facts of a HAMi chart version kept in the package; ValuesError when there are none."""
+    return load_chart_keys(
+        CHART_NAME,
+        chart_version,
+        generate=f"gpulab.hami <values.yaml of chart {chart_version}> {chart_version}",
+    )
 
 
 def check_values(values, facts):
@@ -378,14 +401,20 @@ def render(chart_version, **kwargs):
     return values, dump_manifest(helmchart(values, chart_version=chart_version, **chart_args))
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m gpulab.hami",
-        description="Generate the key facts file of a HAMi chart version from its values.yaml.",
-    )
+def facts_parser(prog, description):
+    """The arguments every key facts generator takes (`python -m PROG VALUES_YAML ... [-o FILE]`); the caller
+    adds its chart's own after VALUES_YAML. Its facts go out through write_facts."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("values_yaml", type=pathlib.Path)
-    parser.add_argument("chart_version")
     parser.add_argument("-o", "--output", type=pathlib.Path, help="default: stdout")
+    return parser
+
+
+def main(argv=None):
+    parser = facts_parser(
+        "python -m gpulab.hami", "Generate the key facts file of a HAMi chart version from its values.yaml."
+    )
+    parser.add_argument("chart_version")
     parser.add_argument("--commit", default="", help="the Git commit of the chart's tag, for the provenance")
     args = parser.parse_args(argv)
     values = yaml.safe_load(args.values_yaml.read_text())

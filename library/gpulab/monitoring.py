@@ -27,9 +27,7 @@ holds.
 
 from __future__ import annotations
 
-import argparse
 import json
-import pathlib
 import sys
 from collections.abc import Mapping
 from importlib import resources
@@ -132,19 +130,14 @@ class MonitoringError(ValueError):
     """The monitoring stage's values do not fit the pinned charts."""
 
 
-def facts_path(chart: str, version: str):
-    return resources.files("gpulab").joinpath("data", f"{chart}-{version}-keys.json")
-
-
 def load_keys(chart: str, version: str) -> dict[str, Any]:
-    path = facts_path(chart, version)
-    if not path.is_file():
-        raise MonitoringError(
-            f"No key facts for chart {chart} {version}: generate them with `python -m gpulab.monitoring "
-            f"<values.yaml of {chart} {version}> {chart} {version}` and add the file to library/gpulab/data/, "
-            "or pin a version gpulab knows."
-        )
-    return json.loads(path.read_text())
+    return hami.load_chart_keys(
+        chart,
+        version,
+        generate=f"gpulab.monitoring <values.yaml of {chart} {version}> {chart} {version}",
+        error=MonitoringError,
+        otherwise=", or pin a version gpulab knows",
+    )
 
 
 def keys_from_values(values: Mapping[str, Any], chart: str, version: str, source: str = "") -> dict[str, Any]:
@@ -642,16 +635,14 @@ def problems_text(found: list[Mapping[str, Any]]) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m gpulab.monitoring",
-        description="Generate the key facts file of a monitoring chart version from its values.yaml, or (chart "
+    parser = hami.facts_parser(
+        "python -m gpulab.monitoring",
+        "Generate the key facts file of a monitoring chart version from its values.yaml, or (chart "
         "`dashboard`) the queries file of HAMi's dashboard from its JSON.",
     )
-    parser.add_argument("values_yaml", type=pathlib.Path)
     parser.add_argument("chart", choices=[*sorted(CHARTS), "dashboard"])
     parser.add_argument("version")
     parser.add_argument("--source", default="", help="where values.yaml comes from (repository, tag, commit)")
-    parser.add_argument("-o", "--output", type=pathlib.Path, help="default: stdout")
     args = parser.parse_args(argv)
     if args.chart == "dashboard":
         # python -m gpulab.monitoring hami-vgpu-dashboard.json dashboard <HAMi version> --source ...

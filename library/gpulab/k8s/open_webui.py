@@ -19,13 +19,9 @@
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
-import json
-import pathlib
 import sys
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
 import yaml
@@ -54,18 +50,17 @@ class OpenWebUIError(ValueError):
 
 
 def facts_path(version: str):
-    return resources.files("gpulab").joinpath("data", f"{CHART}-{version}-keys.json")
+    return hami.chart_facts_path(CHART, version)
 
 
 def load_keys(version: str) -> dict[str, Any]:
-    path = facts_path(version)
-    if not path.is_file():
-        raise OpenWebUIError(
-            f"No key facts for chart {CHART} {version}: generate them with `python -m gpulab.k8s.open_webui "
-            f"<values.yaml of {CHART} {version}> {version}` and add the file to library/gpulab/data/, or pin "
-            f"{VERSION}."
-        )
-    return json.loads(path.read_text())
+    return hami.load_chart_keys(
+        CHART,
+        version,
+        generate=f"gpulab.k8s.open_webui <values.yaml of {CHART} {version}> {version}",
+        error=OpenWebUIError,
+        otherwise=f", or pin {VERSION}",
+    )
 
 
 def keys_from_values(values: Mapping[str, Any], version: str, source: str = "") -> dict[str, Any]:
@@ -181,14 +176,12 @@ def render(
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m gpulab.k8s.open_webui",
-        description="Generate the key facts file of an open-webui chart version from its values.yaml.",
+    parser = hami.facts_parser(
+        "python -m gpulab.k8s.open_webui",
+        "Generate the key facts file of an open-webui chart version from its values.yaml.",
     )
-    parser.add_argument("values_yaml", type=pathlib.Path)
     parser.add_argument("version")
     parser.add_argument("--source", default="", help="where values.yaml comes from (repository, tag, commit)")
-    parser.add_argument("-o", "--output", type=pathlib.Path, help="default: stdout")
     args = parser.parse_args(argv)
     facts = keys_from_values(yaml.safe_load(args.values_yaml.read_text()), args.version, args.source)
     return hami.write_facts(facts, args.output)

@@ -62,7 +62,7 @@ def check_monitoring_values(d: LabDefinition, out: list[Problem]) -> None:
             if not isinstance(extra, dict) or not extra:
                 continue
             version = str(values.get(version_var) or default)
-            if not monitoring.facts_path(chart, version).is_file():
+            if not hami.chart_facts_path(chart, version).is_file():
                 out.append(
                     Problem(host, version_var, version, f"gpulab holds no key facts for the {chart} chart {version}",
                             f"pin {default}, or add library/gpulab/data/{chart}-{version}-keys.json "

@@ -6,6 +6,8 @@ import pathlib
 import pytest
 import yaml
 
+from gpulab.docs import ROLE_EXAMPLES
+
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 ROLES = [
     "guest_base",
@@ -60,28 +62,20 @@ def test_secrets_are_no_log(role):
 @pytest.mark.slow
 def test_every_role_validates_its_arguments_before_any_task(tmp_path):
     """Ansible validates each role's arguments first (tagged always): with the inventory's defaults and
-    only the required inputs given, every role passes it. Only the validation tasks run (an unknown tag)."""
+    only the required inputs given, as each role's README example play gives them (gpulab.docs), every role
+    passes it. Only the validation tasks run (an unknown tag)."""
     import json
     import os
     import subprocess
     import sys
 
-    required = {
-        "k3s_server": {"k3s_server_version": "v1.33.5+k3s1"},
-        "k3s_agent": {
-            "k3s_agent_version": "v1.33.5+k3s1",
-            "k3s_agent_token": "secret-token",
-            "k3s_agent_server_url": "https://192.168.100.53:6443",
-        },
-        "k3s_install": {"k3s_install_version": "v1.33.5+k3s1", "k3s_install_exec": "agent"},
-        "k3s_upgrade": {"k3s_upgrade_version": "v1.33.5+k3s1"},
-    }
     book = [
         {
             "name": "validate",
             "hosts": "localhost",
             "gather_facts": False,
-            "roles": [{"role": r, "vars": required.get(r, {})} for r in ROLES],
+            "vars": {"vault_k3s_token": "secret-token"},
+            "roles": [{"role": r, "vars": ROLE_EXAMPLES.get(r, {})} for r in ROLES],
         }
     ]
     path = tmp_path / "play.yml"

@@ -16,6 +16,16 @@ def lab(**globals_):
     )
 
 
+def test_known_versions_are_hamis_alone():
+    """hami-webui-1.2.0-keys.json lies beside hami's own facts: its version is not a HAMi chart version."""
+    assert hami.chart_versions("hami-webui") == ["1.2.0"]
+    assert "webui-1.2.0" not in hami.known_versions()
+    assert all(v[:1].isdigit() for v in hami.known_versions())
+    # preflight's fix for an unknown hami_chart_version names the HAMi versions gpulab ships, and only those
+    fix = rules.first_failure("hami_chart_version", "2.8.0").fix
+    assert f"({', '.join(hami.known_versions())})" in fix and "webui" not in fix
+
+
 def test_both_charts_are_known_with_their_provenance():
     assert {"2.9.0", "2.10.0"} <= set(hami.known_versions())
     old, new = hami.load_keys("2.9.0"), hami.load_keys("2.10.0")

@@ -32,18 +32,10 @@ UUID = "GPU-e1924eea-b9bb-d537-39f2-b345087fa145"
 
 
 def hami_values(**over):
+    """The values and manifest of stage hami from the role's defaults, the variables passed as tasks/chart.yml
+    passes them (hami.ROLE_VALUE_ARGS, checked against the role in test_hami_chart_fixture)."""
     d = {**HAMI_DEFAULTS, **over}
-    return hami.render(
-        d["hami_chart_version"],
-        device_split_count=d["hami_device_split_count"],
-        device_memory_scaling=d["hami_device_memory_scaling"],
-        runtime_class_name=d["hami_runtime_class_name"],
-        node_selector=d["hami_node_selector"],
-        kube_scheduler_image=d["hami_kube_scheduler_image"],
-        image_registry=d["hami_image_registry"],
-        extra_values=d["hami_extra_values"],
-        kube_version=d["hami_kube_version"],
-    )
+    return hami.render(d["hami_chart_version"], **{arg: d[var] for arg, var in hami.ROLE_VALUE_ARGS.items()})
 
 
 MONITORING_ARGS = {

@@ -86,7 +86,9 @@ def test_unknown_keys_and_bad_node_ports_are_refused_naming_each():
 
 
 def test_a_missing_version_or_address_is_refused():
-    with pytest.raises(monitoring.MonitoringError, match=r"No key facts for chart prometheus 1\.0\.0"):
+    with pytest.raises(
+        monitoring.MonitoringError, match=r"No key facts for chart prometheus 1\.0\.0 \(known: 29\.27\.0\)"
+    ):
         monitoring.render(**{**ARGS, "prometheus_version": "1.0.0"})
     with pytest.raises(monitoring.MonitoringError, match="no GPU node"):
         monitoring.render(**{**ARGS, "gpu_nodes": []})

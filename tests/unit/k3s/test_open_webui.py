@@ -20,6 +20,15 @@ def planned(*engines):
     return workloads.plan(list(engines), GPUS, addresses={"vm-gpu": "192.168.100.55"})["engines"]
 
 
+def test_the_generator_command_writes_the_facts_of_its_values(tmp_path):
+    values, out = tmp_path / "values.yaml", tmp_path / "keys.json"
+    values.write_text("image:\n  repository: ghcr.io/open-webui/open-webui\n  tag: ''\nextraEnvVars: []\n")
+    assert open_webui.main([str(values), "16.0.0", "--source", "test", "-o", str(out)]) == 0
+    facts = json.loads(out.read_text())
+    assert (facts["chart"], facts["version"], facts["source"]) == ("open-webui", "16.0.0", "test")
+    assert set(facts["keys"]) == {"image", "image.repository", "image.tag", "extraEnvVars"}
+
+
 def test_the_key_facts_are_the_pinned_charts():
     facts = open_webui.load_keys(open_webui.VERSION)
     assert facts["chart"] == "open-webui" and facts["version"] == "16.0.0"
@@ -68,7 +77,7 @@ def test_a_lan_address_is_announced_by_kube_vip():
         ({"extra_values": {"persistence": {"sise": "5Gi"}}}, "did you mean persistence.size?"),
         ({"lan_address_value": "webui.lan"}, "not an IPv4 address"),
         ({"lan_port": 70000}, "must be a TCP port number"),
-        ({"version": "99.0.0"}, "No key facts for chart open-webui 99.0.0"),
+        ({"version": "99.0.0"}, "No key facts for chart open-webui 99.0.0 (known: 16.0.0)"),
     ],
 )
 def test_render_refuses_naming_the_problem(kwargs, message):

@@ -194,6 +194,10 @@ def test_pve_vms_argument_spec_is_its_option_table():
     mod = module("pve_vm")
     assert {**vmoptions.argument_spec(), **pve.CONNECTION} == mod.ARGUMENT_SPEC
     assert mod.RULES == pve.CONNECTION_RULES
+    # an option's suboptions are named above the spec (DISKS_OPTIONS), so that the spec is one option a line
+    nested = {k: v["options"] for k, v in mod.ARGUMENT_SPEC.items() if "options" in v}
+    assert set(nested) == {"efidisk", "disks", "nets", "hostpci", "cloudinit"}
+    assert all(options is getattr(mod, f"{k.upper()}_OPTIONS") for k, options in nested.items())
     text = (ROOT / "plugins" / "modules" / "pve_vm.py").read_text()
     if RUFF:  # make docs lays the lines out with ruff (a venv without it, such as unit-min's, writes them unformatted)
         assert docs.vm_argument_spec_block(text) == docs.render_vm_argument_spec()
@@ -259,3 +263,4 @@ def test_the_pve_connection_options_are_written_once_for_every_pve_module():
     for name in MODULES:
         source = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
         assert "api_token_secret=" not in source, name  # documented by the fragment, declared once
+

@@ -522,8 +522,8 @@ def update_stage_order(root: Path) -> bool:
 # validate-modules read the module's real arguments without the engine. `make docs` writes it (then `ruff format`
 # lays it out); tests/unit/test_module_docs.py checks the file's spec is the table's. The other controller modules'
 # specs are plain data kept by hand in their files, the one place they are declared, in the same layout: an
-# option's suboptions are named above the spec (`<OPTION>_OPTIONS = dict(...)`), so that the spec itself is one
-# option a line.
+# option's suboptions that take more than a line are named above the spec (`<OPTION>_OPTIONS = dict(...)`), so
+# that the spec itself is one option a line.
 VM_SPEC_START = "# generated from gpulab.pve.vmoptions by `make docs`: edit its OPTIONS, not these lines\n"
 SPEC_END = "# end of the generated argument spec\n"
 

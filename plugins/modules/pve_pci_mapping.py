@@ -84,6 +84,9 @@ mapping:
   description: The mapping after the run (C(map) entries normalised and sorted, C(description)); null when absent.
   returned: always
   type: dict
+  sample:
+    map: ["node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"]
+    description: ""
 """
 
 from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402

@@ -264,3 +264,24 @@ def test_the_pve_connection_options_are_written_once_for_every_pve_module():
         source = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
         assert "api_token_secret=" not in source, name  # documented by the fragment, declared once
 
+
+def _example_args(mod: ModuleType) -> dict:
+    """The arguments of the module's one example task, with the spec's defaults for the options it omits."""
+    [example] = yaml.safe_load(mod.EXAMPLES)
+    [args] = [v for k, v in example.items() if k.startswith(COLLECTION)]
+    return {k: v.get("default") for k, v in mod.ARGUMENT_SPEC.items()} | args
+
+
+def test_return_samples_are_what_the_engine_gives_for_the_example():
+    """A RETURN sample is the engine's answer to the module's EXAMPLES task, so the two cannot drift apart."""
+    from gpulab import monitoring
+    from gpulab.pve import mapping
+
+    charts = module("monitoring_charts")
+    out = monitoring.render(**_example_args(charts))
+    assert yaml.safe_load(charts.RETURN)["urls"]["sample"] == out["urls"]
+    pci = module("pve_pci_mapping")
+    args = _example_args(pci)
+    # a new mapping without O(description) (ensure_pci_mapping's `after`): its entries' map items, sorted
+    after = {"map": sorted(mapping.map_entry(e) for e in args["entries"]), "description": ""}
+    assert yaml.safe_load(pci.RETURN)["mapping"]["sample"] == after

@@ -521,7 +521,9 @@ def update_stage_order(root: Path) -> bool:
 # the PVE connection options, written into the module file as a Python literal so that Ansible and ansible-test's
 # validate-modules read the module's real arguments without the engine. `make docs` writes it (then `ruff format`
 # lays it out); tests/unit/test_module_docs.py checks the file's spec is the table's. The other controller modules'
-# specs are plain data kept by hand in their files, the one place they are declared.
+# specs are plain data kept by hand in their files, the one place they are declared, in the same layout: an
+# option's suboptions that take more than a line are named above the spec (`<OPTION>_OPTIONS = dict(...)`), so
+# that the spec itself is one option a line.
 VM_SPEC_START = "# generated from gpulab.pve.vmoptions by `make docs`: edit its OPTIONS, not these lines\n"
 SPEC_END = "# end of the generated argument spec\n"
 
@@ -558,10 +560,27 @@ def render_vm_argument_spec() -> str:
     return _formatted(code + "RULES = pve.CONNECTION_RULES\n" + SPEC_END, "pve_vm")
 
 
+class _Name:
+    """Stands for a module-level name while the spec is rendered: written as the name."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
 def _spec_code(start: str, name: str, spec: dict, spread: str = "") -> str:
-    """`start`, then `name = dict(...)` of the argument spec `spec`, one option a line, `spread` last."""
-    options = [f"    {option}={_literal(entry)},\n" for option, entry in spec.items()]
-    return "".join([start, f"{name} = dict(\n", *options, spread, ")\n"])
+    """`start`, then `name = dict(...)` of the argument spec `spec`, one option a line, `spread` last; an
+    option's suboptions are declared before it as `<OPTION>_OPTIONS = dict(...)` and named in its line."""
+    named, options = [], []
+    for option, entry in spec.items():
+        if "options" in entry:
+            sub = _Name(f"{option.upper()}_OPTIONS")
+            named.append(_spec_code("", sub.name, entry["options"]))
+            entry = {**entry, "options": sub}
+        options.append(f"    {option}={_literal(entry)},\n")
+    return "".join([start, *named, f"{name} = dict(\n", *options, spread, ")\n"])
 
 
 def _generated_block(text: str, start: str, where: str) -> str:

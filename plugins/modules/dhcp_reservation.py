@@ -291,59 +291,48 @@ error_code:
 
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
+POOL_OPTIONS = dict(start=dict(type="str", required=True), end=dict(type="str", required=True))
+SSH_OPTIONS = dict(
+    host=dict(type="str"),
+    port=dict(type="int"),
+    user=dict(type="str"),
+    password=dict(type="str", no_log=True),
+    key_file=dict(type="path", no_log=False),
+    host_key_checking=dict(type="bool"),
+    known_hosts=dict(type="path"),
+    ssh_args=dict(type="str"),
+    become=dict(type="bool", default=False),
+    local=dict(type="bool", default=False),
+)
+RESERVATIONS_OPTIONS = dict(
+    mac=dict(type="str", required=True),
+    address=dict(type="str"),
+    hostname=dict(type="str"),
+    current_address=dict(type="str"),
+    expect=dict(type="str"),
+    name=dict(type="str"),
+)
+KEEP_FREE_OPTIONS = dict(
+    address=dict(type="str", required=True),
+    host=dict(type="str"),
+    field=dict(type="str"),
+    what=dict(type="str"),
+)
 ARGUMENT_SPEC = dict(
     kind=dict(
         type="str", choices=["dnsmasq", "openwrt", "kea", "mikrotik", "opnsense", "pfsense", "huawei_ont"]
     ),
     address=dict(type="str"),
     subnet=dict(type="str"),
-    pool=dict(
-        type="dict", options=dict(start=dict(type="str", required=True), end=dict(type="str", required=True))
-    ),
+    pool=dict(type="dict", options=POOL_OPTIONS),
     user=dict(type="str"),
     password=dict(type="str", no_log=True),
     url=dict(type="str"),
     validate_certs=dict(type="bool"),
-    ssh=dict(
-        type="dict",
-        options=dict(
-            host=dict(type="str"),
-            port=dict(type="int"),
-            user=dict(type="str"),
-            password=dict(type="str", no_log=True),
-            key_file=dict(type="path", no_log=False),
-            host_key_checking=dict(type="bool"),
-            known_hosts=dict(type="path"),
-            ssh_args=dict(type="str"),
-            become=dict(type="bool", default=False),
-            local=dict(type="bool", default=False),
-        ),
-    ),
+    ssh=dict(type="dict", options=SSH_OPTIONS),
     options=dict(type="dict", default={}),
-    reservations=dict(
-        type="list",
-        elements="dict",
-        default=[],
-        options=dict(
-            mac=dict(type="str", required=True),
-            address=dict(type="str"),
-            hostname=dict(type="str"),
-            current_address=dict(type="str"),
-            expect=dict(type="str"),
-            name=dict(type="str"),
-        ),
-    ),
-    keep_free=dict(
-        type="list",
-        elements="dict",
-        default=[],
-        options=dict(
-            address=dict(type="str", required=True),
-            host=dict(type="str"),
-            field=dict(type="str"),
-            what=dict(type="str"),
-        ),
-    ),
+    reservations=dict(type="list", elements="dict", default=[], options=RESERVATIONS_OPTIONS),
+    keep_free=dict(type="list", elements="dict", default=[], options=KEEP_FREE_OPTIONS),
     known_only=dict(type="bool", default=False),
     state=dict(type="str", choices=["present", "absent"], default="present"),
 )

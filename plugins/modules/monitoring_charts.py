@@ -145,6 +145,10 @@ urls:
   description: Where Prometheus, Grafana and HAMi's dashboard are reached (keys C(prometheus), C(grafana), C(dashboard)).
   returned: success
   type: dict
+  sample:
+    prometheus: http://192.168.100.53:30090
+    grafana: http://192.168.100.53:30300
+    dashboard: http://192.168.100.53:30300/d/hami-vgpu-metrics
 """
 
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402

@@ -84,27 +84,26 @@ mapping:
   description: The mapping after the run (C(map) entries normalised and sorted, C(description)); null when absent.
   returned: always
   type: dict
+  sample:
+    map: ["node=pve,path=0000:02:00,id=10de:2204,iommugroup=13,subsystem-id=1462:3881"]
+    description: ""
 """
 
 from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa: E402
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
+ENTRIES_OPTIONS = dict(
+    node=dict(type="str", required=True),
+    path=dict(type="str", required=True),
+    id=dict(type="str", required=True),
+    iommugroup=dict(type="int"),
+    subsystem_id=dict(type="str"),
+)
 ARGUMENT_SPEC = dict(
     id=dict(type="str", required=True),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     description=dict(type="str"),
-    entries=dict(
-        type="list",
-        elements="dict",
-        default=[],
-        options=dict(
-            node=dict(type="str", required=True),
-            path=dict(type="str", required=True),
-            id=dict(type="str", required=True),
-            iommugroup=dict(type="int"),
-            subsystem_id=dict(type="str"),
-        ),
-    ),
+    entries=dict(type="list", elements="dict", default=[], options=ENTRIES_OPTIONS),
     **pve.CONNECTION,
 )
 RULES = pve.CONNECTION_RULES

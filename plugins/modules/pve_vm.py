@@ -485,6 +485,43 @@ from ansible_collections.gpulab.homelab.plugins.module_utils import pve  # noqa:
 from ansible_collections.gpulab.homelab.plugins.module_utils.controller_module import run_module  # noqa: E402
 
 # generated from gpulab.pve.vmoptions by `make docs`: edit its OPTIONS, not these lines
+EFIDISK_OPTIONS = dict(
+    storage=dict(type="str", required=True),
+    efitype=dict(type="str", default="4m", choices=["2m", "4m"]),
+    pre_enrolled_keys=dict(type="bool", default=False),
+)
+DISKS_OPTIONS = dict(
+    slot=dict(type="str", default="scsi0"),
+    storage=dict(type="str", required=True),
+    size_gb=dict(type="int", required=True),
+    import_from=dict(type="str"),
+    iothread=dict(type="bool"),
+    discard=dict(type="bool"),
+    ssd=dict(type="bool"),
+)
+NETS_OPTIONS = dict(
+    model=dict(type="str", default="virtio"),
+    bridge=dict(type="str", default="vmbr0"),
+    macaddr=dict(type="str"),
+    firewall=dict(type="bool"),
+    tag=dict(type="int"),
+)
+HOSTPCI_OPTIONS = dict(
+    mapping=dict(type="str"),
+    host=dict(type="str"),
+    pcie=dict(type="bool"),
+    x_vga=dict(type="bool"),
+    rombar=dict(type="bool"),
+)
+CLOUDINIT_OPTIONS = dict(
+    storage=dict(type="str", required=True),
+    slot=dict(type="str", default="ide2"),
+    user=dict(type="str"),
+    ssh_keys=dict(type="list", elements="str", no_log=False),
+    ipconfig=dict(type="str", default="ip=dhcp"),
+    upgrade=dict(type="bool"),
+    password=dict(type="str", no_log=True),
+)
 ARGUMENT_SPEC = dict(
     node=dict(type="str", required=True),
     vmid=dict(type="int", required=True),
@@ -504,63 +541,13 @@ ARGUMENT_SPEC = dict(
     agent=dict(type="bool"),
     onboot=dict(type="bool"),
     numa=dict(type="bool"),
-    efidisk=dict(
-        type="dict",
-        options=dict(
-            storage=dict(type="str", required=True),
-            efitype=dict(type="str", default="4m", choices=["2m", "4m"]),
-            pre_enrolled_keys=dict(type="bool", default=False),
-        ),
-    ),
-    disks=dict(
-        type="list",
-        elements="dict",
-        options=dict(
-            slot=dict(type="str", default="scsi0"),
-            storage=dict(type="str", required=True),
-            size_gb=dict(type="int", required=True),
-            import_from=dict(type="str"),
-            iothread=dict(type="bool"),
-            discard=dict(type="bool"),
-            ssd=dict(type="bool"),
-        ),
-    ),
-    nets=dict(
-        type="list",
-        elements="dict",
-        options=dict(
-            model=dict(type="str", default="virtio"),
-            bridge=dict(type="str", default="vmbr0"),
-            macaddr=dict(type="str"),
-            firewall=dict(type="bool"),
-            tag=dict(type="int"),
-        ),
-    ),
-    hostpci=dict(
-        type="list",
-        elements="dict",
-        options=dict(
-            mapping=dict(type="str"),
-            host=dict(type="str"),
-            pcie=dict(type="bool"),
-            x_vga=dict(type="bool"),
-            rombar=dict(type="bool"),
-        ),
-    ),
+    efidisk=dict(type="dict", options=EFIDISK_OPTIONS),
+    disks=dict(type="list", elements="dict", options=DISKS_OPTIONS),
+    nets=dict(type="list", elements="dict", options=NETS_OPTIONS),
+    hostpci=dict(type="list", elements="dict", options=HOSTPCI_OPTIONS),
     cdrom=dict(type="str"),
     cdrom_slot=dict(type="str", default="ide2"),
-    cloudinit=dict(
-        type="dict",
-        options=dict(
-            storage=dict(type="str", required=True),
-            slot=dict(type="str", default="ide2"),
-            user=dict(type="str"),
-            ssh_keys=dict(type="list", elements="str", no_log=False),
-            ipconfig=dict(type="str", default="ip=dhcp"),
-            upgrade=dict(type="bool"),
-            password=dict(type="str", no_log=True),
-        ),
-    ),
+    cloudinit=dict(type="dict", options=CLOUDINIT_OPTIONS),
     serial_console=dict(type="bool"),
     boot_order=dict(type="list", elements="str"),
     description=dict(type="str"),

@@ -194,6 +194,10 @@ def test_pve_vms_argument_spec_is_its_option_table():
     mod = module("pve_vm")
     assert {**vmoptions.argument_spec(), **pve.CONNECTION} == mod.ARGUMENT_SPEC
     assert mod.RULES == pve.CONNECTION_RULES
+    # an option's suboptions are named above the spec (DISKS_OPTIONS), so that the spec is one option a line
+    nested = {k: v["options"] for k, v in mod.ARGUMENT_SPEC.items() if "options" in v}
+    assert set(nested) == {"efidisk", "disks", "nets", "hostpci", "cloudinit"}
+    assert all(options is getattr(mod, f"{k.upper()}_OPTIONS") for k, options in nested.items())
     text = (ROOT / "plugins" / "modules" / "pve_vm.py").read_text()
     if RUFF:  # make docs lays the lines out with ruff (a venv without it, such as unit-min's, writes them unformatted)
         assert docs.vm_argument_spec_block(text) == docs.render_vm_argument_spec()
@@ -259,3 +263,25 @@ def test_the_pve_connection_options_are_written_once_for_every_pve_module():
     for name in MODULES:
         source = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
         assert "api_token_secret=" not in source, name  # documented by the fragment, declared once
+
+
+def _example_args(mod: ModuleType) -> dict:
+    """The arguments of the module's one example task, with the spec's defaults for the options it omits."""
+    [example] = yaml.safe_load(mod.EXAMPLES)
+    [args] = [v for k, v in example.items() if k.startswith(COLLECTION)]
+    return {k: v.get("default") for k, v in mod.ARGUMENT_SPEC.items()} | args
+
+
+def test_return_samples_are_what_the_engine_gives_for_the_example():
+    """A RETURN sample is the engine's answer to the module's EXAMPLES task, so the two cannot drift apart."""
+    from gpulab import monitoring
+    from gpulab.pve import mapping
+
+    charts = module("monitoring_charts")
+    out = monitoring.render(**_example_args(charts))
+    assert yaml.safe_load(charts.RETURN)["urls"]["sample"] == out["urls"]
+    pci = module("pve_pci_mapping")
+    args = _example_args(pci)
+    # a new mapping without O(description) (ensure_pci_mapping's `after`): its entries' map items, sorted
+    after = {"map": sorted(mapping.map_entry(e) for e in args["entries"]), "description": ""}
+    assert yaml.safe_load(pci.RETURN)["mapping"]["sample"] == after

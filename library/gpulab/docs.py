@@ -456,8 +456,12 @@ def site_stages(root: Path) -> list[dict]:
 
 
 def _where(pattern: str) -> str:
-    """A play's host pattern as the picture says it."""
+    """A play's host pattern as the picture says it (a templated one, "{{ 'none' if X else 'localhost' }}", as
+    the hosts it runs on when it runs)."""
     pattern = str(pattern)
+    templated = re.search(r"else '([^']+)'\s*}}$", pattern)
+    if templated:
+        pattern = templated.group(1)
     if pattern == "localhost":
         return "the controller"
     if pattern.startswith("proxmox"):

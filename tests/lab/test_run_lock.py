@@ -135,9 +135,10 @@ def test_every_stage_playbook_imports_preflight_first_and_gives_the_lock_back_la
         assert plays[0]["vars"]["gpulab_run_by"] == f"{stage}.yml", stage
         assert plays[-1].get("ansible.builtin.import_playbook") == "run_lock_release.yml", stage
         assert plays[-1]["vars"] == {"gpulab_run_by": f"{stage}.yml"}, stage
-    # site.yml names none of its stages' settings: each stage's import is the bare playbook
+    # site.yml passes its stages one setting: that they are part of its run (their preflight and lock plays
+    # then match no host); nothing of the lock itself
     site = yaml.safe_load(Path(ROOT, "playbooks", "site.yml").read_text())
-    assert all("vars" not in play for play in site[1:-1]), site
+    assert all(play["vars"] == {"gpulab_stage_of": "site.yml"} for play in site[1:-1]), site
 
 
 @pytest.mark.parametrize("stage", ["vms", "network", "teardown"])
@@ -177,17 +178,54 @@ def test_a_stage_run_alone_takes_the_lock_and_gives_it_back(tmp_path):
     assert recap(run) == {**recap(run), "ok": 3, "skipped": 0, "failed": 0}, run.stdout
 
 
+def plays_shown(run):
+    """Each PLAY of a run's output: (its name, the lines up to the next play)."""
+    blocks = re.split(r"^PLAY \[(.*)\] \**$", run.stdout, flags=re.M)
+    return list(zip(blocks[1::2], blocks[2::2], strict=True))
+
+
 def test_site_takes_the_lock_once_and_its_stages_do_not_touch_the_node_again(tmp_path):
     inv, path = lab(tmp_path)
     run = playbook("site.yml", inv, path, *ONLY_THE_LOCK)
     assert_took_once_and_gave_back(run, path)
-    # every stage site.yml imports imports preflight (and its lock play) and the release: each ends at once
+    # every stage site.yml imports imports preflight (and its lock play) and the release; site.yml imports
+    # each with gpulab_stage_of, so those plays match no host: no task of theirs runs, not even a skip
     imported = re.findall(r"import_playbook: (\w+)\.yml", Path(ROOT, "playbooks", "site.yml").read_text())
     stages = [name for name in imported if name in STAGES]
-    lock_plays = run.stdout.count("PLAY [Run lock | take the lab's run lock")
-    assert len(stages) >= 8 and lock_plays == len(stages) + 2, run.stdout  # site's, each stage's, verify's
-    assert run.stdout.count("TASK [Release the run lock") == 1, run.stdout  # the stages' are skipped, unshown
+    plays = plays_shown(run)
+    lock_plays = [body for name, body in plays if name.startswith("Run lock | take the lab's run lock")]
+    assert len(stages) >= 8 and len(lock_plays) == len(stages) + 2, (
+        run.stdout
+    )  # site's, each stage's, verify's
+    released = [body for name, body in plays if name.startswith("Run lock | give it back")]
+    preflights = [body for name, body in plays if name.startswith("Preflight |")]
+    for body in lock_plays[1:] + released[:-1] + preflights[1:]:  # all but site.yml's own
+        assert body.strip() == "skipping: no hosts matched", run.stdout
+    assert "TASK [Take the run lock" in lock_plays[0] and "TASK [Release the run lock" in released[-1], (
+        run.stdout
+    )
     assert recap(run) == {**recap(run), "ok": 3, "failed": 0}, run.stdout
+
+
+def test_a_playbook_of_ones_own_importing_two_stages_takes_the_lock_once(tmp_path):
+    """Without gpulab_stage_of the second stage finds preflight done and the lock taken (facts of this run) and
+    ends those plays at once."""
+    inv, path = lab(tmp_path)
+    mine = tmp_path / "mine.yml"
+    mine.write_text(
+        "".join(
+            f"- ansible.builtin.import_playbook: {ROOT}/playbooks/{stage}.yml\n" for stage in ("vms", "vms")
+        )
+    )
+    run = playbook(str(mine), inv, path, *ONLY_THE_LOCK)
+    assert_took_once_and_gave_back(run, path)
+    lock_plays = [
+        body for name, body in plays_shown(run) if name.startswith("Run lock | take the lab's run lock")
+    ]
+    assert len(lock_plays) == 2 and "TASK [Take the run lock" in lock_plays[0], run.stdout
+    assert "no hosts matched" not in lock_plays[1], (
+        run.stdout
+    )  # the run's fact ended it, not the host pattern
 
 
 def test_a_lab_without_a_node_to_log_in_to_can_leave_the_lock_out(tmp_path):

@@ -46,17 +46,30 @@ def test_hostsfile_lines(line, want):
     assert (None if r is None else (r.mac, str(r.ip), r.hostname)) == want
 
 
+def until(predicate, timeout=10.0):
+    """True once predicate() is (looked at every 0.05 s), False after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.fixture
 def standin(tmp_path):
     """A process named dnsmasq (a shell script ignoring SIGHUP) started with --conf-file."""
     conf, hosts = tmp_path / "dnsmasq.conf", tmp_path / "hosts"
     conf.write_text(f"port=0\n  dhcp-hostsfile={hosts}\n")
     script = tmp_path / "dnsmasq"
-    script.write_text(f"#!/bin/sh\ntrap 'echo hup >> {tmp_path}/hups' HUP\nwhile :; do sleep 0.05; done\n")
+    script.write_text(
+        f"#!/bin/sh\ntrap 'echo hup >> {tmp_path}/hups' HUP\ntouch {tmp_path}/ready\nwhile :; do sleep 0.05; done\n"
+    )
     script.chmod(0o755)
     proc = subprocess.Popen([str(script), f"--conf-file={conf}"])
     (tmp_path / "pid").write_text(f"{proc.pid}\n")
-    time.sleep(0.1)
+    # its trap set before any SIGHUP (one sent sooner ends the shell): a loaded machine may take seconds
+    assert until(lambda: (tmp_path / "ready").exists())
     yield tmp_path
     proc.kill()
     proc.wait()
@@ -72,10 +85,7 @@ def test_wiring_found_in_the_conf_file_and_sighup_sent(standin):
     b.ensure("bc:24:11:00:0c:01", "192.168.100.9", "vm-1")
     b.apply()
     assert (standin / "hosts").read_text().splitlines()[-1] == "bc:24:11:00:0c:01,192.168.100.9,vm-1"
-    for _ in range(50):
-        if (standin / "hups").exists():
-            break
-        time.sleep(0.05)
+    assert until(lambda: (standin / "hups").exists())
     assert (standin / "hups").read_text() == "hup\n"
     assert [r.ip for r in b.list_reservations()] == [ipaddress.IPv4Address("192.168.100.9")]
 

@@ -5,7 +5,8 @@ test tests/k3s/test_lab_kubectl.py runs the real one on a demo lab."""
 
 import json
 import os
-import time
+
+from polling import wait_until
 
 from labsim.net import chart_pods
 
@@ -20,15 +21,6 @@ while true; do sleep 0.1; done
 class LocalPods(chart_pods.ChartPods):
     def enter(self, netns):
         return []
-
-
-def wait(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_the_prometheus_pod_follows_its_folder(tmp_path):
@@ -52,7 +44,7 @@ def test_the_prometheus_pod_follows_its_folder(tmp_path):
         (folder / "pod.json").write_text(json.dumps({"port": 30090}))
         pods.step()
         assert list(pods.pids()) == ["vm100/monitoring/prometheus-server"]
-        assert wait(lambda: events.exists() and "start" in events.read_text())
+        assert wait_until(lambda: events.exists() and "start" in events.read_text())
         started = events.read_text()
         assert f"--config.file={folder / 'prometheus.yml'}" in started
         assert "--web.listen-address=0.0.0.0:30090" in started and str(state / chart_pods.WORK_DIR) in started
@@ -64,7 +56,7 @@ def test_the_prometheus_pod_follows_its_folder(tmp_path):
         pid = pods.pids()["vm100/monitoring/prometheus-server"]
         pods.step()
         assert (
-            wait(lambda: "hup" in events.read_text())
+            wait_until(lambda: "hup" in events.read_text())
             and pods.pids()["vm100/monitoring/prometheus-server"] == pid
         )
         # the chart taken out: the folder goes, the process stops and its data with it
@@ -72,7 +64,7 @@ def test_the_prometheus_pod_follows_its_folder(tmp_path):
             f.unlink()
         folder.rmdir()
         pods.step()
-        assert pods.pids() == {} and wait(lambda: "term" in events.read_text())
+        assert pods.pids() == {} and wait_until(lambda: "term" in events.read_text())
         assert not (state / chart_pods.WORK_DIR / "vm100_monitoring_prometheus-server").exists()
     finally:
         pods.stop_all()

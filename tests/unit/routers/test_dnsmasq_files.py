@@ -2,9 +2,9 @@
 
 import ipaddress
 import subprocess
-import time
 
 import pytest
+from polling import wait_until
 
 from gpulab.routers.dnsmasq import DnsmasqBackend, parse_host_line, parse_leases
 from gpulab.routers.model import ApplyError
@@ -46,16 +46,6 @@ def test_hostsfile_lines(line, want):
     assert (None if r is None else (r.mac, str(r.ip), r.hostname)) == want
 
 
-def until(predicate, timeout=10.0):
-    """True once predicate() is (looked at every 0.05 s), False after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.fixture
 def standin(tmp_path):
     """A process named dnsmasq (a shell script ignoring SIGHUP) started with --conf-file."""
@@ -69,7 +59,7 @@ def standin(tmp_path):
     proc = subprocess.Popen([str(script), f"--conf-file={conf}"])
     (tmp_path / "pid").write_text(f"{proc.pid}\n")
     # its trap set before any SIGHUP (one sent sooner ends the shell): a loaded machine may take seconds
-    assert until(lambda: (tmp_path / "ready").exists())
+    assert wait_until(lambda: (tmp_path / "ready").exists(), every=0.05)
     yield tmp_path
     proc.kill()
     proc.wait()
@@ -85,7 +75,7 @@ def test_wiring_found_in_the_conf_file_and_sighup_sent(standin):
     b.ensure("bc:24:11:00:0c:01", "192.168.100.9", "vm-1")
     b.apply()
     assert (standin / "hosts").read_text().splitlines()[-1] == "bc:24:11:00:0c:01,192.168.100.9,vm-1"
-    assert until(lambda: (standin / "hups").exists())
+    assert wait_until(lambda: (standin / "hups").exists(), every=0.05)
     assert (standin / "hups").read_text() == "hup\n"
     assert [r.ip for r in b.list_reservations()] == [ipaddress.IPv4Address("192.168.100.9")]
 

@@ -194,16 +194,14 @@ def test_site_takes_the_lock_once_and_its_stages_do_not_touch_the_node_again(tmp
     stages = [name for name in imported if name in STAGES]
     plays = plays_shown(run)
     lock_plays = [body for name, body in plays if name.startswith("Run lock | take the lab's run lock")]
-    assert len(stages) >= 8 and len(lock_plays) == len(stages) + 2, (
-        run.stdout
-    )  # site's, each stage's, verify's
+    # site's, each stage's, verify's
+    assert len(stages) >= 8 and len(lock_plays) == len(stages) + 2, run.stdout
     released = [body for name, body in plays if name.startswith("Run lock | give it back")]
     preflights = [body for name, body in plays if name.startswith("Preflight |")]
     for body in lock_plays[1:] + released[:-1] + preflights[1:]:  # all but site.yml's own
         assert body.strip() == "skipping: no hosts matched", run.stdout
-    assert "TASK [Take the run lock" in lock_plays[0] and "TASK [Release the run lock" in released[-1], (
-        run.stdout
-    )
+    assert "TASK [Take the run lock" in lock_plays[0], run.stdout
+    assert "TASK [Release the run lock" in released[-1], run.stdout
     assert recap(run) == {**recap(run), "ok": 3, "failed": 0}, run.stdout
 
 
@@ -212,20 +210,14 @@ def test_a_playbook_of_ones_own_importing_two_stages_takes_the_lock_once(tmp_pat
     ends those plays at once."""
     inv, path = lab(tmp_path)
     mine = tmp_path / "mine.yml"
-    mine.write_text(
-        "".join(
-            f"- ansible.builtin.import_playbook: {ROOT}/playbooks/{stage}.yml\n" for stage in ("vms", "vms")
-        )
-    )
+    mine.write_text(f"- ansible.builtin.import_playbook: {ROOT}/playbooks/vms.yml\n" * 2)
     run = playbook(str(mine), inv, path, *ONLY_THE_LOCK)
     assert_took_once_and_gave_back(run, path)
-    lock_plays = [
-        body for name, body in plays_shown(run) if name.startswith("Run lock | take the lab's run lock")
-    ]
+    taking = "Run lock | take the lab's run lock"
+    lock_plays = [body for name, body in plays_shown(run) if name.startswith(taking)]
     assert len(lock_plays) == 2 and "TASK [Take the run lock" in lock_plays[0], run.stdout
-    assert "no hosts matched" not in lock_plays[1], (
-        run.stdout
-    )  # the run's fact ended it, not the host pattern
+    # the run's fact ended the second, not the host pattern
+    assert "no hosts matched" not in lock_plays[1], run.stdout
 
 
 def test_a_lab_without_a_node_to_log_in_to_can_leave_the_lock_out(tmp_path):
